@@ -1,0 +1,337 @@
+//! `rampart bench`: a bounded load generator for rampart (or any HTTPS server).
+//!
+//! Modes: `https-handshake` (a new TCP + TLS connection per request; `--resume` resumes with
+//! session tickets) and `https-requests` (keep-alive connections, HTTP/1.1 or HTTP/2). Every
+//! run is bounded by `--duration` and optionally `--requests`, and stops by itself.
+
+mod cpu;
+mod stats;
+
+use anyhow::{anyhow, bail, Context as _};
+use boring::ssl::{SslConnector, SslMethod, SslSessionCacheMode, SslVerifyMode, SslVersion};
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use stats::{Recorder, Summary};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Mode {
+    HttpsHandshake,
+    HttpsRequests,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum HttpVersion {
+    H1,
+    H2,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub mode: Mode,
+    /// Target URL, e.g. https://localhost:8443/bytes/100
+    #[arg(long)]
+    pub url: String,
+    /// Concurrent connections (workers).
+    #[arg(long, short, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Stop after this long (e.g. 10s).
+    #[arg(long, short, default_value = "10s", value_parser = humantime_duration)]
+    pub duration: Duration,
+    /// Stop after this many operations (in addition to --duration).
+    #[arg(long, short = 'n')]
+    pub requests: Option<u64>,
+    /// Resume TLS sessions with tickets (https-handshake).
+    #[arg(long)]
+    pub resume: bool,
+    /// HTTP version for https-requests.
+    #[arg(long, value_enum, default_value = "h1")]
+    pub http: HttpVersion,
+    /// TLS version: 1.2 or 1.3.
+    #[arg(long, default_value = "1.3")]
+    pub tls: String,
+    /// Signature algorithms the client offers (BoringSSL list, e.g. "rsa_pss_rsae_sha256" to
+    /// get an RSA certificate or "ecdsa_secp256r1_sha256" for ECDSA).
+    #[arg(long)]
+    pub sigalgs: Option<String>,
+    /// Report this process's CPU time over the run (the server under test).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn humantime_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "m" => n * 60.0,
+        _ => return Err(format!("invalid duration unit in {s:?}; use ms, s or m")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+struct Target {
+    addr: SocketAddr,
+    host: String,
+    path: String,
+    connector: SslConnector,
+    session: Arc<Mutex<Option<boring::ssl::SslSession>>>,
+}
+
+fn connector(
+    args: &BenchArgs,
+    alpn: &[u8],
+    session: Arc<Mutex<Option<boring::ssl::SslSession>>>,
+) -> anyhow::Result<SslConnector> {
+    let mut b = SslConnector::builder(SslMethod::tls())?;
+    b.set_verify(SslVerifyMode::NONE);
+    let v = match args.tls.as_str() {
+        "1.2" => SslVersion::TLS1_2,
+        "1.3" => SslVersion::TLS1_3,
+        other => bail!("--tls {other}: expected 1.2 or 1.3"),
+    };
+    b.set_min_proto_version(Some(v))?;
+    b.set_max_proto_version(Some(v))?;
+    if let Some(s) = &args.sigalgs {
+        b.set_verify_algorithm_prefs(&parse_sigalgs(s)?)?;
+    }
+    b.set_alpn_protos(alpn)?;
+    b.set_session_cache_mode(SslSessionCacheMode::CLIENT);
+    b.set_new_session_callback(move |_ssl, sess| {
+        *session.lock().unwrap() = Some(sess);
+    });
+    Ok(b.build())
+}
+
+fn parse_sigalgs(s: &str) -> anyhow::Result<Vec<boring::ssl::SslSignatureAlgorithm>> {
+    use boring::ssl::SslSignatureAlgorithm as A;
+    s.split([':', ','])
+        .map(|n| {
+            Ok(match n.trim() {
+                "rsa_pss_rsae_sha256" => A::RSA_PSS_RSAE_SHA256,
+                "rsa_pss_rsae_sha384" => A::RSA_PSS_RSAE_SHA384,
+                "rsa_pkcs1_sha256" => A::RSA_PKCS1_SHA256,
+                "ecdsa_secp256r1_sha256" => A::ECDSA_SECP256R1_SHA256,
+                other => bail!("--sigalgs: unknown algorithm {other:?}"),
+            })
+        })
+        .collect()
+}
+
+impl Target {
+    async fn tls_connect(&self, resume: bool) -> anyhow::Result<tokio_boring::SslStream<TcpStream>> {
+        let tcp = TcpStream::connect(self.addr).await.context("connect")?;
+        tcp.set_nodelay(true)?;
+        let mut cfg = self.connector.configure()?;
+        cfg.set_verify_hostname(false);
+        if resume {
+            if let Some(s) = self.session.lock().unwrap().clone() {
+                // SAFETY: the session comes from a connector built with the same settings.
+                unsafe { cfg.set_session(&s)? };
+            }
+        }
+        let s = tokio_boring::connect(cfg, &self.host, tcp)
+            .await
+            .map_err(|e| anyhow!("tls: {e}"))?;
+        Ok(s)
+    }
+}
+
+async fn one_handshake(t: &Target, resume: bool) -> anyhow::Result<bool> {
+    let mut s = t.tls_connect(resume).await?;
+    let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.host);
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::with_capacity(1024);
+    s.read_to_end(&mut buf).await.context("read")?;
+    if !buf.starts_with(b"HTTP/1.1 200") {
+        bail!("status: {}", String::from_utf8_lossy(&buf[..buf.len().min(12)]));
+    }
+    // New tickets arrive through the connector's new-session callback.
+    Ok(s.ssl().session_reused())
+}
+
+async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> anyhow::Result<()> {
+    let uri: Uri = args.url.parse()?;
+    'reconnect: while !rec.should_stop() {
+        let s = match t.tls_connect(false).await {
+            Ok(s) => s,
+            Err(e) => {
+                rec.error(&e);
+                continue;
+            }
+        };
+        let io = TokioIo::new(s);
+        macro_rules! drive {
+            ($sender:expr) => {{
+                let mut sender = $sender;
+                while rec.start_op() {
+                    let start = Instant::now();
+                    let req = Request::get(uri.clone())
+                        .header(http::header::HOST, t.host.as_str())
+                        .body(Empty::<Bytes>::new())?;
+                    let r = async {
+                        let resp = sender.send_request(req).await?;
+                        let status = resp.status();
+                        resp.into_body().collect().await?;
+                        anyhow::Ok(status)
+                    }
+                    .await;
+                    match r {
+                        Ok(st) if st.is_success() => rec.ok(start.elapsed()),
+                        Ok(st) => rec.error(&anyhow!("status {}", st.as_u16())),
+                        Err(e) => {
+                            rec.error(&e);
+                            continue 'reconnect;
+                        }
+                    }
+                }
+            }};
+        }
+        match args.http {
+            HttpVersion::H1 => {
+                let (sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+                tokio::spawn(conn);
+                drive!(sender)
+            }
+            HttpVersion::H2 => {
+                let (sender, conn) =
+                    hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await?;
+                tokio::spawn(conn);
+                drive!(sender)
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?;
+    let summary = rt.block_on(run_async(args.clone()))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print!("{}", summary.to_text());
+    }
+    Ok(())
+}
+
+/// Runs one bounded benchmark and returns its summary.
+pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
+    let uri: Uri = args.url.parse().context("--url")?;
+    if uri.scheme_str() != Some("https") {
+        bail!("--url must be https://");
+    }
+    let host = uri.host().ok_or_else(|| anyhow!("--url has no host"))?.to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await?
+        .next()
+        .ok_or_else(|| anyhow!("cannot resolve {host}"))?;
+    let alpn: &[u8] = match (args.mode, args.http) {
+        (Mode::HttpsRequests, HttpVersion::H2) => b"\x02h2",
+        _ => b"\x08http/1.1",
+    };
+    let session = Arc::new(Mutex::new(None));
+    let target = Arc::new(Target {
+        addr,
+        host,
+        path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
+        connector: connector(&args, alpn, session.clone())?,
+        session,
+    });
+    if args.mode == Mode::HttpsHandshake && args.resume {
+        one_handshake(&target, true).await.context("warm-up connection")?;
+    }
+    let budget = Arc::new(AtomicI64::new(args.requests.map_or(i64::MAX, |n| n as i64)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + args.duration;
+    let cpu_before = args.server_pid.map(cpu::process_cpu_seconds).transpose()?;
+    let start = Instant::now();
+    let recorders: Vec<Recorder> = (0..args.concurrency.max(1))
+        .map(|_| Recorder::new(budget.clone(), stop.clone(), deadline))
+        .collect();
+    let args = Arc::new(args);
+    let mut tasks = Vec::new();
+    for rec in recorders.iter().cloned() {
+        let t = target.clone();
+        let args = args.clone();
+        tasks.push(tokio::spawn(async move {
+            match args.mode {
+                Mode::HttpsHandshake => {
+                    while rec.start_op() {
+                        let s = Instant::now();
+                        match one_handshake(&t, args.resume).await {
+                            Ok(reused) if args.resume && !reused => rec.error(&anyhow!("not resumed")),
+                            Ok(_) => rec.ok(s.elapsed()),
+                            Err(e) => rec.error(&e),
+                        }
+                    }
+                    Ok(())
+                }
+                Mode::HttpsRequests => request_worker(t, args, rec).await,
+            }
+        }));
+    }
+    let progress = {
+        let recs = recorders.clone();
+        let stop = stop.clone();
+        let quiet = args.json;
+        tokio::spawn(async move {
+            let mut last = 0;
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let (ok, err) = stats::totals(&recs);
+                if !quiet {
+                    eprint!("\r[{:>4.0}s] ok {ok:>9}  errors {err:>6}  {:>8}/s   ", start.elapsed().as_secs_f64(), ok - last);
+                }
+                last = ok;
+            }
+        })
+    };
+    let watchdog = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline.into()).await;
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    for t in tasks {
+        // A worker's setup error counts as an error, not a crash of the whole run.
+        if let Ok(Err(e)) = t.await {
+            recorders[0].error(&e);
+        }
+    }
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    watchdog.abort();
+    let _ = progress.await;
+    if !args.json {
+        eprintln!();
+    }
+    let server_cpu = match (args.server_pid, cpu_before) {
+        (Some(pid), Some(before)) => Some(cpu::process_cpu_seconds(pid)? - before),
+        _ => None,
+    };
+    Ok(Summary::build(&args, &recorders, elapsed, server_cpu))
+}

@@ -1,0 +1,198 @@
+//! Body wrappers: request bodies streamed upstream under a size limit, and response bodies
+//! that count bytes and finish the access-log record when the response ends.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Why a request body stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestBodyError {
+    #[error("request body exceeds the limit of {0} bytes")]
+    TooLarge(u64),
+    #[error("reading the request body: {0}")]
+    Client(#[from] hyper::Error),
+}
+
+/// Progress of a request body, shared with the request handler.
+#[derive(Default)]
+pub struct BodyProgress {
+    pub bytes: AtomicU64,
+    pub too_large: AtomicBool,
+}
+
+/// A client's request body on its way upstream: streamed, counted, limited.
+pub struct RequestBody {
+    inner: Option<Incoming>,
+    limit: u64,
+    seen: u64,
+    progress: Arc<BodyProgress>,
+}
+
+impl RequestBody {
+    pub fn new(inner: Incoming, limit: u64, progress: Arc<BodyProgress>) -> Self {
+        let inner = (!inner.is_end_stream()).then_some(inner);
+        RequestBody {
+            inner,
+            limit,
+            seen: 0,
+            progress,
+        }
+    }
+
+    pub fn empty() -> Self {
+        RequestBody {
+            inner: None,
+            limit: 0,
+            seen: 0,
+            progress: Default::default(),
+        }
+    }
+
+    /// True if the body is known to carry nothing (so the request can be replayed).
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_none()
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = RequestBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.seen += d.len() as u64;
+                    this.progress.bytes.store(this.seen, Ordering::Relaxed);
+                    if this.seen > this.limit {
+                        this.progress.too_large.store(true, Ordering::Relaxed);
+                        this.inner = None;
+                        return Poll::Ready(Some(Err(RequestBodyError::TooLarge(this.limit))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => {
+                this.inner = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+/// Called once when a response body is finished or dropped, with the bytes sent.
+pub trait OnResponseDone: Send + 'static {
+    fn done(self: Box<Self>, bytes_out: u64, complete: bool);
+}
+
+enum Source {
+    Upstream(Incoming),
+    Local(Full<Bytes>),
+}
+
+/// A response body going to the client: the upstream's stream or a local page.
+pub struct ResponseBody {
+    source: Source,
+    bytes: u64,
+    on_done: Option<Box<dyn OnResponseDone>>,
+}
+
+impl ResponseBody {
+    pub fn upstream(b: Incoming) -> Self {
+        ResponseBody {
+            source: Source::Upstream(b),
+            bytes: 0,
+            on_done: None,
+        }
+    }
+
+    pub fn local(b: impl Into<Bytes>) -> Self {
+        ResponseBody {
+            source: Source::Local(Full::new(b.into())),
+            bytes: 0,
+            on_done: None,
+        }
+    }
+
+    pub fn on_done(mut self, f: Box<dyn OnResponseDone>) -> Self {
+        self.on_done = Some(f);
+        self
+    }
+
+    fn finish(&mut self, complete: bool) {
+        if let Some(f) = self.on_done.take() {
+            f.done(self.bytes, complete);
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let r = match &mut this.source {
+            Source::Upstream(b) => Pin::new(b).poll_frame(cx),
+            Source::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+        };
+        match &r {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    this.bytes += d.len() as u64;
+                }
+            }
+            Poll::Ready(None) => this.finish(true),
+            _ => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.source {
+            Source::Upstream(b) => b.is_end_stream(),
+            Source::Local(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.source {
+            Source::Upstream(b) => b.size_hint(),
+            Source::Local(b) => b.size_hint(),
+        }
+    }
+}

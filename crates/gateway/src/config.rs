@@ -1,0 +1,561 @@
+//! Configuration: TOML parsed once into typed structs, then validated. Unknown fields are
+//! rejected; every error names the file, the field path and what was expected.
+
+use serde::{Deserialize, Deserializer};
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A configuration error: where (file, field path, line) and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub path: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if !self.path.is_empty() && self.path != "." {
+            write!(f, ": field `{}`", self.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+    #[serde(default)]
+    pub key_engine: KeyEngineConfig,
+    pub listeners: Vec<ListenerConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub clusters: Vec<ClusterConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Event-loop threads; 0 means one per CPU.
+    pub worker_threads: usize,
+    /// How long in-flight requests may run after SIGTERM.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+    /// `stdout`, `off`, or a file path to append JSON lines to.
+    pub access_log: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            worker_threads: 0,
+            shutdown_grace: Duration::from_secs(30),
+            access_log: "stdout".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Address of the admin listener (`/healthz`, `/metrics`); must be loopback.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 9901))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    Inline,
+    Threads,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Inline => "inline",
+            EngineKind::Threads => "threads",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeyEngineConfig {
+    /// Engines to run; the scheduler routes each request among them.
+    pub engines: Vec<EngineKind>,
+    /// Crypto threads of the `threads` engine.
+    pub threads: usize,
+    /// Bounded queue of the `threads` engine; a full queue fails new handshakes fast.
+    pub queue_capacity: usize,
+    /// Pin a key kind to an engine: `rsa`, `ecdsa` → engine name.
+    pub pin: PinConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PinConfig {
+    pub rsa: Option<EngineKind>,
+    pub ecdsa: Option<EngineKind>,
+}
+
+impl Default for KeyEngineConfig {
+    fn default() -> Self {
+        KeyEngineConfig {
+            engines: vec![EngineKind::Threads],
+            threads: 1,
+            queue_capacity: 1024,
+            pin: PinConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub certificates: Vec<CertificateConfig>,
+    #[serde(default)]
+    pub tls: TlsConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// Enabled versions: any of "1.2", "1.3".
+    pub versions: Vec<TlsVersion>,
+    /// TLS 1.2 cipher suites (OpenSSL names), ECDHE only. TLS 1.3 suites are fixed.
+    pub tls12_ciphers: Vec<String>,
+    /// How often the session-ticket key rotates; the previous key still decrypts.
+    #[serde(deserialize_with = "duration")]
+    pub ticket_key_rotation: Duration,
+    /// Time allowed for a client to complete the TLS handshake.
+    #[serde(deserialize_with = "duration")]
+    pub handshake_timeout: Duration,
+}
+
+pub const TLS12_ECDHE_CIPHERS: &[&str] = &[
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+];
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            versions: vec![TlsVersion::Tls12, TlsVersion::Tls13],
+            tls12_ciphers: TLS12_ECDHE_CIPHERS.iter().map(|s| s.to_string()).collect(),
+            ticket_key_rotation: Duration::from_secs(3600),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// Names this certificate serves (exact, or `*.example.com`). The first certificate of a
+    /// listener is also the default for clients that send no or an unknown SNI.
+    pub server_names: Vec<String>,
+    pub rsa: Option<CertKeyPair>,
+    pub ecdsa: Option<CertKeyPair>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertKeyPair {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key, loaded into the key engine (never into a TLS context).
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Total bytes of request headers (names + values); more gets 431.
+    pub max_header_bytes: usize,
+    /// Number of request headers; more gets 431.
+    pub max_headers: usize,
+    /// Request body bytes; more gets 413.
+    pub max_body_bytes: u64,
+    /// Close a client connection idle this long between requests.
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// Concurrent HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            max_body_bytes: 1 << 30,
+            idle_timeout: Duration::from_secs(60),
+            max_concurrent_streams: 256,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Host to match: exact, `*.example.com`, or `*` (default) for any.
+    #[serde(default = "any_host")]
+    pub host: String,
+    /// Path prefix to match (default `/`). The longest matching prefix wins.
+    #[serde(default = "root_path")]
+    pub path_prefix: String,
+    /// Upstream cluster name.
+    pub cluster: String,
+    /// Name for metrics and logs (default: `host` + `path_prefix`).
+    pub name: Option<String>,
+}
+
+fn any_host() -> String {
+    "*".into()
+}
+fn root_path() -> String {
+    "/".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LbPolicy {
+    #[default]
+    RoundRobin,
+    LeastRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    #[default]
+    Http1,
+    H2c,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub name: String,
+    /// `host:port` of each endpoint.
+    pub endpoints: Vec<SocketAddr>,
+    #[serde(default)]
+    pub lb: LbPolicy,
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
+    #[serde(default = "default_connect_timeout", deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// Time to wait for the upstream's response headers; past it the client gets 504.
+    #[serde(default = "default_read_timeout", deserialize_with = "duration")]
+    pub read_timeout: Duration,
+    /// Pooled keep-alive connections idle longer than this are closed.
+    #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// Idle keep-alive connections kept per endpoint.
+    #[serde(default = "default_pool_size")]
+    pub max_idle_per_endpoint: usize,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_read_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(90)
+}
+fn default_pool_size() -> usize {
+    64
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?} ({e}); expected e.g. \"500ms\", \"30s\", \"1h\""
+        ))
+    })
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            path: String::new(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, &file, base)
+    }
+
+    /// Parses and validates config text; relative paths resolve against `base_dir`.
+    pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let line_of = |span: Option<std::ops::Range<usize>>| {
+            span.map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
+            file: file.into(),
+            path: String::new(),
+            line: line_of(e.span()),
+            message: e.message().to_string(),
+        })?;
+        let mut cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
+            file: file.into(),
+            path: e.path().to_string(),
+            line: line_of(e.inner().span()),
+            message: e.inner().message().to_string(),
+        })?;
+        cfg.resolve_paths(base_dir);
+        cfg.validate().map_err(|(path, message)| ConfigError {
+            file: file.into(),
+            path,
+            line: None,
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        for l in &mut self.listeners {
+            for c in &mut l.certificates {
+                for pair in [&mut c.rsa, &mut c.ecdsa].into_iter().flatten() {
+                    pair.cert = base.join(&pair.cert);
+                    pair.key = base.join(&pair.key);
+                }
+            }
+        }
+    }
+
+    /// Cross-field checks. Returns (field path, what was expected).
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |p: String, m: String| Err((p, m));
+        if let Some(a) = self.admin.listen {
+            if !a.ip().is_loopback() {
+                return err("admin.listen".into(), format!("{a} is not a loopback address; the admin listener must stay on 127.0.0.0/8 or ::1"));
+            }
+        }
+        let ke = &self.key_engine;
+        if ke.engines.is_empty() {
+            return err("key_engine.engines".into(), "at least one engine (\"inline\" or \"threads\")".into());
+        }
+        for (field, pin) in [("rsa", ke.pin.rsa), ("ecdsa", ke.pin.ecdsa)] {
+            if let Some(p) = pin {
+                if !ke.engines.contains(&p) {
+                    return err(format!("key_engine.pin.{field}"), format!("engine \"{}\" is not listed in key_engine.engines", p.as_str()));
+                }
+            }
+        }
+        if ke.threads == 0 || ke.queue_capacity == 0 {
+            return err("key_engine.threads".into(), "threads and queue_capacity must be at least 1".into());
+        }
+        if self.listeners.is_empty() {
+            return err("listeners".into(), "at least one listener".into());
+        }
+        let mut names = HashSet::new();
+        let mut addrs = HashSet::new();
+        for (i, l) in self.listeners.iter().enumerate() {
+            let p = format!("listeners[{i}]");
+            if !names.insert(&l.name) {
+                return err(format!("{p}.name"), format!("duplicate listener name {:?}", l.name));
+            }
+            if !addrs.insert(l.listen) {
+                return err(format!("{p}.listen"), format!("address {} is used by another listener", l.listen));
+            }
+            if l.certificates.is_empty() {
+                return err(format!("{p}.certificates"), "at least one certificate".into());
+            }
+            for (j, c) in l.certificates.iter().enumerate() {
+                let cp = format!("{p}.certificates[{j}]");
+                if c.server_names.is_empty() {
+                    return err(format!("{cp}.server_names"), "at least one server name".into());
+                }
+                for (k, n) in c.server_names.iter().enumerate() {
+                    if !valid_server_name(n) {
+                        return err(format!("{cp}.server_names[{k}]"), format!("{n:?} is not a DNS name or *.wildcard"));
+                    }
+                }
+                if c.rsa.is_none() && c.ecdsa.is_none() {
+                    return err(cp, "an `rsa` or an `ecdsa` certificate (or both)".into());
+                }
+                for (kind, pair) in [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)] {
+                    if let Some(pair) = pair {
+                        for (f, path) in [("cert", &pair.cert), ("key", &pair.key)] {
+                            if !path.is_file() {
+                                return err(format!("{cp}.{kind}.{f}"), format!("file {} does not exist", path.display()));
+                            }
+                        }
+                    }
+                }
+            }
+            let t = &l.tls;
+            if t.versions.is_empty() {
+                return err(format!("{p}.tls.versions"), "at least one of \"1.2\", \"1.3\"".into());
+            }
+            for (k, c) in t.tls12_ciphers.iter().enumerate() {
+                if !TLS12_ECDHE_CIPHERS.contains(&c.as_str()) {
+                    return err(format!("{p}.tls.tls12_ciphers[{k}]"), format!("{c:?} is not an allowed ECDHE suite; expected one of {}", TLS12_ECDHE_CIPHERS.join(", ")));
+                }
+            }
+            if t.versions.contains(&TlsVersion::Tls12) && t.tls12_ciphers.is_empty() {
+                return err(format!("{p}.tls.tls12_ciphers"), "TLS 1.2 is enabled: at least one suite".into());
+            }
+            if t.ticket_key_rotation < Duration::from_secs(1) {
+                return err(format!("{p}.tls.ticket_key_rotation"), "at least 1s".into());
+            }
+            if l.limits.max_header_bytes < 1024 || l.limits.max_headers == 0 {
+                return err(format!("{p}.limits.max_header_bytes"), "at least 1024 bytes and 1 header".into());
+            }
+        }
+        let mut cluster_names = HashSet::new();
+        for (i, c) in self.clusters.iter().enumerate() {
+            if !cluster_names.insert(c.name.as_str()) {
+                return err(format!("clusters[{i}].name"), format!("duplicate cluster name {:?}", c.name));
+            }
+            if c.endpoints.is_empty() {
+                return err(format!("clusters[{i}].endpoints"), "at least one endpoint".into());
+            }
+            if c.read_timeout.is_zero() || c.connect_timeout.is_zero() {
+                return err(format!("clusters[{i}]"), "timeouts must be greater than zero".into());
+            }
+        }
+        if self.routes.is_empty() {
+            return err("routes".into(), "at least one route".into());
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if !cluster_names.contains(r.cluster.as_str()) {
+                let known: Vec<_> = self.clusters.iter().map(|c| c.name.as_str()).collect();
+                return err(format!("routes[{i}].cluster"), format!("no cluster named {:?}; expected one of: {}", r.cluster, known.join(", ")));
+            }
+            if !r.path_prefix.starts_with('/') {
+                return err(format!("routes[{i}].path_prefix"), format!("{:?} must start with '/'", r.path_prefix));
+            }
+            if r.host != "*" && !valid_server_name(&r.host) {
+                return err(format!("routes[{i}].host"), format!("{:?} is not a host name, *.wildcard or *", r.host));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn valid_server_name(n: &str) -> bool {
+    let n = n.strip_prefix("*.").unwrap_or(n);
+    !n.is_empty()
+        && n.len() <= 253
+        && n.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "test.toml", Path::new("/nonexistent"))
+    }
+
+    const MINIMAL: &str = r#"
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:8443"
+[[listeners.certificates]]
+server_names = ["localhost"]
+ecdsa = { cert = "/dev/null", key = "/dev/null" }
+
+[[routes]]
+cluster = "app"
+
+[[clusters]]
+name = "app"
+endpoints = ["127.0.0.1:8080"]
+"#;
+
+    #[test]
+    fn unknown_field_names_path_and_line() {
+        let text = MINIMAL.replace("name = \"app\"", "name = \"app\"\nlb_policy = \"x\"");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, "clusters[0].lb_policy");
+        assert!(e.message.contains("unknown field"), "{e}");
+        assert!(e.line.is_some());
+        assert!(e.to_string().starts_with("test.toml:"), "{e}");
+    }
+
+    #[test]
+    fn bad_enum_and_duration_say_what_was_expected() {
+        let e = parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nlb = \"fastest\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].lb");
+        assert!(e.message.contains("round_robin"), "{e}");
+        let e = parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nread_timeout = \"soon\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].read_timeout");
+        assert!(e.message.contains("expected e.g."), "{e}");
+    }
+
+    #[test]
+    fn dangling_cluster_reference_is_rejected() {
+        let e = parse(&MINIMAL.replace("cluster = \"app\"", "cluster = \"nope\"")).unwrap_err();
+        assert_eq!(e.path, "routes[0].cluster");
+        assert!(e.message.contains("expected one of: app"), "{e}");
+    }
+
+    #[test]
+    fn admin_must_be_loopback_and_ciphers_ecdhe() {
+        let e = parse(&format!("[admin]\nlisten = \"0.0.0.0:9901\"\n{MINIMAL}")).unwrap_err();
+        assert_eq!(e.path, "admin.listen");
+        let text = MINIMAL.replace(
+            "[[listeners.certificates]]",
+            "[listeners.tls]\ntls12_ciphers = [\"AES128-GCM-SHA256\"]\n[[listeners.certificates]]",
+        );
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, "listeners[0].tls.tls12_ciphers[0]");
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.clusters[0].lb, LbPolicy::RoundRobin);
+        assert_eq!(c.routes[0].host, "*");
+        assert_eq!(c.listeners[0].tls.versions, vec![TlsVersion::Tls12, TlsVersion::Tls13]);
+        assert_eq!(c.admin.listen, Some("127.0.0.1:9901".parse().unwrap()));
+    }
+}

@@ -1,0 +1,183 @@
+//! The demo kit: self-signed certificates and an embedded HTTP/1.1 upstream, used by
+//! `rampart demo` and by tests as a real upstream server.
+
+use anyhow::Context as _;
+use boring::asn1::Asn1Time;
+use boring::bn::{BigNum, MsbOption};
+use boring::ec::{EcGroup, EcKey};
+use boring::hash::MessageDigest;
+use boring::nid::Nid;
+use boring::pkey::PKey;
+use boring::rsa::Rsa;
+use boring::x509::extension::SubjectAlternativeName;
+use boring::x509::{X509Name, X509};
+use bytes::Bytes;
+use futures_util::stream;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Key type of a generated certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertKind {
+    Rsa2048,
+    EcdsaP256,
+}
+
+/// Writes a self-signed certificate for `names` and its PKCS#8 key (mode 0600) as
+/// `<stem>.crt` / `<stem>.key` in `dir`, unless both already exist. Returns their paths.
+pub fn ensure_self_signed(
+    dir: &Path,
+    stem: &str,
+    kind: CertKind,
+    names: &[&str],
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let cert_path = dir.join(format!("{stem}.crt"));
+    let key_path = dir.join(format!("{stem}.key"));
+    if cert_path.is_file() && key_path.is_file() {
+        return Ok((cert_path, key_path));
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key = match kind {
+        CertKind::Rsa2048 => PKey::from_rsa(Rsa::generate(2048)?)?,
+        CertKind::EcdsaP256 => {
+            let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+            PKey::from_ec_key(EcKey::generate(&group)?)?
+        }
+    };
+    let mut name = X509Name::builder()?;
+    name.append_entry_by_nid(Nid::COMMONNAME, names[0])?;
+    let name = name.build();
+    let mut b = X509::builder()?;
+    b.set_version(2)?;
+    let mut serial = BigNum::new()?;
+    serial.rand(64, MsbOption::MAYBE_ZERO, false)?;
+    let serial = serial.to_asn1_integer()?;
+    b.set_serial_number(&serial)?;
+    b.set_subject_name(&name)?;
+    b.set_issuer_name(&name)?;
+    b.set_pubkey(&key)?;
+    let not_before = Asn1Time::days_from_now(0)?;
+    let not_after = Asn1Time::days_from_now(365)?;
+    b.set_not_before(&not_before)?;
+    b.set_not_after(&not_after)?;
+    let mut san = SubjectAlternativeName::new();
+    for n in names {
+        san.dns(n);
+    }
+    let san = san.build(&b.x509v3_context(None, None))?;
+    b.append_extension(&san)?;
+    b.sign(&key, MessageDigest::sha256())?;
+    let cert = b.build();
+    std::fs::write(&cert_path, cert.to_pem()?)?;
+    write_private(&key_path, &key.private_key_to_pem_pkcs8()?)?;
+    Ok((cert_path, key_path))
+}
+
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(data)
+}
+
+type DemoBody = BoxBody<Bytes, hyper::Error>;
+
+fn full(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Response<DemoBody> {
+    let mut r = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ctype));
+    r
+}
+
+/// `n` bytes of `'x'`, streamed in 64 KiB chunks with a content-length.
+fn bytes_body(n: u64) -> Response<DemoBody> {
+    const CHUNK: u64 = 64 * 1024;
+    let chunk = Bytes::from(vec![b'x'; CHUNK as usize]);
+    let frames = stream::iter((0..n.div_ceil(CHUNK)).map(move |i| {
+        let len = CHUNK.min(n - i * CHUNK) as usize;
+        Ok::<_, hyper::Error>(Frame::data(chunk.slice(..len)))
+    }));
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    r.headers_mut().insert(header::CONTENT_LENGTH, n.into());
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
+    r
+}
+
+async fn demo_service(req: Request<Incoming>) -> Result<Response<DemoBody>, hyper::Error> {
+    let path = req.uri().path().to_string();
+    Ok(match (req.method(), path.as_str()) {
+        (&Method::GET, "/") => full(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            "<!doctype html><title>rampart demo</title><h1>Hello from the rampart demo upstream</h1>\n<p>Try /bytes/1024, /headers, POST /echo, /delay/100</p>\n",
+        ),
+        (&Method::GET, "/headers") => {
+            let map: serde_json::Map<String, serde_json::Value> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+                .collect();
+            full(StatusCode::OK, "application/json", serde_json::to_vec_pretty(&map).unwrap_or_default())
+        }
+        (&Method::POST | &Method::PUT, "/echo") => {
+            let ctype = req.headers().get(header::CONTENT_TYPE).cloned();
+            let len = req.headers().get(header::CONTENT_LENGTH).cloned();
+            let mut r = Response::new(req.into_body().boxed());
+            if let Some(c) = ctype {
+                r.headers_mut().insert(header::CONTENT_TYPE, c);
+            }
+            if let Some(l) = len {
+                r.headers_mut().insert(header::CONTENT_LENGTH, l);
+            }
+            r
+        }
+        (&Method::GET, p) if p.starts_with("/bytes/") => match p["/bytes/".len()..].parse::<u64>() {
+            Ok(n) if n <= 1 << 40 => bytes_body(n),
+            _ => full(StatusCode::BAD_REQUEST, "text/plain", "usage: /bytes/N\n"),
+        },
+        (&Method::GET, p) if p.starts_with("/delay/") => match p["/delay/".len()..].parse::<u64>() {
+            Ok(ms) if ms <= 600_000 => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                full(StatusCode::OK, "text/plain", format!("slept {ms} ms\n"))
+            }
+            _ => full(StatusCode::BAD_REQUEST, "text/plain", "usage: /delay/MS\n"),
+        },
+        _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+    })
+}
+
+/// Serves the demo upstream on `listener` until the task is dropped.
+pub async fn serve_upstream(listener: TcpListener) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service_fn(demo_service))
+                .await;
+        });
+    }
+}
+
+/// Binds `addr` (port 0 for any) and serves the demo upstream in the background.
+pub async fn spawn_upstream(addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let l = TcpListener::bind(addr).await?;
+    let bound = l.local_addr()?;
+    tokio::spawn(serve_upstream(l));
+    Ok(bound)
+}

@@ -1,0 +1,112 @@
+//! Gateway metrics. Names and labels are a documented interface (README, "Metrics").
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub handshakes: IntCounterVec,
+    pub handshake_errors: IntCounterVec,
+    pub handshake_seconds: HistogramVec,
+    pub requests: IntCounterVec,
+    pub upstream_seconds: HistogramVec,
+    pub upstream_errors: IntCounterVec,
+    pub open_connections: IntGaugeVec,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let m = Metrics {
+            handshakes: IntCounterVec::new(
+                Opts::new("rampart_tls_handshakes_total", "Completed TLS handshakes"),
+                &["listener", "protocol", "version", "cipher", "signature_algorithm", "resumed"],
+            )
+            .unwrap(),
+            handshake_errors: IntCounterVec::new(
+                Opts::new("rampart_tls_handshake_errors_total", "Failed TLS handshakes by reason"),
+                &["listener", "reason"],
+            )
+            .unwrap(),
+            handshake_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "rampart_tls_handshake_duration_seconds",
+                    "From accepted connection to completed handshake",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec()),
+                &["listener", "protocol", "resumed"],
+            )
+            .unwrap(),
+            requests: IntCounterVec::new(
+                Opts::new("rampart_http_requests_total", "Requests by route and response status"),
+                &["route", "status"],
+            )
+            .unwrap(),
+            upstream_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "rampart_upstream_response_duration_seconds",
+                    "From sending a request upstream to its response headers",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec()),
+                &["cluster"],
+            )
+            .unwrap(),
+            upstream_errors: IntCounterVec::new(
+                Opts::new("rampart_upstream_errors_total", "Upstream failures by kind"),
+                &["cluster", "kind"],
+            )
+            .unwrap(),
+            open_connections: IntGaugeVec::new(
+                Opts::new("rampart_open_connections", "Client connections currently open"),
+                &["listener"],
+            )
+            .unwrap(),
+            registry,
+        };
+        for c in [&m.handshakes, &m.handshake_errors, &m.requests, &m.upstream_errors] {
+            m.registry.register(Box::new(c.clone())).unwrap();
+        }
+        for h in [&m.handshake_seconds, &m.upstream_seconds] {
+            m.registry.register(Box::new(h.clone())).unwrap();
+        }
+        m.registry.register(Box::new(m.open_connections.clone())).unwrap();
+        m
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding");
+        String::from_utf8(out).expect("utf-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Decrements a gauge when dropped: an open connection counted for exactly its lifetime.
+pub struct GaugeGuard(prometheus::IntGauge);
+
+impl GaugeGuard {
+    pub fn new(g: prometheus::IntGauge) -> Self {
+        g.inc();
+        GaugeGuard(g)
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,323 @@
+//! The request pipeline, in named phases: limits → route → rewrite headers → forward →
+//! respond (and log). Each phase is a small function so later phases (access control, 0-RTT
+//! rules) have an obvious place.
+
+use crate::access_log::{AccessLog, AccessRecord};
+use crate::body::{BodyProgress, OnResponseDone, RequestBody, ResponseBody};
+use crate::config::LimitsConfig;
+use crate::metrics::Metrics;
+use crate::router::Router;
+use crate::upstream::{Cluster, UpstreamError};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use hyper::body::Incoming;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// What every request on a listener shares.
+pub struct ProxyShared {
+    pub listener: String,
+    pub router: Router,
+    pub clusters: Vec<Arc<Cluster>>,
+    pub limits: LimitsConfig,
+    pub metrics: Metrics,
+    pub access_log: AccessLog,
+}
+
+/// Facts about the client connection a request arrived on.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub client: SocketAddr,
+    pub sni: Option<String>,
+    pub tls_version: &'static str,
+    pub resumed: bool,
+}
+
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        &header::CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::TE,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+        &header::UPGRADE,
+        &header::PROXY_AUTHENTICATE,
+        &header::PROXY_AUTHORIZATION,
+    ] {
+        h.remove(n);
+    }
+}
+
+fn valid_request_id(v: &HeaderValue) -> bool {
+    let b = v.as_bytes();
+    !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic())
+}
+
+fn new_request_id() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+fn version_label(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_2 => "2",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
+}
+
+/// Finishes the access-log record and request metrics when the response body ends.
+struct Finish {
+    rec: AccessRecord,
+    start: Instant,
+    log: AccessLog,
+    request_body: Arc<BodyProgress>,
+}
+
+impl OnResponseDone for Finish {
+    fn done(mut self: Box<Self>, bytes_out: u64, _complete: bool) {
+        if self.log.enabled() {
+            self.rec.bytes_out = bytes_out;
+            self.rec.bytes_in = self.request_body.bytes.load(Ordering::Relaxed);
+            self.rec.duration_ms = self.start.elapsed().as_secs_f64() * 1e3;
+            self.log.write(self.rec);
+        }
+    }
+}
+
+fn local(status: StatusCode, msg: &'static str) -> Response<ResponseBody> {
+    let mut r = Response::new(ResponseBody::local(msg));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+/// Handles one request. Never fails: every error becomes a status the client can read.
+pub async fn handle(
+    shared: Arc<ProxyShared>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let start = Instant::now();
+    let request_id = req
+        .headers()
+        .get(&X_REQUEST_ID)
+        .filter(|v| valid_request_id(v))
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(new_request_id, str::to_string);
+    let host = req
+        .uri()
+        .authority()
+        .map(|a| a.host().to_string())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(|h| h.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(h, |(h, _)| h).to_string())
+        })
+        .unwrap_or_default();
+    let mut rec = AccessRecord {
+        time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        request_id: request_id.clone(),
+        client: Some(conn.client),
+        listener: shared.listener.clone(),
+        protocol: match req.version() {
+            Version::HTTP_2 => "h2",
+            _ => "http/1.1",
+        },
+        tls_version: conn.tls_version,
+        tls_resumed: conn.resumed,
+        sni: conn.sni.clone(),
+        method: req.method().to_string(),
+        host: host.clone(),
+        path: req.uri().path().to_string(),
+        ..Default::default()
+    };
+    let progress = Arc::new(BodyProgress::default());
+    let (status_route, mut resp, upstream_start) =
+        match forward(&shared, &conn, req, &host, &request_id, &progress, &mut rec).await {
+            Ok((route, resp, t)) => (route, resp, Some(t)),
+            Err((route, resp)) => (route, resp, None),
+        };
+    if let Some(t) = upstream_start {
+        rec.upstream_ms = Some(t.as_secs_f64() * 1e3);
+    }
+    let status = resp.status();
+    rec.status = status.as_u16();
+    shared
+        .metrics
+        .requests
+        .with_label_values(&[status_route.as_deref().unwrap_or("none"), status.as_str()])
+        .inc();
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().entry(&X_REQUEST_ID).or_insert(v);
+    }
+    let (parts, body) = resp.into_parts();
+    let body = body.on_done(Box::new(Finish {
+        rec,
+        start,
+        log: shared.access_log.clone(),
+        request_body: progress,
+    }));
+    Ok(Response::from_parts(parts, body))
+}
+
+type Routed = (Option<String>, Response<ResponseBody>);
+
+async fn forward(
+    shared: &ProxyShared,
+    conn: &ConnInfo,
+    req: Request<Incoming>,
+    host: &str,
+    request_id: &str,
+    progress: &Arc<BodyProgress>,
+    rec: &mut AccessRecord,
+) -> Result<(Option<String>, Response<ResponseBody>, std::time::Duration), Routed> {
+    // Phase: limits.
+    let limits = &shared.limits;
+    let header_bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len())
+        .sum();
+    if req.headers().len() > limits.max_headers || header_bytes > limits.max_header_bytes {
+        return Err((None, local(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request headers too large\n")));
+    }
+    let declared_len = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared_len.is_some_and(|n| n > limits.max_body_bytes) {
+        return Err((None, local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")));
+    }
+
+    // Phase: route.
+    let Some(route) = shared.router.route(host, req.uri().path()) else {
+        return Err((None, local(StatusCode::NOT_FOUND, "no route for this host and path\n")));
+    };
+    let route_name = Some(route.name.clone());
+    rec.route = route_name.clone();
+    let cluster = &shared.clusters[route.cluster];
+
+    // Phase: rewrite headers.
+    let (mut parts, body) = req.into_parts();
+    let via = format!("{} rampart", version_label(parts.version));
+    let h = &mut parts.headers;
+    strip_hop_by_hop(h);
+    if !h.contains_key(header::HOST) {
+        if let Some(a) = parts.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                h.insert(header::HOST, v);
+            }
+        }
+    }
+    let client_ip = conn.client.ip().to_string();
+    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {client_ip}"),
+        None => client_ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert(&X_FORWARDED_FOR, v);
+    }
+    h.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+    if let Ok(v) = HeaderValue::from_str(host) {
+        h.insert(&X_FORWARDED_HOST, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&via) {
+        h.append(header::VIA, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert(&X_REQUEST_ID, v);
+    }
+    let body = RequestBody::new(body, limits.max_body_bytes, progress.clone());
+    let req = Request::from_parts(parts, body);
+
+    // Phase: forward.
+    let sent = Instant::now();
+    let result = cluster.send(req).await;
+    let upstream_time = sent.elapsed();
+    let metrics = &shared.metrics;
+    let (resp, endpoint) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            metrics
+                .upstream_errors
+                .with_label_values(&[&cluster.name, e.kind()])
+                .inc();
+            if progress.too_large.load(Ordering::Relaxed) {
+                return Err((route_name, local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")));
+            }
+            tracing::debug!(cluster = %cluster.name, error = %e, "upstream failed");
+            let resp = match e {
+                UpstreamError::Timeout(..) => local(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
+                UpstreamError::Connect(_) => local(StatusCode::BAD_GATEWAY, "upstream connect failed\n"),
+                UpstreamError::Exchange(..) => local(StatusCode::BAD_GATEWAY, "upstream exchange failed\n"),
+            };
+            return Err((route_name, resp));
+        }
+    };
+    metrics
+        .upstream_seconds
+        .with_label_values(&[&cluster.name])
+        .observe(upstream_time.as_secs_f64());
+    rec.upstream = Some(endpoint);
+
+    // Phase: respond.
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    if let Ok(v) = HeaderValue::from_str(&via) {
+        parts.headers.append(header::VIA, v);
+    }
+    Ok((route_name, Response::from_parts(parts, ResponseBody::upstream(body)), upstream_time))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_removed_including_connection_named() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn request_ids_are_validated() {
+        assert!(valid_request_id(&HeaderValue::from_static("abc-123")));
+        assert!(!valid_request_id(&HeaderValue::from_static("")));
+        assert!(!valid_request_id(&HeaderValue::from_static("has space")));
+        assert_eq!(new_request_id().len(), 32);
+    }
+}

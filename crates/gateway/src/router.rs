@@ -1,0 +1,111 @@
+//! Routes: (host, path prefix) → cluster. The most specific host class wins (exact, then
+//! `*.wildcard`, then `*`), then the longest path prefix.
+
+use crate::config::RouteConfig;
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    host: HostMatch,
+    prefix: String,
+    pub cluster: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostMatch {
+    Exact(String),
+    Suffix(String),
+    Any,
+}
+
+impl HostMatch {
+    fn score(&self, host: &str) -> Option<u8> {
+        match self {
+            HostMatch::Exact(h) => (h == host).then_some(2),
+            HostMatch::Suffix(s) => host
+                .split_once('.')
+                .is_some_and(|(_, parent)| parent == s)
+                .then_some(1),
+            HostMatch::Any => Some(0),
+        }
+    }
+}
+
+pub struct Router {
+    routes: Vec<Route>,
+}
+
+impl Router {
+    /// `cluster_index` maps a cluster name to its index (validated by config loading).
+    pub fn new(routes: &[RouteConfig], cluster_index: impl Fn(&str) -> usize) -> Self {
+        let routes = routes
+            .iter()
+            .map(|r| {
+                let host = r.host.to_ascii_lowercase();
+                Route {
+                    name: r.name.clone().unwrap_or_else(|| format!("{}{}", r.host, r.path_prefix)),
+                    host: if host == "*" {
+                        HostMatch::Any
+                    } else if let Some(s) = host.strip_prefix("*.") {
+                        HostMatch::Suffix(s.to_string())
+                    } else {
+                        HostMatch::Exact(host)
+                    },
+                    prefix: r.path_prefix.clone(),
+                    cluster: cluster_index(&r.cluster),
+                }
+            })
+            .collect();
+        Router { routes }
+    }
+
+    /// `host` without port, any case.
+    pub fn route(&self, host: &str, path: &str) -> Option<&Route> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.routes
+            .iter()
+            .filter(|r| path.starts_with(&r.prefix))
+            .filter_map(|r| r.host.score(&host).map(|s| ((s, r.prefix.len()), r)))
+            .max_by_key(|(k, _)| *k)
+            .map(|(_, r)| r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(host: &str, prefix: &str, cluster: &str) -> RouteConfig {
+        RouteConfig {
+            host: host.into(),
+            path_prefix: prefix.into(),
+            cluster: cluster.into(),
+            name: None,
+        }
+    }
+
+    #[test]
+    fn most_specific_host_then_longest_prefix() {
+        let routes = [
+            r("*", "/", "a"),
+            r("*.example.com", "/", "b"),
+            r("api.example.com", "/", "c"),
+            r("api.example.com", "/v2/", "d"),
+        ];
+        let idx = |n: &str| ["a", "b", "c", "d"].iter().position(|x| *x == n).unwrap();
+        let router = Router::new(&routes, idx);
+        let c = |h, p| router.route(h, p).map(|r| r.cluster);
+        assert_eq!(c("API.example.com", "/v2/x"), Some(3));
+        assert_eq!(c("api.example.com", "/v1"), Some(2));
+        assert_eq!(c("www.example.com", "/v2/x"), Some(1));
+        assert_eq!(c("example.com", "/"), Some(0), "wildcard needs a label");
+        assert_eq!(c("other", "/"), Some(0));
+    }
+
+    #[test]
+    fn no_match_is_none() {
+        let router = Router::new(&[r("a.test", "/x", "a")], |_| 0);
+        assert!(router.route("a.test", "/y").is_none());
+        assert!(router.route("b.test", "/x").is_none());
+    }
+}

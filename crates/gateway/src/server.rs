@@ -1,0 +1,143 @@
+//! The TLS-over-TCP listener: accept, handshake (bounded in time), then HTTP/1.1 or HTTP/2
+//! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
+
+use crate::metrics::GaugeGuard;
+use crate::proxy::{self, ConnInfo, ProxyShared};
+use crate::tls::handshake_info;
+use boring::ssl::{NameType, SslAcceptor};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+pub struct TcpListenerTask {
+    pub listener: TcpListener,
+    pub acceptor: Arc<SslAcceptor>,
+    pub shared: Arc<ProxyShared>,
+    pub handshake_timeout: Duration,
+}
+
+/// Binds a listening socket with a deep backlog and address reuse.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    sock.set_reuse_address(true)?;
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(4096)?;
+    TcpListener::from_std(sock.into())
+}
+
+impl TcpListenerTask {
+    /// Accepts until `stop` turns true; each connection is watched by `watcher` so shutdown
+    /// can wait for in-flight requests.
+    pub async fn run(self, mut stop: watch::Receiver<bool>, graceful: Arc<GracefulShutdown>) {
+        loop {
+            let accepted = tokio::select! {
+                r = self.listener.accept() => r,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            match accepted {
+                Ok((tcp, peer)) => {
+                    let _ = tcp.set_nodelay(true);
+                    tokio::spawn(serve_connection(
+                        tcp,
+                        peer,
+                        self.acceptor.clone(),
+                        self.shared.clone(),
+                        self.handshake_timeout,
+                        graceful.watcher(),
+                        stop.clone(),
+                    ));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    acceptor: Arc<SslAcceptor>,
+    shared: Arc<ProxyShared>,
+    handshake_timeout: Duration,
+    watcher: Watcher,
+    mut stop: watch::Receiver<bool>,
+) {
+    let m = &shared.metrics;
+    let listener = shared.listener.as_str();
+    let _open = GaugeGuard::new(m.open_connections.with_label_values(&[listener]));
+    let start = Instant::now();
+    let handshake = tokio::select! {
+        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, tcp)) => r,
+        _ = stop.wait_for(|s| *s) => return,
+    };
+    let stream = match handshake {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let reason = if e.as_io_error().is_some() { "io" } else { "tls" };
+            m.handshake_errors.with_label_values(&[listener, reason]).inc();
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            m.handshake_errors.with_label_values(&[listener, "timeout"]).inc();
+            return;
+        }
+    };
+    let ssl = stream.ssl();
+    let resumed = ssl.session_reused();
+    let resumed_label = if resumed { "true" } else { "false" };
+    let sigalg = handshake_info::signature_algorithm(ssl).map_or("none", |a| a.as_str());
+    let cipher = ssl.current_cipher().map_or("none", |c| c.name());
+    m.handshakes
+        .with_label_values(&[listener, "tcp", ssl.version_str(), cipher, sigalg, resumed_label])
+        .inc();
+    m.handshake_seconds
+        .with_label_values(&[listener, "tcp", resumed_label])
+        .observe(start.elapsed().as_secs_f64());
+    let h2 = ssl.selected_alpn_protocol() == Some(b"h2");
+    let info = Arc::new(ConnInfo {
+        client: peer,
+        sni: ssl.servername(NameType::HOST_NAME).map(str::to_string),
+        tls_version: ssl.version_str(),
+        resumed,
+    });
+    let limits = &shared.limits;
+    let svc = {
+        let shared = shared.clone();
+        service_fn(move |req| proxy::handle(shared.clone(), info.clone(), req))
+    };
+    let io = TokioIo::new(stream);
+    let result = if h2 {
+        let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        b.timer(TokioTimer::new())
+            .max_concurrent_streams(limits.max_concurrent_streams)
+            .max_header_list_size((limits.max_header_bytes * 2) as u32)
+            .keep_alive_interval(Some(limits.idle_timeout))
+            .keep_alive_timeout(Duration::from_secs(20));
+        watcher.watch(b.serve_connection(io, svc)).await
+    } else {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(limits.idle_timeout)
+            .max_headers(limits.max_headers)
+            .max_buf_size((limits.max_header_bytes + 1024).max(8192));
+        watcher.watch(b.serve_connection(io, svc)).await
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}

@@ -1,0 +1,85 @@
+//! The bridge from BoringSSL's asynchronous private-key callback to the key engine.
+//! The TLS context holds the certificate only; every signature goes through here.
+
+use boring::hash::{hash, MessageDigest};
+use boring::ssl::{SslRef, SslSignatureAlgorithm};
+use keyengine::{HashAlgorithm, KeyEngine, KeyId, SignatureAlgorithm};
+use std::sync::Arc;
+use tokio_boring::{
+    AsyncPrivateKeyMethod, AsyncPrivateKeyMethodError, BoxPrivateKeyMethodFinish,
+    BoxPrivateKeyMethodFuture,
+};
+
+use super::handshake_info;
+
+pub struct EngineKeyMethod {
+    pub engine: Arc<KeyEngine>,
+    pub key: KeyId,
+}
+
+fn to_engine_algorithm(a: SslSignatureAlgorithm) -> Option<SignatureAlgorithm> {
+    SignatureAlgorithm::ALL
+        .into_iter()
+        .find(|x| SslSignatureAlgorithm::from(x.tls_code()) == a)
+}
+
+fn digest(h: HashAlgorithm, input: &[u8]) -> Option<Vec<u8>> {
+    let md = match h {
+        HashAlgorithm::Sha256 => MessageDigest::sha256(),
+        HashAlgorithm::Sha384 => MessageDigest::sha384(),
+        HashAlgorithm::Sha512 => MessageDigest::sha512(),
+    };
+    hash(md, input).ok().map(|d| d.to_vec())
+}
+
+impl AsyncPrivateKeyMethod for EngineKeyMethod {
+    fn sign(
+        &self,
+        ssl: &mut SslRef,
+        input: &[u8],
+        signature_algorithm: SslSignatureAlgorithm,
+        _output: &mut [u8],
+    ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
+        let alg = to_engine_algorithm(signature_algorithm).ok_or_else(|| {
+            tracing::warn!(?signature_algorithm, "signature algorithm not supported by the key engine");
+            AsyncPrivateKeyMethodError
+        })?;
+        let digest = digest(alg.hash(), input).ok_or(AsyncPrivateKeyMethodError)?;
+        handshake_info::set_signature_algorithm(ssl, alg);
+        let fut = self.engine.sign(&self.key, alg, digest);
+        Ok(Box::pin(async move {
+            let sig = fut.await.map_err(|e| {
+                tracing::debug!(error = %e, "handshake signature failed");
+                AsyncPrivateKeyMethodError
+            })?;
+            Ok(Box::new(move |_ssl: &mut SslRef, out: &mut [u8]| {
+                let dst = out.get_mut(..sig.len()).ok_or(AsyncPrivateKeyMethodError)?;
+                dst.copy_from_slice(&sig);
+                Ok(sig.len())
+            }) as BoxPrivateKeyMethodFinish)
+        }))
+    }
+
+    fn decrypt(
+        &self,
+        _ssl: &mut SslRef,
+        _input: &[u8],
+        _output: &mut [u8],
+    ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
+        // Only static-RSA key exchange decrypts, and rampart offers ECDHE only.
+        Err(AsyncPrivateKeyMethodError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_engine_algorithm_maps_from_boring() {
+        for a in SignatureAlgorithm::ALL {
+            assert_eq!(to_engine_algorithm(SslSignatureAlgorithm::from(a.tls_code())), Some(a));
+        }
+        assert_eq!(to_engine_algorithm(SslSignatureAlgorithm::RSA_PKCS1_SHA1), None);
+    }
+}

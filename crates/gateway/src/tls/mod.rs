@@ -1,0 +1,226 @@
+//! TLS setup shared by every listener: one builder makes every SSL context (so the QUIC
+//! listener can reuse it), certificates are selected by SNI and by the client's signature
+//! algorithms, and no private key is ever placed in a context: signatures go through the
+//! key engine by [`key_method::EngineKeyMethod`].
+
+pub mod client_hello;
+pub mod handshake_info;
+mod key_method;
+pub mod tickets;
+
+use crate::config::{CertKeyPair, ListenerConfig, TlsConfig, TlsVersion};
+use anyhow::{anyhow, bail, Context as _};
+use boring::ssl::{
+    select_next_proto, AlpnError, AsyncSelectCertError, BoxSelectCertFinish, ClientHello,
+    ExtensionType, NameType, SslAcceptor, SslAcceptorBuilder, SslContext, SslMethod, SslVersion,
+};
+use boring::x509::X509;
+use key_method::EngineKeyMethod;
+use keyengine::{KeyEngine, KeyId, KeyKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tickets::TicketKeys;
+
+/// ALPN protocols offered on TCP, in preference order (wire format).
+pub const ALPN_TCP: &[u8] = b"\x02h2\x08http/1.1";
+
+/// What a listener needs to accept TLS connections.
+pub struct ListenerTls {
+    pub acceptor: SslAcceptor,
+    pub tickets: Arc<TicketKeys>,
+}
+
+/// Starts every TLS context of a listener (the front acceptor and each certificate's context)
+/// with the same settings: versions, cipher policy, groups, ALPN and the rotating ticket keys.
+/// The QUIC listener builds its contexts here too.
+pub fn context_builder(
+    tls: &TlsConfig,
+    tickets: &Arc<TicketKeys>,
+    alpn: &'static [u8],
+) -> anyhow::Result<SslAcceptorBuilder> {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
+    let min = if tls.versions.contains(&TlsVersion::Tls12) {
+        SslVersion::TLS1_2
+    } else {
+        SslVersion::TLS1_3
+    };
+    let max = if tls.versions.contains(&TlsVersion::Tls13) {
+        SslVersion::TLS1_3
+    } else {
+        SslVersion::TLS1_2
+    };
+    b.set_min_proto_version(Some(min))?;
+    b.set_max_proto_version(Some(max))?;
+    if !tls.tls12_ciphers.is_empty() {
+        b.set_strict_cipher_list(&tls.tls12_ciphers.join(":"))
+            .context("tls12_ciphers")?;
+    }
+    b.set_curves_list("X25519:P-256:P-384")?;
+    b.set_session_id_context(b"rampart")?;
+    b.set_alpn_select_callback(move |_ssl, client| {
+        select_next_proto(alpn, client).ok_or(AlpnError::NOACK)
+    });
+    tickets.install(&mut b);
+    Ok(b)
+}
+
+/// The contexts serving one `[[listeners.certificates]]` entry.
+#[derive(Clone)]
+struct CertEntry {
+    rsa: Option<SslContext>,
+    ecdsa: Option<SslContext>,
+}
+
+/// Certificates by server name: exact names, then `*.suffix` wildcards, then the default.
+struct CertStore {
+    entries: Vec<CertEntry>,
+    exact: HashMap<String, usize>,
+    wildcard: HashMap<String, usize>,
+    tls13: bool,
+}
+
+impl CertStore {
+    fn lookup(&self, sni: Option<&str>) -> &CertEntry {
+        let idx = sni
+            .map(|s| s.trim_end_matches('.').to_ascii_lowercase())
+            .and_then(|s| {
+                self.exact.get(&s).copied().or_else(|| {
+                    s.split_once('.')
+                        .and_then(|(_, parent)| self.wildcard.get(parent).copied())
+                })
+            })
+            .unwrap_or(0);
+        &self.entries[idx]
+    }
+
+    fn select(&self, hello: &ClientHello<'_>) -> Option<SslContext> {
+        let entry = self.lookup(hello.servername(NameType::HOST_NAME));
+        let ecdsa_ok = entry.ecdsa.is_some()
+            && client_hello::can_use_ecdsa(
+                hello.get_extension(ExtensionType::SIGNATURE_ALGORITHMS),
+                hello.get_extension(ExtensionType::SUPPORTED_VERSIONS),
+                hello.ciphers(),
+                self.tls13,
+            );
+        if ecdsa_ok {
+            entry.ecdsa.clone()
+        } else {
+            entry.rsa.clone().or_else(|| entry.ecdsa.clone())
+        }
+    }
+}
+
+/// Loads a PEM chain and returns (leaf, intermediates, key id of the leaf's public key).
+pub fn load_chain(path: &std::path::Path) -> anyhow::Result<(X509, Vec<X509>, KeyId)> {
+    let pem = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut chain = X509::stack_from_pem(&pem)
+        .map_err(|e| anyhow!("{}: not a PEM certificate chain: {e}", path.display()))?;
+    if chain.is_empty() {
+        bail!("{}: no certificate found", path.display());
+    }
+    let leaf = chain.remove(0);
+    let spki = leaf.public_key()?.public_key_to_der()?;
+    let id = KeyId::from_spki_der(&spki)
+        .ok_or_else(|| anyhow!("{}: malformed public key in certificate", path.display()))?;
+    Ok((leaf, chain, id))
+}
+
+fn cert_context(
+    tls: &TlsConfig,
+    tickets: &Arc<TicketKeys>,
+    alpn: &'static [u8],
+    pair: &CertKeyPair,
+    expected: KeyKind,
+    engine: &Arc<KeyEngine>,
+) -> anyhow::Result<SslContext> {
+    let (leaf, intermediates, id) = load_chain(&pair.cert)?;
+    let key = engine.key(&id).ok_or_else(|| {
+        anyhow!(
+            "{}: the key engine holds no private key for this certificate (SKI {id}); \
+             is {} the matching key?",
+            pair.cert.display(),
+            pair.key.display()
+        )
+    })?;
+    if key.kind() != expected && !(expected == KeyKind::EcdsaP256 && key.kind() == KeyKind::EcdsaP384) {
+        bail!(
+            "{}: expected a {} certificate, found {}",
+            pair.cert.display(),
+            expected.as_str(),
+            key.kind().as_str()
+        );
+    }
+    let mut b = context_builder(tls, tickets, alpn)?;
+    b.set_certificate(&leaf)?;
+    for c in intermediates {
+        b.add_extra_chain_cert(c)?;
+    }
+    let sigalgs = match key.kind() {
+        KeyKind::Rsa => "rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512",
+        KeyKind::EcdsaP256 => "ecdsa_secp256r1_sha256",
+        KeyKind::EcdsaP384 => "ecdsa_secp384r1_sha384",
+    };
+    b.set_sigalgs_list(sigalgs).context("signing algorithms")?;
+    // No set_private_key(): the key stays in the engine.
+    b.set_async_private_key_method(EngineKeyMethod {
+        engine: engine.clone(),
+        key: id,
+    });
+    Ok(b.build().into_context())
+}
+
+/// Builds the acceptor of one listener.
+pub fn listener_tls(
+    listener: &ListenerConfig,
+    engine: &Arc<KeyEngine>,
+    alpn: &'static [u8],
+) -> anyhow::Result<ListenerTls> {
+    let tickets = TicketKeys::new();
+    let tls = &listener.tls;
+    let mut store = CertStore {
+        entries: vec![],
+        exact: HashMap::new(),
+        wildcard: HashMap::new(),
+        tls13: tls.versions.contains(&TlsVersion::Tls13),
+    };
+    for (i, c) in listener.certificates.iter().enumerate() {
+        let field = |k: &str| format!("listeners[{}].certificates[{i}].{k}", listener.name);
+        let rsa = c
+            .rsa
+            .as_ref()
+            .map(|p| cert_context(tls, &tickets, alpn, p, KeyKind::Rsa, engine))
+            .transpose()
+            .with_context(|| field("rsa"))?;
+        let ecdsa = c
+            .ecdsa
+            .as_ref()
+            .map(|p| cert_context(tls, &tickets, alpn, p, KeyKind::EcdsaP256, engine))
+            .transpose()
+            .with_context(|| field("ecdsa"))?;
+        store.entries.push(CertEntry { rsa, ecdsa });
+        for n in &c.server_names {
+            let n = n.to_ascii_lowercase();
+            match n.strip_prefix("*.") {
+                Some(suffix) => store.wildcard.entry(suffix.to_string()).or_insert(i),
+                None => store.exact.entry(n).or_insert(i),
+            };
+        }
+    }
+    let store = Arc::new(store);
+    let mut front = context_builder(tls, &tickets, alpn)?;
+    front.set_async_select_certificate_callback(move |hello| {
+        let ctx = store.select(hello).ok_or(AsyncSelectCertError)?;
+        Ok(Box::pin(async move {
+            Ok(Box::new(move |mut hello: ClientHello<'_>| {
+                hello
+                    .ssl_mut()
+                    .set_ssl_context(&ctx)
+                    .map_err(|_| AsyncSelectCertError)
+            }) as BoxSelectCertFinish)
+        }))
+    });
+    Ok(ListenerTls {
+        acceptor: front.build(),
+        tickets,
+    })
+}

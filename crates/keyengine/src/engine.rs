@@ -1,0 +1,71 @@
+//! The engine interface every signing backend implements.
+
+use crate::algorithm::SignatureAlgorithm;
+use crate::key::{KeyId, PrivateKey};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// One signing request: sign `digest` with `key` under `algorithm`.
+#[derive(Clone)]
+pub struct SignRequest {
+    pub key: Arc<PrivateKey>,
+    pub algorithm: SignatureAlgorithm,
+    pub digest: Vec<u8>,
+}
+
+/// Why a signature was not produced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    #[error("key {0} not found")]
+    KeyNotFound(KeyId),
+    #[error("algorithm {0} does not match the key")]
+    UnsupportedAlgorithm(SignatureAlgorithm),
+    #[error("digest has {got} bytes, expected {expected}")]
+    BadDigest { expected: usize, got: usize },
+    #[error("engine {0} overloaded: queue full")]
+    Overloaded(&'static str),
+    #[error("engine {0} stopped")]
+    Stopped(&'static str),
+    #[error("signature from engine {0} failed verification (fault detected)")]
+    FaultDetected(&'static str),
+    #[error("crypto failure: {0}")]
+    Crypto(String),
+}
+
+impl SignError {
+    /// A short stable label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SignError::KeyNotFound(_) => "key_not_found",
+            SignError::UnsupportedAlgorithm(_) => "unsupported_algorithm",
+            SignError::BadDigest { .. } => "bad_digest",
+            SignError::Overloaded(_) => "overloaded",
+            SignError::Stopped(_) => "stopped",
+            SignError::FaultDetected(_) => "fault",
+            SignError::Crypto(_) => "crypto",
+        }
+    }
+}
+
+/// The future an engine returns. It must not block the thread that polls it.
+pub type SignFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, SignError>> + Send>>;
+
+/// A signing backend. Engines never verify: the [`crate::KeyEngine`] facade does, for all.
+pub trait Engine: Send + Sync + 'static {
+    /// A stable name, used in configuration, metrics and logs.
+    fn name(&self) -> &'static str;
+
+    /// Starts signing. A full queue must fail fast with [`SignError::Overloaded`], never queue
+    /// without bound.
+    fn submit(&self, request: SignRequest) -> SignFuture;
+
+    /// Requests accepted but not yet finished.
+    fn queue_depth(&self) -> usize;
+
+    /// How many operations the engine runs at once (threads, lanes, ...). The scheduler uses it
+    /// with the measured service time to estimate completion.
+    fn parallelism(&self) -> usize {
+        1
+    }
+}

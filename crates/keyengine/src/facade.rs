@@ -1,0 +1,169 @@
+//! [`KeyEngine`]: the one object the TLS layer talks to.
+
+use crate::algorithm::SignatureAlgorithm;
+use crate::engine::{SignError, SignRequest};
+use crate::key::{KeyId, PrivateKey};
+use crate::metrics::EngineMetrics;
+use crate::registry::KeyRegistry;
+use crate::scheduler::Scheduler;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Looks keys up, routes requests through the scheduler, verifies every RSA signature against
+/// the public key before release, and records metrics.
+pub struct KeyEngine {
+    registry: KeyRegistry,
+    scheduler: Scheduler,
+    metrics: EngineMetrics,
+}
+
+impl KeyEngine {
+    pub fn new(registry: KeyRegistry, scheduler: Scheduler, metrics: EngineMetrics) -> Arc<Self> {
+        Arc::new(KeyEngine {
+            registry,
+            scheduler,
+            metrics,
+        })
+    }
+
+    pub fn registry(&self) -> &KeyRegistry {
+        &self.registry
+    }
+
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
+    }
+
+    pub fn engine_names(&self) -> Vec<&'static str> {
+        self.scheduler.engines().map(|e| e.name()).collect()
+    }
+
+    /// Whether a key is available to sign with.
+    pub fn has_key(&self, key: &KeyId) -> bool {
+        self.registry.get(key).is_some()
+    }
+
+    /// The private key for `key`, if held (for its kind and signature length).
+    pub fn key(&self, key: &KeyId) -> Option<&Arc<PrivateKey>> {
+        self.registry.get(key)
+    }
+
+    /// Signs `digest` with `key` under `algorithm`. The returned future owns everything it
+    /// needs, never blocks its poller, and yields only signatures that verified.
+    pub fn sign(
+        self: &Arc<Self>,
+        key: &KeyId,
+        algorithm: SignatureAlgorithm,
+        digest: Vec<u8>,
+    ) -> impl Future<Output = Result<Vec<u8>, SignError>> + Send + 'static {
+        let this = self.clone();
+        let key = self.registry.get(key).cloned().ok_or(SignError::KeyNotFound(*key));
+        async move {
+            let key = key?;
+            if algorithm.key_kind() != key.kind() {
+                return Err(SignError::UnsupportedAlgorithm(algorithm));
+            }
+            let kind = key.kind();
+            let (slot, engine) = this.scheduler.pick(kind);
+            let name = engine.name();
+            let m = &this.metrics;
+            let start = Instant::now();
+            let request = SignRequest {
+                key: key.clone(),
+                algorithm,
+                digest,
+            };
+            let digest_for_check = algorithm.is_rsa().then(|| request.digest.clone());
+            let fut = engine.submit(request);
+            m.queue_depth
+                .with_label_values(&[name])
+                .set(engine.queue_depth() as i64);
+            let result = fut.await;
+            m.queue_depth
+                .with_label_values(&[name])
+                .set(this.scheduler.engines().nth(slot).map_or(0, |e| e.queue_depth()) as i64);
+            let result = result.and_then(|sig| match &digest_for_check {
+                Some(d) if !key.verify_digest(algorithm, d, &sig) => {
+                    m.faults.with_label_values(&[name, algorithm.as_str()]).inc();
+                    tracing::error!(engine = name, key = %key.id(), %algorithm,
+                        "signature failed verification against the public key; not released");
+                    Err(SignError::FaultDetected(name))
+                }
+                _ => Ok(sig),
+            });
+            let took = start.elapsed();
+            match &result {
+                Ok(_) => {
+                    this.scheduler.record(slot, kind, took);
+                    m.sign_seconds
+                        .with_label_values(&[name, algorithm.as_str()])
+                        .observe(took.as_secs_f64());
+                }
+                Err(SignError::Overloaded(_)) => m.overload.with_label_values(&[name]).inc(),
+                Err(_) => {}
+            }
+            let label = match &result {
+                Ok(_) => "ok",
+                Err(e) => e.kind(),
+            };
+            m.operations
+                .with_label_values(&[name, algorithm.as_str(), label])
+                .inc();
+            result
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{generate_rsa_pkcs8, FaultyEngine};
+    use crate::{Engine, InlineEngine, SchedulerPolicy};
+
+    fn engine_with(e: Arc<dyn Engine>) -> (Arc<KeyEngine>, KeyId) {
+        let mut reg = KeyRegistry::new();
+        let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", &generate_rsa_pkcs8()).unwrap());
+        let sched = Scheduler::new(vec![e], &SchedulerPolicy::default()).unwrap();
+        (KeyEngine::new(reg, sched, EngineMetrics::unregistered()), id)
+    }
+
+    #[tokio::test]
+    async fn signs_and_counts() {
+        let (ke, id) = engine_with(Arc::new(InlineEngine));
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        let sig = ke.sign(&id, alg, alg.hash().digest(b"m")).await.unwrap();
+        assert!(ke.key(&id).unwrap().verify_digest(alg, &alg.hash().digest(b"m"), &sig));
+        let ok = ke
+            .metrics()
+            .operations
+            .with_label_values(&["inline", alg.as_str(), "ok"])
+            .get();
+        assert_eq!(ok, 1);
+    }
+
+    #[tokio::test]
+    async fn corrupted_rsa_signature_is_caught_and_counted() {
+        let (ke, id) = engine_with(Arc::new(FaultyEngine::default()));
+        let alg = SignatureAlgorithm::RsaPkcs1Sha256;
+        let err = ke.sign(&id, alg, alg.hash().digest(b"m")).await.unwrap_err();
+        assert_eq!(err, SignError::FaultDetected("faulty"));
+        assert_eq!(ke.metrics().faults_total("faulty"), 1);
+    }
+
+    #[tokio::test]
+    async fn unknown_key_and_wrong_algorithm_are_errors() {
+        let (ke, id) = engine_with(Arc::new(InlineEngine));
+        let missing = KeyId([7; 20]);
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        assert_eq!(
+            ke.sign(&missing, alg, vec![0; 32]).await.unwrap_err(),
+            SignError::KeyNotFound(missing)
+        );
+        let ec = SignatureAlgorithm::EcdsaP256Sha256;
+        assert_eq!(
+            ke.sign(&id, ec, vec![0; 32]).await.unwrap_err(),
+            SignError::UnsupportedAlgorithm(ec)
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! Routes each request to the engine expected to finish it soonest.
+//!
+//! The estimate for engine *e* is `(queue_depth(e) + 1) / parallelism(e) * service_time(e)`,
+//! where `service_time` is an exponentially weighted moving average of measured signing times
+//! per key kind. Configuration may pin a key kind to one engine. Pure logic: tests drive it
+//! with fake engines and fake durations.
+
+use crate::algorithm::KeyKind;
+use crate::engine::Engine;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Static routing rules.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerPolicy {
+    /// Key kinds that always go to the named engine.
+    pub pins: HashMap<KeyKind, String>,
+}
+
+const KINDS: [KeyKind; 3] = [KeyKind::Rsa, KeyKind::EcdsaP256, KeyKind::EcdsaP384];
+
+struct Slot {
+    engine: Arc<dyn Engine>,
+    /// EWMA of service time in nanoseconds, per key kind (index into KINDS).
+    service_ns: [AtomicU64; 3],
+}
+
+pub struct Scheduler {
+    slots: Vec<Slot>,
+    pins: HashMap<KeyKind, usize>,
+}
+
+/// The error when a policy names an engine that is not configured.
+#[derive(Debug, thiserror::Error)]
+#[error("pin for {kind} names engine '{engine}', which is not among the configured engines ({known})")]
+pub struct UnknownEngine {
+    pub kind: &'static str,
+    pub engine: String,
+    pub known: String,
+}
+
+fn kind_index(k: KeyKind) -> usize {
+    KINDS.iter().position(|x| *x == k).expect("all kinds listed")
+}
+
+impl Scheduler {
+    /// `engines` must not be empty.
+    pub fn new(engines: Vec<Arc<dyn Engine>>, policy: &SchedulerPolicy) -> Result<Self, UnknownEngine> {
+        assert!(!engines.is_empty(), "at least one engine");
+        let mut pins = HashMap::new();
+        for (kind, name) in &policy.pins {
+            let idx = engines.iter().position(|e| e.name() == name).ok_or_else(|| UnknownEngine {
+                kind: kind.as_str(),
+                engine: name.clone(),
+                known: engines.iter().map(|e| e.name()).collect::<Vec<_>>().join(", "),
+            })?;
+            pins.insert(*kind, idx);
+        }
+        let slots = engines
+            .into_iter()
+            .map(|engine| Slot {
+                engine,
+                // Optimistic start: every engine is tried, then measurements take over.
+                service_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+            .collect();
+        Ok(Scheduler { slots, pins })
+    }
+
+    /// Picks the engine for a request on a key of `kind`.
+    pub fn pick(&self, kind: KeyKind) -> (usize, &Arc<dyn Engine>) {
+        if let Some(&i) = self.pins.get(&kind) {
+            return (i, &self.slots[i].engine);
+        }
+        if self.slots.len() == 1 {
+            return (0, &self.slots[0].engine);
+        }
+        let k = kind_index(kind);
+        let best = self
+            .slots
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| {
+                let depth = s.engine.queue_depth() as u64 + 1;
+                let par = s.engine.parallelism().max(1) as u64;
+                depth.div_ceil(par) * s.service_ns[k].load(Ordering::Relaxed)
+            })
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        (best, &self.slots[best].engine)
+    }
+
+    /// Feeds a measured service time back into the estimate.
+    pub fn record(&self, slot: usize, kind: KeyKind, took: Duration) {
+        let cell = &self.slots[slot].service_ns[kind_index(kind)];
+        let sample = took.as_nanos().min(u64::MAX as u128) as u64;
+        let old = cell.load(Ordering::Relaxed);
+        let new = if old == 0 { sample } else { (old * 7 + sample) / 8 };
+        cell.store(new, Ordering::Relaxed);
+    }
+
+    pub fn engines(&self) -> impl Iterator<Item = &Arc<dyn Engine>> {
+        self.slots.iter().map(|s| &s.engine)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{SignFuture, SignRequest};
+    use std::sync::atomic::AtomicUsize;
+
+    struct Fake {
+        name: &'static str,
+        depth: AtomicUsize,
+        par: usize,
+    }
+    impl Engine for Fake {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn submit(&self, _: SignRequest) -> SignFuture {
+            unreachable!()
+        }
+        fn queue_depth(&self) -> usize {
+            self.depth.load(Ordering::Relaxed)
+        }
+        fn parallelism(&self) -> usize {
+            self.par
+        }
+    }
+
+    fn fake(name: &'static str, depth: usize, par: usize) -> Arc<Fake> {
+        Arc::new(Fake { name, depth: AtomicUsize::new(depth), par })
+    }
+
+    #[test]
+    fn picks_engine_with_earliest_expected_completion() {
+        let a = fake("a", 0, 1);
+        let b = fake("b", 0, 4);
+        let s = Scheduler::new(vec![a.clone(), b.clone()], &SchedulerPolicy::default()).unwrap();
+        s.record(0, KeyKind::Rsa, Duration::from_micros(300));
+        s.record(1, KeyKind::Rsa, Duration::from_micros(400));
+        assert_eq!(s.pick(KeyKind::Rsa).0, 0, "idle and faster");
+        a.depth.store(8, Ordering::Relaxed); // 9 * 300us on one lane
+        b.depth.store(8, Ordering::Relaxed); // ceil(9/4) * 400us
+        assert_eq!(s.pick(KeyKind::Rsa).0, 1, "queue grew: the parallel engine finishes first");
+    }
+
+    #[test]
+    fn pins_override_estimates_and_unknown_pins_are_errors() {
+        let a = fake("a", 0, 1);
+        let b = fake("b", 100, 1);
+        let mut policy = SchedulerPolicy::default();
+        policy.pins.insert(KeyKind::Rsa, "b".into());
+        let s = Scheduler::new(vec![a.clone(), b.clone()], &policy).unwrap();
+        assert_eq!(s.pick(KeyKind::Rsa).0, 1);
+        policy.pins.insert(KeyKind::EcdsaP256, "gpu".into());
+        let err = Scheduler::new(vec![a, b], &policy).err().unwrap();
+        assert!(err.to_string().contains("'gpu'"), "{err}");
+    }
+}
