@@ -492,7 +492,10 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, "test.toml", Path::new("/nonexistent"))
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.pem"), "").unwrap();
+        std::fs::write(dir.path().join("k.pem"), "").unwrap();
+        Config::parse(text, "test.toml", dir.path())
     }
 
     const MINIMAL: &str = r#"
@@ -501,7 +504,7 @@ name = "https"
 listen = "127.0.0.1:8443"
 [[listeners.certificates]]
 server_names = ["localhost"]
-ecdsa = { cert = "/dev/null", key = "/dev/null" }
+ecdsa = { cert = "c.pem", key = "k.pem" }
 
 [[routes]]
 cluster = "app"
@@ -548,6 +551,13 @@ endpoints = ["127.0.0.1:8080"]
         );
         let e = parse(&text).unwrap_err();
         assert_eq!(e.path, "listeners[0].tls.tls12_ciphers[0]");
+    }
+
+    #[test]
+    fn missing_certificate_file_names_the_field() {
+        let e = parse(&MINIMAL.replace("k.pem", "missing.pem")).unwrap_err();
+        assert_eq!(e.path, "listeners[0].certificates[0].ecdsa.key");
+        assert!(e.message.contains("does not exist"), "{e}");
     }
 
     #[test]

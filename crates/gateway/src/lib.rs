@@ -41,6 +41,7 @@ pub struct Running {
     pub admin: Option<SocketAddr>,
     pub metrics: metrics::Metrics,
     pub engine: Arc<KeyEngine>,
+    tickets: Vec<(String, Arc<tls::tickets::TicketKeys>)>,
     stop: watch::Sender<bool>,
     graceful: Arc<GracefulShutdown>,
     grace: Duration,
@@ -102,10 +103,12 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let graceful = Arc::new(GracefulShutdown::new());
     let mut tasks = Vec::new();
     let mut bound = Vec::new();
+    let mut tickets = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
         tls.tickets.spawn_rotation(l.tls.ticket_key_rotation);
+        tickets.push((l.name.clone(), tls.tickets.clone()));
         let listener = server::bind(l.listen)
             .with_context(|| format!("listeners[{i}].listen: cannot bind {}", l.listen))?;
         bound.push((l.name.clone(), listener.local_addr()?));
@@ -144,6 +147,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         admin,
         metrics,
         engine,
+        tickets,
         stop,
         graceful,
         grace: cfg.server.shutdown_grace,
@@ -155,6 +159,11 @@ impl Running {
     /// The address of the named listener.
     pub fn addr(&self, name: &str) -> Option<SocketAddr> {
         self.listeners.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    }
+
+    /// The session-ticket keys of the named listener (to rotate on demand).
+    pub fn listener_tickets(&self, name: &str) -> Option<Arc<tls::tickets::TicketKeys>> {
+        self.tickets.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone())
     }
 
     /// Stops accepting, lets in-flight requests finish within the grace period, then returns.

@@ -1,0 +1,28 @@
+# rampart — the two commands: `make run` (build and start the demo) and `make test`.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+
+.PHONY: run test deps build lint bench
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release -p rampart
+
+## Build and run the demo: self-signed certificates, a demo upstream, the gateway on :8443.
+run: build
+	./target/release/rampart demo --state-dir state
+
+## Run every test (unit, integration with curl/openssl, CLI).
+test: deps
+	$(CARGO) test --workspace
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## The foundation benchmark against nginx (see docs/benchmarks.md).
+bench:
+	WITH_BENCH_TOOLS=1 scripts/install-deps.sh
+	scripts/bench-foundation.sh

@@ -1,0 +1,236 @@
+//! Shared helpers for the gateway's integration tests: certificates, configs, a running
+//! gateway with a real upstream, and real clients (curl, openssl s_client, boring).
+#![allow(dead_code)]
+
+use gateway::config::Config;
+use gateway::demo::{ensure_self_signed, CertKind};
+use gateway::{Running, StartOptions};
+use keyengine::Engine;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub gw: Option<Running>,
+    pub upstream: SocketAddr,
+}
+
+impl Fixture {
+    pub fn addr(&self) -> SocketAddr {
+        self.gw.as_ref().unwrap().addr("https").unwrap()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr().port()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port())
+    }
+
+    pub fn gw(&self) -> &Running {
+        self.gw.as_ref().unwrap()
+    }
+
+    pub fn cert(&self, stem: &str) -> PathBuf {
+        self.dir.path().join(format!("{stem}.crt"))
+    }
+}
+
+/// Certificates: `localhost` (RSA + ECDSA) and `other.test` (RSA + ECDSA).
+pub fn make_certs(dir: &Path) {
+    for (stem, kind, name) in [
+        ("localhost-rsa", CertKind::Rsa2048, "localhost"),
+        ("localhost-ecdsa", CertKind::EcdsaP256, "localhost"),
+        ("other-rsa", CertKind::Rsa2048, "other.test"),
+        ("other-ecdsa", CertKind::EcdsaP256, "other.test"),
+    ] {
+        ensure_self_signed(dir, stem, kind, &[name]).unwrap();
+    }
+}
+
+/// A config with one listener on an ephemeral port, two certificate names, one route to
+/// `upstreams`; `extra_cluster` and `extra_listener` are appended to the respective tables.
+pub fn config_text(upstreams: &[SocketAddr], cluster_extra: &str, listener_extra: &str) -> String {
+    let eps: Vec<String> = upstreams.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        r#"
+[server]
+access_log = "off"
+shutdown_grace = "5s"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[key_engine]
+engines = ["threads"]
+
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:0"
+{listener_extra}
+
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = {{ cert = "localhost-rsa.crt", key = "localhost-rsa.key" }}
+ecdsa = {{ cert = "localhost-ecdsa.crt", key = "localhost-ecdsa.key" }}
+
+[[listeners.certificates]]
+server_names = ["other.test", "*.other.test"]
+rsa = {{ cert = "other-rsa.crt", key = "other-rsa.key" }}
+ecdsa = {{ cert = "other-ecdsa.crt", key = "other-ecdsa.key" }}
+
+[[routes]]
+cluster = "app"
+
+[[clusters]]
+name = "app"
+endpoints = [{eps}]
+{cluster_extra}
+"#,
+        eps = eps.join(", ")
+    )
+}
+
+pub async fn start_with(
+    text: &str,
+    dir: tempfile::TempDir,
+    upstream: SocketAddr,
+    engines: Option<Vec<Arc<dyn Engine>>>,
+) -> Fixture {
+    let path = dir.path().join("rampart.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let gw = gateway::start(cfg, StartOptions { engines }).await.unwrap();
+    Fixture { dir, gw: Some(gw), upstream }
+}
+
+/// A gateway in front of a real demo upstream.
+pub async fn start(cluster_extra: &str, listener_extra: &str) -> Fixture {
+    start_engine(cluster_extra, listener_extra, None).await
+}
+
+pub async fn start_engine(
+    cluster_extra: &str,
+    listener_extra: &str,
+    engines: Option<Vec<Arc<dyn Engine>>>,
+) -> Fixture {
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let text = config_text(&[upstream], cluster_extra, listener_extra);
+    start_with(&text, dir, upstream, engines).await
+}
+
+/// Runs a blocking command off the async runtime.
+pub async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("spawn"))
+        .await
+        .unwrap()
+}
+
+/// curl against the fixture, resolving every name used in tests to loopback.
+pub fn curl(fx: &Fixture, args: &[&str]) -> Command {
+    let mut c = Command::new("curl");
+    let port = fx.port();
+    c.args(["-sS", "--insecure", "--max-time", "20"]);
+    for name in ["localhost", "other.test", "www.other.test"] {
+        c.arg("--resolve").arg(format!("{name}:{port}:127.0.0.1"));
+    }
+    c.args(args);
+    c
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The subject CN of the certificate the server presented, from `openssl s_client` output.
+pub fn presented_subject(out: &str) -> String {
+    out.lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The server's public key type ("RSA" / "EC") from `openssl s_client` output.
+pub fn presented_key_type(out: &str) -> &'static str {
+    if out.contains("Server public key is 2048 bit") || out.contains("Peer signature type: RSA") {
+        "RSA"
+    } else if out.contains("Server public key is 256 bit") || out.contains("Peer signature type: ECDSA") {
+        "EC"
+    } else {
+        "unknown"
+    }
+}
+
+pub fn openssl_s_client(fx: &Fixture, servername: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new("openssl");
+    c.args(["s_client", "-connect", &format!("127.0.0.1:{}", fx.port()), "-servername", servername]);
+    c.args(extra);
+    c.stdin(std::process::Stdio::null());
+    c
+}
+
+/// `openssl s_client` that sends one HTTP/1.0 request and reads until the server closes, so
+/// TLS 1.3 session tickets (sent after the handshake) are received.
+pub fn openssl_s_client_request(fx: &Fixture, servername: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(format!(
+        "printf 'GET / HTTP/1.0\\r\\nHost: {servername}\\r\\n\\r\\n' | timeout 20 openssl s_client -connect 127.0.0.1:{} -servername {servername} -ign_eof {}",
+        fx.port(),
+        extra.join(" ")
+    ));
+    c
+}
+
+/// A metric's value from the admin endpoint's text (sum over series whose labels contain all
+/// of `label_parts`).
+pub fn metric_sum(text: &str, name: &str, label_parts: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b'{') || l.as_bytes().get(name.len()) == Some(&b' ')))
+        .filter(|l| label_parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Opens a TLS connection with boring and returns whether it completed.
+pub async fn tls_handshake(addr: SocketAddr, server_name: &str) -> Result<(), String> {
+    tls_handshake_offering(addr, server_name, None).await
+}
+
+/// Like [`tls_handshake`], offering only the given signature algorithms.
+pub async fn tls_handshake_offering(
+    addr: SocketAddr,
+    server_name: &str,
+    sigalgs: Option<&[boring::ssl::SslSignatureAlgorithm]>,
+) -> Result<(), String> {
+    use boring::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    if let Some(algs) = sigalgs {
+        b.set_verify_algorithm_prefs(algs).unwrap();
+    }
+    let connector = b.build();
+    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let cfg = connector.configure().unwrap();
+    tokio_boring::connect(cfg, server_name, tcp)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+pub fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what building and testing rampart needs on Debian/Ubuntu, skipping what is present:
+# a C toolchain, cmake and libclang (BoringSSL and aws-lc), curl and openssl (tests), and Rust.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null || need+=(build-essential)
+command -v cmake >/dev/null || need+=(cmake)
+command -v git >/dev/null || need+=(git)
+command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+# bindgen (boring-sys) needs libclang and clang's resource headers.
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || need+=(clang)
+if [ "${WITH_BENCH_TOOLS:-0}" = 1 ]; then
+  command -v nginx >/dev/null || need+=(nginx-light)
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    echo "Rust is installed in ~/.cargo/bin; add it to PATH"
+  else
+    echo "installing Rust (rustup, from Debian)"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq rustup >/dev/null || true
+    rustup default stable
+  fi
+fi
