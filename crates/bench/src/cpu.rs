@@ -7,7 +7,10 @@ pub fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("--server-pid {pid}: cannot read /proc/{pid}/stat"))?;
     // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')').ok_or_else(|| anyhow!("malformed /proc/{pid}/stat"))? + 2..];
+    let rest = &stat[stat
+        .rfind(')')
+        .ok_or_else(|| anyhow!("malformed /proc/{pid}/stat"))?
+        + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ... utime is field 14 overall → index 11 here, stime 12.
     let utime: u64 = f.get(11).ok_or_else(|| anyhow!("short stat"))?.parse()?;

@@ -77,7 +77,10 @@ pub struct BenchArgs {
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
     let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
     let secs = match unit {
         "" | "s" => n,
@@ -137,7 +140,10 @@ fn parse_sigalgs(s: &str) -> anyhow::Result<Vec<boring::ssl::SslSignatureAlgorit
 }
 
 impl Target {
-    async fn tls_connect(&self, resume: bool) -> anyhow::Result<tokio_boring::SslStream<TcpStream>> {
+    async fn tls_connect(
+        &self,
+        resume: bool,
+    ) -> anyhow::Result<tokio_boring::SslStream<TcpStream>> {
         let tcp = TcpStream::connect(self.addr).await.context("connect")?;
         tcp.set_nodelay(true)?;
         let mut cfg = self.connector.configure()?;
@@ -157,12 +163,18 @@ impl Target {
 
 async fn one_handshake(t: &Target, resume: bool) -> anyhow::Result<bool> {
     let mut s = t.tls_connect(resume).await?;
-    let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.host);
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        t.path, t.host
+    );
     s.write_all(req.as_bytes()).await?;
     let mut buf = Vec::with_capacity(1024);
     s.read_to_end(&mut buf).await.context("read")?;
     if !buf.starts_with(b"HTTP/1.1 200") {
-        bail!("status: {}", String::from_utf8_lossy(&buf[..buf.len().min(12)]));
+        bail!(
+            "status: {}",
+            String::from_utf8_lossy(&buf[..buf.len().min(12)])
+        );
     }
     // New tickets arrive through the connector's new-session callback.
     Ok(s.ssl().session_reused())
@@ -213,7 +225,8 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
             }
             HttpVersion::H2 => {
                 let (sender, conn) =
-                    hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await?;
+                    hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                        .await?;
                 tokio::spawn(conn);
                 drive!(sender)
             }
@@ -242,7 +255,10 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
     if uri.scheme_str() != Some("https") {
         bail!("--url must be https://");
     }
-    let host = uri.host().ok_or_else(|| anyhow!("--url has no host"))?.to_string();
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow!("--url has no host"))?
+        .to_string();
     let port = uri.port_u16().unwrap_or(443);
     let addr = tokio::net::lookup_host((host.as_str(), port))
         .await?
@@ -261,7 +277,9 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
         session,
     });
     if args.mode == Mode::HttpsHandshake && args.resume {
-        one_handshake(&target, true).await.context("warm-up connection")?;
+        one_handshake(&target, true)
+            .await
+            .context("warm-up connection")?;
     }
     let budget = Arc::new(AtomicI64::new(args.requests.map_or(i64::MAX, |n| n as i64)));
     let stop = Arc::new(AtomicBool::new(false));
@@ -282,7 +300,9 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     while rec.start_op() {
                         let s = Instant::now();
                         match one_handshake(&t, args.resume).await {
-                            Ok(reused) if args.resume && !reused => rec.error(&anyhow!("not resumed")),
+                            Ok(reused) if args.resume && !reused => {
+                                rec.error(&anyhow!("not resumed"))
+                            }
                             Ok(_) => rec.ok(s.elapsed()),
                             Err(e) => rec.error(&e),
                         }
@@ -303,7 +323,11 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let (ok, err) = stats::totals(&recs);
                 if !quiet {
-                    eprint!("\r[{:>4.0}s] ok {ok:>9}  errors {err:>6}  {:>8}/s   ", start.elapsed().as_secs_f64(), ok - last);
+                    eprint!(
+                        "\r[{:>4.0}s] ok {ok:>9}  errors {err:>6}  {:>8}/s   ",
+                        start.elapsed().as_secs_f64(),
+                        ok - last
+                    );
                 }
                 last = ok;
             }

@@ -55,7 +55,13 @@ impl Recorder {
     }
 
     pub fn error(&self, e: &anyhow::Error) {
-        *self.inner.lock().unwrap().errors.entry(error_kind(e)).or_default() += 1;
+        *self
+            .inner
+            .lock()
+            .unwrap()
+            .errors
+            .entry(error_kind(e))
+            .or_default() += 1;
         // An erroring target must not be hammered in a tight loop.
         std::thread::yield_now();
     }
@@ -64,7 +70,10 @@ impl Recorder {
 pub fn totals(recs: &[Recorder]) -> (u64, u64) {
     recs.iter().fold((0, 0), |(o, e), r| {
         let i = r.inner.lock().unwrap();
-        (o + i.latencies_us.len() as u64, e + i.errors.values().sum::<u64>())
+        (
+            o + i.latencies_us.len() as u64,
+            e + i.errors.values().sum::<u64>(),
+        )
     })
 }
 
@@ -86,7 +95,12 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn build(args: &BenchArgs, recs: &[Recorder], elapsed: Duration, server_cpu: Option<f64>) -> Self {
+    pub fn build(
+        args: &BenchArgs,
+        recs: &[Recorder],
+        elapsed: Duration,
+        server_cpu: Option<f64>,
+    ) -> Self {
         let mut lat = Vec::new();
         let mut errors_by_kind = BTreeMap::new();
         for r in recs {

@@ -4,8 +4,8 @@
 use serde::Serialize;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 
 #[derive(Debug, Serialize, Default, Clone)]

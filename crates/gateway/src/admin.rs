@@ -13,14 +13,29 @@ use tokio::sync::watch;
 
 fn respond(req: &Request<Incoming>, metrics: &Metrics, draining: bool) -> Response<Full<Bytes>> {
     let (status, ctype, body) = match req.uri().path() {
-        "/healthz" if draining => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n".to_string()),
+        "/healthz" if draining => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "draining\n".to_string(),
+        ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", metrics.render()),
-        _ => (StatusCode::NOT_FOUND, "text/plain", "not found: try /healthz or /metrics\n".to_string()),
+        "/metrics" => (
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics.render(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /healthz or /metrics\n".to_string(),
+        ),
     };
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ctype));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(ctype),
+    );
     r
 }
 

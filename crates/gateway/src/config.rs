@@ -377,17 +377,29 @@ impl Config {
         }
         let ke = &self.key_engine;
         if ke.engines.is_empty() {
-            return err("key_engine.engines".into(), "at least one engine (\"inline\" or \"threads\")".into());
+            return err(
+                "key_engine.engines".into(),
+                "at least one engine (\"inline\" or \"threads\")".into(),
+            );
         }
         for (field, pin) in [("rsa", ke.pin.rsa), ("ecdsa", ke.pin.ecdsa)] {
             if let Some(p) = pin {
                 if !ke.engines.contains(&p) {
-                    return err(format!("key_engine.pin.{field}"), format!("engine \"{}\" is not listed in key_engine.engines", p.as_str()));
+                    return err(
+                        format!("key_engine.pin.{field}"),
+                        format!(
+                            "engine \"{}\" is not listed in key_engine.engines",
+                            p.as_str()
+                        ),
+                    );
                 }
             }
         }
         if ke.threads == 0 || ke.queue_capacity == 0 {
-            return err("key_engine.threads".into(), "threads and queue_capacity must be at least 1".into());
+            return err(
+                "key_engine.threads".into(),
+                "threads and queue_capacity must be at least 1".into(),
+            );
         }
         if self.listeners.is_empty() {
             return err("listeners".into(), "at least one listener".into());
@@ -397,22 +409,37 @@ impl Config {
         for (i, l) in self.listeners.iter().enumerate() {
             let p = format!("listeners[{i}]");
             if !names.insert(&l.name) {
-                return err(format!("{p}.name"), format!("duplicate listener name {:?}", l.name));
+                return err(
+                    format!("{p}.name"),
+                    format!("duplicate listener name {:?}", l.name),
+                );
             }
             if !addrs.insert(l.listen) {
-                return err(format!("{p}.listen"), format!("address {} is used by another listener", l.listen));
+                return err(
+                    format!("{p}.listen"),
+                    format!("address {} is used by another listener", l.listen),
+                );
             }
             if l.certificates.is_empty() {
-                return err(format!("{p}.certificates"), "at least one certificate".into());
+                return err(
+                    format!("{p}.certificates"),
+                    "at least one certificate".into(),
+                );
             }
             for (j, c) in l.certificates.iter().enumerate() {
                 let cp = format!("{p}.certificates[{j}]");
                 if c.server_names.is_empty() {
-                    return err(format!("{cp}.server_names"), "at least one server name".into());
+                    return err(
+                        format!("{cp}.server_names"),
+                        "at least one server name".into(),
+                    );
                 }
                 for (k, n) in c.server_names.iter().enumerate() {
                     if !valid_server_name(n) {
-                        return err(format!("{cp}.server_names[{k}]"), format!("{n:?} is not a DNS name or *.wildcard"));
+                        return err(
+                            format!("{cp}.server_names[{k}]"),
+                            format!("{n:?} is not a DNS name or *.wildcard"),
+                        );
                     }
                 }
                 if c.rsa.is_none() && c.ecdsa.is_none() {
@@ -422,7 +449,10 @@ impl Config {
                     if let Some(pair) = pair {
                         for (f, path) in [("cert", &pair.cert), ("key", &pair.key)] {
                             if !path.is_file() {
-                                return err(format!("{cp}.{kind}.{f}"), format!("file {} does not exist", path.display()));
+                                return err(
+                                    format!("{cp}.{kind}.{f}"),
+                                    format!("file {} does not exist", path.display()),
+                                );
                             }
                         }
                     }
@@ -430,33 +460,57 @@ impl Config {
             }
             let t = &l.tls;
             if t.versions.is_empty() {
-                return err(format!("{p}.tls.versions"), "at least one of \"1.2\", \"1.3\"".into());
+                return err(
+                    format!("{p}.tls.versions"),
+                    "at least one of \"1.2\", \"1.3\"".into(),
+                );
             }
             for (k, c) in t.tls12_ciphers.iter().enumerate() {
                 if !TLS12_ECDHE_CIPHERS.contains(&c.as_str()) {
-                    return err(format!("{p}.tls.tls12_ciphers[{k}]"), format!("{c:?} is not an allowed ECDHE suite; expected one of {}", TLS12_ECDHE_CIPHERS.join(", ")));
+                    return err(
+                        format!("{p}.tls.tls12_ciphers[{k}]"),
+                        format!(
+                            "{c:?} is not an allowed ECDHE suite; expected one of {}",
+                            TLS12_ECDHE_CIPHERS.join(", ")
+                        ),
+                    );
                 }
             }
             if t.versions.contains(&TlsVersion::Tls12) && t.tls12_ciphers.is_empty() {
-                return err(format!("{p}.tls.tls12_ciphers"), "TLS 1.2 is enabled: at least one suite".into());
+                return err(
+                    format!("{p}.tls.tls12_ciphers"),
+                    "TLS 1.2 is enabled: at least one suite".into(),
+                );
             }
             if t.ticket_key_rotation < Duration::from_secs(1) {
                 return err(format!("{p}.tls.ticket_key_rotation"), "at least 1s".into());
             }
             if l.limits.max_header_bytes < 1024 || l.limits.max_headers == 0 {
-                return err(format!("{p}.limits.max_header_bytes"), "at least 1024 bytes and 1 header".into());
+                return err(
+                    format!("{p}.limits.max_header_bytes"),
+                    "at least 1024 bytes and 1 header".into(),
+                );
             }
         }
         let mut cluster_names = HashSet::new();
         for (i, c) in self.clusters.iter().enumerate() {
             if !cluster_names.insert(c.name.as_str()) {
-                return err(format!("clusters[{i}].name"), format!("duplicate cluster name {:?}", c.name));
+                return err(
+                    format!("clusters[{i}].name"),
+                    format!("duplicate cluster name {:?}", c.name),
+                );
             }
             if c.endpoints.is_empty() {
-                return err(format!("clusters[{i}].endpoints"), "at least one endpoint".into());
+                return err(
+                    format!("clusters[{i}].endpoints"),
+                    "at least one endpoint".into(),
+                );
             }
             if c.read_timeout.is_zero() || c.connect_timeout.is_zero() {
-                return err(format!("clusters[{i}]"), "timeouts must be greater than zero".into());
+                return err(
+                    format!("clusters[{i}]"),
+                    "timeouts must be greater than zero".into(),
+                );
             }
         }
         if self.routes.is_empty() {
@@ -465,13 +519,26 @@ impl Config {
         for (i, r) in self.routes.iter().enumerate() {
             if !cluster_names.contains(r.cluster.as_str()) {
                 let known: Vec<_> = self.clusters.iter().map(|c| c.name.as_str()).collect();
-                return err(format!("routes[{i}].cluster"), format!("no cluster named {:?}; expected one of: {}", r.cluster, known.join(", ")));
+                return err(
+                    format!("routes[{i}].cluster"),
+                    format!(
+                        "no cluster named {:?}; expected one of: {}",
+                        r.cluster,
+                        known.join(", ")
+                    ),
+                );
             }
             if !r.path_prefix.starts_with('/') {
-                return err(format!("routes[{i}].path_prefix"), format!("{:?} must start with '/'", r.path_prefix));
+                return err(
+                    format!("routes[{i}].path_prefix"),
+                    format!("{:?} must start with '/'", r.path_prefix),
+                );
             }
             if r.host != "*" && !valid_server_name(&r.host) {
-                return err(format!("routes[{i}].host"), format!("{:?} is not a host name, *.wildcard or *", r.host));
+                return err(
+                    format!("routes[{i}].host"),
+                    format!("{:?} is not a host name, *.wildcard or *", r.host),
+                );
             }
         }
         Ok(())
@@ -483,7 +550,9 @@ fn valid_server_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 253
         && n.split('.').all(|l| {
-            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
 }
 
@@ -526,10 +595,13 @@ endpoints = ["127.0.0.1:8080"]
 
     #[test]
     fn bad_enum_and_duration_say_what_was_expected() {
-        let e = parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nlb = \"fastest\"")).unwrap_err();
+        let e = parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nlb = \"fastest\""))
+            .unwrap_err();
         assert_eq!(e.path, "clusters[0].lb");
         assert!(e.message.contains("round_robin"), "{e}");
-        let e = parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nread_timeout = \"soon\"")).unwrap_err();
+        let e =
+            parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nread_timeout = \"soon\""))
+                .unwrap_err();
         assert_eq!(e.path, "clusters[0].read_timeout");
         assert!(e.message.contains("expected e.g."), "{e}");
     }
@@ -565,7 +637,10 @@ endpoints = ["127.0.0.1:8080"]
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.clusters[0].lb, LbPolicy::RoundRobin);
         assert_eq!(c.routes[0].host, "*");
-        assert_eq!(c.listeners[0].tls.versions, vec![TlsVersion::Tls12, TlsVersion::Tls13]);
+        assert_eq!(
+            c.listeners[0].tls.versions,
+            vec![TlsVersion::Tls12, TlsVersion::Tls13]
+        );
         assert_eq!(c.admin.listen, Some("127.0.0.1:9901".parse().unwrap()));
     }
 }

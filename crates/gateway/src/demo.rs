@@ -98,7 +98,10 @@ type DemoBody = BoxBody<Bytes, hyper::Error>;
 fn full(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Response<DemoBody> {
     let mut r = Response::new(Full::new(body.into()).map_err(|n| match n {}).boxed());
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(ctype));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(ctype),
+    );
     r
 }
 
@@ -112,7 +115,10 @@ fn bytes_body(n: u64) -> Response<DemoBody> {
     }));
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     r.headers_mut().insert(header::CONTENT_LENGTH, n.into());
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
     r
 }
 

@@ -59,9 +59,9 @@ pub fn build_key_engine(
         for (j, c) in l.certificates.iter().enumerate() {
             for (kind, pair) in [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)] {
                 if let Some(p) = pair {
-                    registry.load_pem_file(&p.key).with_context(|| {
-                        format!("listeners[{i}].certificates[{j}].{kind}.key")
-                    })?;
+                    registry
+                        .load_pem_file(&p.key)
+                        .with_context(|| format!("listeners[{i}].certificates[{j}].{kind}.key"))?;
                 }
             }
         }
@@ -73,7 +73,9 @@ pub fn build_key_engine(
             .map(|k| -> Arc<dyn Engine> {
                 match k {
                     EngineKind::Inline => Arc::new(InlineEngine),
-                    EngineKind::Threads => Arc::new(ThreadsEngine::new(ke.threads, ke.queue_capacity)),
+                    EngineKind::Threads => {
+                        Arc::new(ThreadsEngine::new(ke.threads, ke.queue_capacity))
+                    }
                 }
             })
             .collect()
@@ -97,8 +99,11 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let engine = build_key_engine(&cfg, &metrics, opts.engines)?;
     let access_log = access_log::AccessLog::open(&cfg.server.access_log)
         .with_context(|| format!("server.access_log: cannot open {:?}", cfg.server.access_log))?;
-    let clusters: Vec<Arc<upstream::Cluster>> =
-        cfg.clusters.iter().map(|c| Arc::new(upstream::Cluster::new(c))).collect();
+    let clusters: Vec<Arc<upstream::Cluster>> = cfg
+        .clusters
+        .iter()
+        .map(|c| Arc::new(upstream::Cluster::new(c)))
+        .collect();
     let (stop, stop_rx) = watch::channel(false);
     let graceful = Arc::new(GracefulShutdown::new());
     let mut tasks = Vec::new();
@@ -113,7 +118,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             .with_context(|| format!("listeners[{i}].listen: cannot bind {}", l.listen))?;
         bound.push((l.name.clone(), listener.local_addr()?));
         let router = router::Router::new(&cfg.routes, |name| {
-            cfg.clusters.iter().position(|c| c.name == name).expect("validated")
+            cfg.clusters
+                .iter()
+                .position(|c| c.name == name)
+                .expect("validated")
         });
         let shared = Arc::new(proxy::ProxyShared {
             listener: l.name.clone(),
@@ -136,7 +144,11 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         Some(a) => {
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let addr = l.local_addr()?;
-            tasks.push(tokio::spawn(admin::run(l, metrics.clone(), stop_rx.clone())));
+            tasks.push(tokio::spawn(admin::run(
+                l,
+                metrics.clone(),
+                stop_rx.clone(),
+            )));
             tracing::info!(%addr, "admin listening");
             Some(addr)
         }
@@ -158,12 +170,18 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
 impl Running {
     /// The address of the named listener.
     pub fn addr(&self, name: &str) -> Option<SocketAddr> {
-        self.listeners.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
     }
 
     /// The session-ticket keys of the named listener (to rotate on demand).
     pub fn listener_tickets(&self, name: &str) -> Option<Arc<tls::tickets::TicketKeys>> {
-        self.tickets.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone())
+        self.tickets
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
     }
 
     /// Stops accepting, lets in-flight requests finish within the grace period, then returns.

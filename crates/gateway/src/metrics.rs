@@ -26,11 +26,21 @@ impl Metrics {
         let m = Metrics {
             handshakes: IntCounterVec::new(
                 Opts::new("rampart_tls_handshakes_total", "Completed TLS handshakes"),
-                &["listener", "protocol", "version", "cipher", "signature_algorithm", "resumed"],
+                &[
+                    "listener",
+                    "protocol",
+                    "version",
+                    "cipher",
+                    "signature_algorithm",
+                    "resumed",
+                ],
             )
             .unwrap(),
             handshake_errors: IntCounterVec::new(
-                Opts::new("rampart_tls_handshake_errors_total", "Failed TLS handshakes by reason"),
+                Opts::new(
+                    "rampart_tls_handshake_errors_total",
+                    "Failed TLS handshakes by reason",
+                ),
                 &["listener", "reason"],
             )
             .unwrap(),
@@ -44,7 +54,10 @@ impl Metrics {
             )
             .unwrap(),
             requests: IntCounterVec::new(
-                Opts::new("rampart_http_requests_total", "Requests by route and response status"),
+                Opts::new(
+                    "rampart_http_requests_total",
+                    "Requests by route and response status",
+                ),
                 &["route", "status"],
             )
             .unwrap(),
@@ -63,19 +76,29 @@ impl Metrics {
             )
             .unwrap(),
             open_connections: IntGaugeVec::new(
-                Opts::new("rampart_open_connections", "Client connections currently open"),
+                Opts::new(
+                    "rampart_open_connections",
+                    "Client connections currently open",
+                ),
                 &["listener"],
             )
             .unwrap(),
             registry,
         };
-        for c in [&m.handshakes, &m.handshake_errors, &m.requests, &m.upstream_errors] {
+        for c in [
+            &m.handshakes,
+            &m.handshake_errors,
+            &m.requests,
+            &m.upstream_errors,
+        ] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
         for h in [&m.handshake_seconds, &m.upstream_seconds] {
             m.registry.register(Box::new(h.clone())).unwrap();
         }
-        m.registry.register(Box::new(m.open_connections.clone())).unwrap();
+        m.registry
+            .register(Box::new(m.open_connections.clone()))
+            .unwrap();
         m
     }
 

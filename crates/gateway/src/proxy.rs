@@ -110,8 +110,10 @@ impl OnResponseDone for Finish {
 fn local(status: StatusCode, msg: &'static str) -> Response<ResponseBody> {
     let mut r = Response::new(ResponseBody::local(msg));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r
 }
 
@@ -136,7 +138,12 @@ pub async fn handle(
             req.headers()
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .map(|h| h.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(h, |(h, _)| h).to_string())
+                .map(|h| {
+                    h.rsplit_once(':')
+                        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+                        .map_or(h, |(h, _)| h)
+                        .to_string()
+                })
         })
         .unwrap_or_default();
     let mut rec = AccessRecord {
@@ -204,7 +211,13 @@ async fn forward(
         .map(|(n, v)| n.as_str().len() + v.len())
         .sum();
     if req.headers().len() > limits.max_headers || header_bytes > limits.max_header_bytes {
-        return Err((None, local(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request headers too large\n")));
+        return Err((
+            None,
+            local(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request headers too large\n",
+            ),
+        ));
     }
     let declared_len = req
         .headers()
@@ -212,12 +225,18 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared_len.is_some_and(|n| n > limits.max_body_bytes) {
-        return Err((None, local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")));
+        return Err((
+            None,
+            local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"),
+        ));
     }
 
     // Phase: route.
     let Some(route) = shared.router.route(host, req.uri().path()) else {
-        return Err((None, local(StatusCode::NOT_FOUND, "no route for this host and path\n")));
+        return Err((
+            None,
+            local(StatusCode::NOT_FOUND, "no route for this host and path\n"),
+        ));
     };
     let route_name = Some(route.name.clone());
     rec.route = route_name.clone();
@@ -269,13 +288,22 @@ async fn forward(
                 .with_label_values(&[&cluster.name, e.kind()])
                 .inc();
             if progress.too_large.load(Ordering::Relaxed) {
-                return Err((route_name, local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")));
+                return Err((
+                    route_name,
+                    local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"),
+                ));
             }
             tracing::debug!(cluster = %cluster.name, error = %e, "upstream failed");
             let resp = match e {
-                UpstreamError::Timeout(..) => local(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
-                UpstreamError::Connect(_) => local(StatusCode::BAD_GATEWAY, "upstream connect failed\n"),
-                UpstreamError::Exchange(..) => local(StatusCode::BAD_GATEWAY, "upstream exchange failed\n"),
+                UpstreamError::Timeout(..) => {
+                    local(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
+                }
+                UpstreamError::Connect(_) => {
+                    local(StatusCode::BAD_GATEWAY, "upstream connect failed\n")
+                }
+                UpstreamError::Exchange(..) => {
+                    local(StatusCode::BAD_GATEWAY, "upstream exchange failed\n")
+                }
             };
             return Err((route_name, resp));
         }
@@ -292,7 +320,11 @@ async fn forward(
     if let Ok(v) = HeaderValue::from_str(&via) {
         parts.headers.append(header::VIA, v);
     }
-    Ok((route_name, Response::from_parts(parts, ResponseBody::upstream(body)), upstream_time))
+    Ok((
+        route_name,
+        Response::from_parts(parts, ResponseBody::upstream(body)),
+        upstream_time,
+    ))
 }
 
 #[cfg(test)]
@@ -302,9 +334,15 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_are_removed_including_connection_named() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
         h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("x-kept", HeaderValue::from_static("1"));

@@ -43,7 +43,10 @@ impl Router {
             .map(|r| {
                 let host = r.host.to_ascii_lowercase();
                 Route {
-                    name: r.name.clone().unwrap_or_else(|| format!("{}{}", r.host, r.path_prefix)),
+                    name: r
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("{}{}", r.host, r.path_prefix)),
                     host: if host == "*" {
                         HostMatch::Any
                     } else if let Some(s) = host.strip_prefix("*.") {

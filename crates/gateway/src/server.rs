@@ -87,13 +87,21 @@ async fn serve_connection(
     let stream = match handshake {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            let reason = if e.as_io_error().is_some() { "io" } else { "tls" };
-            m.handshake_errors.with_label_values(&[listener, reason]).inc();
+            let reason = if e.as_io_error().is_some() {
+                "io"
+            } else {
+                "tls"
+            };
+            m.handshake_errors
+                .with_label_values(&[listener, reason])
+                .inc();
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
             return;
         }
         Err(_) => {
-            m.handshake_errors.with_label_values(&[listener, "timeout"]).inc();
+            m.handshake_errors
+                .with_label_values(&[listener, "timeout"])
+                .inc();
             return;
         }
     };
@@ -103,7 +111,14 @@ async fn serve_connection(
     let sigalg = handshake_info::signature_algorithm(ssl).map_or("none", |a| a.as_str());
     let cipher = ssl.current_cipher().map_or("none", |c| c.name());
     m.handshakes
-        .with_label_values(&[listener, "tcp", ssl.version_str(), cipher, sigalg, resumed_label])
+        .with_label_values(&[
+            listener,
+            "tcp",
+            ssl.version_str(),
+            cipher,
+            sigalg,
+            resumed_label,
+        ])
         .inc();
     m.handshake_seconds
         .with_label_values(&[listener, "tcp", resumed_label])

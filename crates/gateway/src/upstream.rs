@@ -110,7 +110,10 @@ impl Cluster {
                 let start = self.next.fetch_add(1, Ordering::Relaxed);
                 candidates
                     .min_by_key(|i| {
-                        (self.endpoints[*i].in_flight.load(Ordering::Relaxed), (i + n - start % n) % n)
+                        (
+                            self.endpoints[*i].in_flight.load(Ordering::Relaxed),
+                            (i + n - start % n) % n,
+                        )
                     })
                     .unwrap_or(0)
             }
@@ -183,7 +186,9 @@ mod tests {
     fn cluster(lb: LbPolicy, n: u16) -> Cluster {
         Cluster::new(&ClusterConfig {
             name: "t".into(),
-            endpoints: (0..n).map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i))).collect(),
+            endpoints: (0..n)
+                .map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i)))
+                .collect(),
             lb,
             protocol: UpstreamProtocol::Http1,
             connect_timeout: Duration::from_secs(1),

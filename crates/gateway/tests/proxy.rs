@@ -20,8 +20,14 @@ async fn upstream_down_gives_502() {
     let out = stdout(&run(curl(&fx, &["-w", "%{http_code}", &fx.url("/")])).await);
     assert_eq!(out, "upstream connect failed\n502");
     let m = fx.gw().metrics.render();
-    assert_eq!(metric_sum(&m, "rampart_upstream_errors_total", &["kind=\"connect\""]), 1.0);
-    assert_eq!(metric_sum(&m, "rampart_http_requests_total", &["status=\"502\""]), 1.0);
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", &["kind=\"connect\""]),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_http_requests_total", &["status=\"502\""]),
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -31,25 +37,50 @@ async fn slow_upstream_gives_504_within_read_timeout() {
     let out = stdout(&run(curl(&fx, &["-w", "%{http_code}", &fx.url("/delay/3000")])).await);
     let took = t.elapsed();
     assert_eq!(out, "upstream timed out\n504");
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(2500), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_request_is_retried_on_another_endpoint_after_connect_failure() {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let dead = dead_port();
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
     let fx = start_with(&config_text(&[dead, upstream], "", ""), dir, upstream, None).await;
     for _ in 0..4 {
-        let out = stdout(&run(curl(&fx, &["-w", "%{http_code}", "-o", "/dev/null", &fx.url("/")])).await);
+        let out = stdout(
+            &run(curl(
+                &fx,
+                &["-w", "%{http_code}", "-o", "/dev/null", &fx.url("/")],
+            ))
+            .await,
+        );
         assert_eq!(out, "200", "GET goes to the live endpoint on retry");
     }
     // A POST with a body is not replayed: with round robin at least one of two hits the dead
     // endpoint and gets 502.
     let mut codes = Vec::new();
     for _ in 0..2 {
-        codes.push(stdout(&run(curl(&fx, &["-w", "%{http_code}", "-o", "/dev/null", "-d", "x", &fx.url("/echo")])).await));
+        codes.push(stdout(
+            &run(curl(
+                &fx,
+                &[
+                    "-w",
+                    "%{http_code}",
+                    "-o",
+                    "/dev/null",
+                    "-d",
+                    "x",
+                    &fx.url("/echo"),
+                ],
+            ))
+            .await,
+        ));
     }
     assert!(codes.contains(&"502".to_string()), "{codes:?}");
     let m = fx.gw().metrics.render();
@@ -58,12 +89,37 @@ async fn idempotent_request_is_retried_on_another_endpoint_after_connect_failure
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_and_body_limits_give_431_and_413() {
-    let fx = start("", "[listeners.limits]\nmax_headers = 20\nmax_header_bytes = 2048\nmax_body_bytes = 1000").await;
+    let fx = start(
+        "",
+        "[listeners.limits]\nmax_headers = 20\nmax_header_bytes = 2048\nmax_body_bytes = 1000",
+    )
+    .await;
     let big = format!("X-Big: {}", "a".repeat(4000));
     for http in ["--http1.1", "--http2"] {
-        let out = stdout(&run(curl(&fx, &[http, "-o", "/dev/null", "-w", "%{http_code}", "-H", &big, &fx.url("/")])).await);
+        let out = stdout(
+            &run(curl(
+                &fx,
+                &[
+                    http,
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                    &big,
+                    &fx.url("/"),
+                ],
+            ))
+            .await,
+        );
         assert_eq!(out, "431", "{http} header bytes");
-        let mut args: Vec<String> = vec![http.into(), "-o".into(), "/dev/null".into(), "-w".into(), "%{http_code}".into()];
+        let mut args: Vec<String> = vec![
+            http.into(),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+        ];
         for i in 0..30 {
             args.push("-H".into());
             args.push(format!("X-H{i}: v"));
@@ -73,14 +129,46 @@ async fn header_and_body_limits_give_431_and_413() {
         let out = stdout(&run(curl(&fx, &argv)).await);
         assert_eq!(out, "431", "{http} header count");
         let body = "b".repeat(5000);
-        let out = stdout(&run(curl(&fx, &[http, "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", &body, &fx.url("/echo")])).await);
+        let out = stdout(
+            &run(curl(
+                &fx,
+                &[
+                    http,
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--data-binary",
+                    &body,
+                    &fx.url("/echo"),
+                ],
+            ))
+            .await,
+        );
         assert_eq!(out, "413", "{http} content-length over limit");
     }
     // Chunked (no content-length): the limit trips while streaming.
     let body_file = fx.dir.path().join("body");
     std::fs::write(&body_file, vec![b'c'; 50_000]).unwrap();
     let arg = format!("@{}", body_file.display());
-    let out = stdout(&run(curl(&fx, &["--http1.1", "-H", "Transfer-Encoding: chunked", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", &arg, &fx.url("/echo")])).await);
+    let out = stdout(
+        &run(curl(
+            &fx,
+            &[
+                "--http1.1",
+                "-H",
+                "Transfer-Encoding: chunked",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--data-binary",
+                &arg,
+                &fx.url("/echo"),
+            ],
+        ))
+        .await,
+    );
     assert_eq!(out, "413", "chunked body over limit");
     // Under the limit works.
     let out = stdout(&run(curl(&fx, &["--data-binary", "small", &fx.url("/echo")])).await);
@@ -90,9 +178,27 @@ async fn header_and_body_limits_give_431_and_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_id_is_kept_or_generated_and_sent_upstream() {
     let fx = start("", "").await;
-    let out = stdout(&run(curl(&fx, &["--http1.1", "-H", "X-Request-Id: abc-123", "-H", "Connection: x-drop", "-H", "X-Drop: 1", &fx.url("/headers")])).await);
+    let out = stdout(
+        &run(curl(
+            &fx,
+            &[
+                "--http1.1",
+                "-H",
+                "X-Request-Id: abc-123",
+                "-H",
+                "Connection: x-drop",
+                "-H",
+                "X-Drop: 1",
+                &fx.url("/headers"),
+            ],
+        ))
+        .await,
+    );
     assert!(out.contains("\"x-request-id\": \"abc-123\""), "{out}");
-    assert!(!out.contains("x-drop"), "hop-by-hop headers stripped: {out}");
+    assert!(
+        !out.contains("x-drop"),
+        "hop-by-hop headers stripped: {out}"
+    );
     let out = stdout(&run(curl(&fx, &["-D", "-", &fx.url("/headers")])).await);
     let id = out
         .lines()
@@ -101,7 +207,10 @@ async fn request_id_is_kept_or_generated_and_sent_upstream() {
         .trim()
         .to_string();
     assert_eq!(id.len(), 32);
-    assert!(out.contains(&format!("\"x-request-id\": \"{id}\"")), "same id upstream: {out}");
+    assert!(
+        out.contains(&format!("\"x-request-id\": \"{id}\"")),
+        "same id upstream: {out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +236,19 @@ async fn large_body_streams_both_ways_without_buffering() {
     ));
     let out = stdout(&run(cmd).await);
     // And download 200 MB.
-    let down = stdout(&run(curl(&fx, &["-o", "/dev/null", "-w", "%{http_code} %{size_download}", &fx.url(&format!("/bytes/{SIZE}"))])).await);
+    let down = stdout(
+        &run(curl(
+            &fx,
+            &[
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{size_download}",
+                &fx.url(&format!("/bytes/{SIZE}")),
+            ],
+        ))
+        .await,
+    );
     sampler.abort();
     // size_upload counts chunk framing too: check the echoed download exactly.
     let f: Vec<u64> = out.split(' ').map(|x| x.parse().unwrap()).collect();
@@ -135,7 +256,10 @@ async fn large_body_streams_both_ways_without_buffering() {
     assert!(f[1] >= SIZE, "{out}");
     assert_eq!(down, format!("200 {SIZE}"));
     let grew_mib = (peak.load(std::sync::atomic::Ordering::Relaxed) - base) / 1024;
-    assert!(grew_mib < 64, "RSS grew {grew_mib} MiB while streaming 2 x 200 MB");
+    assert!(
+        grew_mib < 64,
+        "RSS grew {grew_mib} MiB while streaming 2 x 200 MB"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,8 +272,14 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     let gw = fx.gw.take().unwrap();
     let done = tokio::spawn(gw.shutdown());
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no new connections after shutdown starts");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no new connections after shutdown starts"
+    );
     let out = stdout(&in_flight.await.unwrap());
     assert_eq!(out, "slept 700 ms\n200");
-    assert!(done.await.unwrap(), "shutdown completed within the grace period");
+    assert!(
+        done.await.unwrap(),
+        "shutdown completed within the grace period"
+    );
 }

@@ -10,7 +10,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 async fn curl_ok(fx: &Fixture) -> bool {
-    stdout(&run(curl(fx, &["-o", "/dev/null", "-w", "%{http_code}", &fx.url("/")])).await) == "200"
+    stdout(
+        &run(curl(
+            fx,
+            &["-o", "/dev/null", "-w", "%{http_code}", &fx.url("/")],
+        ))
+        .await,
+    ) == "200"
 }
 
 /// Sends `bytes` and expects the server to close the connection (EOF or reset) promptly.
@@ -36,20 +42,34 @@ async fn garbage_and_truncated_client_hello_close_only_that_connection() {
     let fx = start("", "").await;
     // A healthy keep-alive connection opened before the garbage must survive it.
     let bystander = tokio::spawn({
-        let c = curl(&fx, &["-o", "/dev/null", "-w", "%{http_code}", &fx.url("/delay/800")]);
+        let c = curl(
+            &fx,
+            &[
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &fx.url("/delay/800"),
+            ],
+        );
         run(c)
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     expect_closed(&fx, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     expect_closed(&fx, &[0xde; 600]).await;
     // A ClientHello record header promising 512 bytes, then only 40 of them.
-    let mut truncated = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    let mut truncated = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
     truncated.extend_from_slice(&[0x11; 29]);
     expect_closed(&fx, &truncated).await;
     assert_eq!(stdout(&bystander.await.unwrap()), "200");
     assert!(curl_ok(&fx).await, "the listener still serves");
     let m = fx.gw().metrics.render();
-    assert!(metric_sum(&m, "rampart_tls_handshake_errors_total", &[]) >= 3.0, "{m}");
+    assert!(
+        metric_sum(&m, "rampart_tls_handshake_errors_total", &[]) >= 3.0,
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,10 +93,16 @@ async fn idle_connections_opened_and_dropped_leak_no_descriptors() {
         if now <= before {
             break;
         }
-        assert!(Instant::now() < deadline, "descriptors leaked: {before} before, {now} after");
+        assert!(
+            Instant::now() < deadline,
+            "descriptors leaked: {before} before, {now} after"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(metric_sum(&fx.gw().metrics.render(), "rampart_open_connections", &[]), 0.0);
+    assert_eq!(
+        metric_sum(&fx.gw().metrics.render(), "rampart_open_connections", &[]),
+        0.0
+    );
     assert!(curl_ok(&fx).await);
 }
 
@@ -94,9 +120,19 @@ async fn handshakes_wait_for_a_slow_engine_without_blocking() {
     }
     let took = t.elapsed();
     // Serialised, 200 x 50 ms would be 10 s.
-    assert!(took < Duration::from_millis(900), "200 handshakes with a 50 ms engine took {took:?}");
+    assert!(
+        took < Duration::from_millis(900),
+        "200 handshakes with a 50 ms engine took {took:?}"
+    );
     let m = fx.gw().metrics.render();
-    assert_eq!(metric_sum(&m, "rampart_keyengine_operations_total", &["engine=\"delay\"", "result=\"ok\""]), 200.0);
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_keyengine_operations_total",
+            &["engine=\"delay\"", "result=\"ok\""]
+        ),
+        200.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,11 +142,22 @@ async fn corrupted_rsa_signature_fails_the_handshake_and_is_counted() {
     // Force the RSA certificate: the faulty engine corrupts RSA signatures only.
     use boring::ssl::SslSignatureAlgorithm as A;
     let r = tls_handshake_offering(fx.addr(), "localhost", Some(&[A::RSA_PSS_RSAE_SHA256])).await;
-    assert!(r.is_err(), "a corrupted signature must never reach the client");
+    assert!(
+        r.is_err(),
+        "a corrupted signature must never reach the client"
+    );
     assert_eq!(fx.gw().engine.metrics().faults_total("faulty"), 1);
     let m = fx.gw().metrics.render();
     assert_eq!(metric_sum(&m, "rampart_keyengine_faults_total", &[]), 1.0);
-    assert!(metric_sum(&m, "rampart_tls_handshake_errors_total", &["reason=\"tls\""]) >= 1.0);
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshake_errors_total",
+            &["reason=\"tls\""]
+        ) >= 1.0
+    );
     // ECDSA handshakes through the same engine still work.
-    tls_handshake_offering(fx.addr(), "localhost", Some(&[A::ECDSA_SECP256R1_SHA256])).await.unwrap();
+    tls_handshake_offering(fx.addr(), "localhost", Some(&[A::ECDSA_SECP256R1_SHA256]))
+        .await
+        .unwrap();
 }

@@ -16,27 +16,66 @@ async fn curl_h1_and_h2_over_tls12_and_tls13() {
         let tls_flag = format!("--tlsv{tls}");
         let out = run(curl(
             &fx,
-            &[http, &tls_flag, "--tls-max", tls, "-w", "\n%{http_code} %{http_version}", &fx.url("/headers")],
+            &[
+                http,
+                &tls_flag,
+                "--tls-max",
+                tls,
+                "-w",
+                "\n%{http_code} %{http_version}",
+                &fx.url("/headers"),
+            ],
         ))
         .await;
         let text = stdout(&out);
-        assert!(out.status.success(), "{http} TLS {tls}: {text} {}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.ends_with(&format!("200 {want_http}")), "{http} TLS {tls}: {text}");
+        assert!(
+            out.status.success(),
+            "{http} TLS {tls}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.ends_with(&format!("200 {want_http}")),
+            "{http} TLS {tls}: {text}"
+        );
         assert!(text.contains("\"x-forwarded-proto\": \"https\""), "{text}");
-        assert!(text.contains("rampart"), "Via header reaches the upstream: {text}");
+        assert!(
+            text.contains("rampart"),
+            "Via header reaches the upstream: {text}"
+        );
     }
     let metrics = fx.gw().metrics.render();
-    assert!(metric_sum(&metrics, "rampart_tls_handshakes_total", &["version=\"TLSv1.2\""]) >= 2.0);
-    assert!(metric_sum(&metrics, "rampart_tls_handshakes_total", &["version=\"TLSv1.3\""]) >= 2.0);
+    assert!(
+        metric_sum(
+            &metrics,
+            "rampart_tls_handshakes_total",
+            &["version=\"TLSv1.2\""]
+        ) >= 2.0
+    );
+    assert!(
+        metric_sum(
+            &metrics,
+            "rampart_tls_handshakes_total",
+            &["version=\"TLSv1.3\""]
+        ) >= 2.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sni_selects_certificate_among_two_names() {
     let fx = start("", "").await;
-    for (name, want) in [("localhost", "CN = localhost"), ("other.test", "CN = other.test"), ("www.other.test", "CN = other.test"), ("unknown.example", "CN = localhost")] {
+    for (name, want) in [
+        ("localhost", "CN = localhost"),
+        ("other.test", "CN = other.test"),
+        ("www.other.test", "CN = other.test"),
+        ("unknown.example", "CN = localhost"),
+    ] {
         let out = run(openssl_s_client(&fx, name, &[])).await;
         let text = stdout(&out);
-        assert_eq!(presented_subject(&text), format!("subject={want}"), "SNI {name}");
+        assert_eq!(
+            presented_subject(&text),
+            format!("subject={want}"),
+            "SNI {name}"
+        );
     }
 }
 
@@ -44,17 +83,54 @@ async fn sni_selects_certificate_among_two_names() {
 async fn certificate_follows_client_signature_algorithms() {
     let fx = start("", "").await;
     for tls in ["-tls1_3", "-tls1_2"] {
-        let rsa = stdout(&run(openssl_s_client(&fx, "localhost", &[tls, "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256"])).await);
-        assert_eq!(presented_key_type(&rsa), "RSA", "{tls} RSA-only client:\n{rsa}");
-        let ec = stdout(&run(openssl_s_client(&fx, "localhost", &[tls, "-sigalgs", "ECDSA+SHA256"])).await);
+        let rsa = stdout(
+            &run(openssl_s_client(
+                &fx,
+                "localhost",
+                &[tls, "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256"],
+            ))
+            .await,
+        );
+        assert_eq!(
+            presented_key_type(&rsa),
+            "RSA",
+            "{tls} RSA-only client:\n{rsa}"
+        );
+        let ec = stdout(
+            &run(openssl_s_client(
+                &fx,
+                "localhost",
+                &[tls, "-sigalgs", "ECDSA+SHA256"],
+            ))
+            .await,
+        );
         assert_eq!(presented_key_type(&ec), "EC", "{tls} ECDSA client:\n{ec}");
     }
     // A TLS 1.2 client that offers ECDSA signatures but only RSA suites must get RSA.
-    let out = stdout(&run(openssl_s_client(&fx, "localhost", &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"])).await);
+    let out = stdout(
+        &run(openssl_s_client(
+            &fx,
+            "localhost",
+            &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
+        ))
+        .await,
+    );
     assert_eq!(presented_key_type(&out), "RSA", "{out}");
     let m = fx.gw().metrics.render();
-    assert!(metric_sum(&m, "rampart_tls_handshakes_total", &["signature_algorithm=\"ecdsa_secp256r1_sha256\""]) >= 2.0);
-    assert!(metric_sum(&m, "rampart_tls_handshakes_total", &["signature_algorithm=\"rsa_pss_rsae_sha256\""]) >= 2.0);
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshakes_total",
+            &["signature_algorithm=\"ecdsa_secp256r1_sha256\""]
+        ) >= 2.0
+    );
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshakes_total",
+            &["signature_algorithm=\"rsa_pss_rsae_sha256\""]
+        ) >= 2.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,24 +140,77 @@ async fn session_tickets_resume_and_survive_one_rotation() {
     let sess_s = sess.to_str().unwrap();
     for tls in ["-tls1_2", "-tls1_3"] {
         // TLS 1.3 tickets arrive after the handshake: send a request so s_client reads them.
-        let first = stdout(&run(openssl_s_client_request(&fx, "localhost", &[tls, "-sess_out", sess_s])).await);
-        assert!(first.contains("New,"), "{tls} first handshake is full:\n{first}");
-        let second = stdout(&run(openssl_s_client_request(&fx, "localhost", &[tls, "-sess_in", sess_s])).await);
-        assert!(second.contains("Reused,"), "{tls} second handshake resumes:\n{second}");
+        let first = stdout(
+            &run(openssl_s_client_request(
+                &fx,
+                "localhost",
+                &[tls, "-sess_out", sess_s],
+            ))
+            .await,
+        );
+        assert!(
+            first.contains("New,"),
+            "{tls} first handshake is full:\n{first}"
+        );
+        let second = stdout(
+            &run(openssl_s_client_request(
+                &fx,
+                "localhost",
+                &[tls, "-sess_in", sess_s],
+            ))
+            .await,
+        );
+        assert!(
+            second.contains("Reused,"),
+            "{tls} second handshake resumes:\n{second}"
+        );
     }
     // After one rotation the previous key still decrypts; after two it no longer does.
-    let _ = run(openssl_s_client(&fx, "localhost", &["-tls1_2", "-sess_out", sess_s])).await;
+    let _ = run(openssl_s_client(
+        &fx,
+        "localhost",
+        &["-tls1_2", "-sess_out", sess_s],
+    ))
+    .await;
     let before = fx.gw().metrics.render();
     let keys = fx.gw().listener_tickets("https").unwrap();
     keys.rotate();
-    let after_one = stdout(&run(openssl_s_client(&fx, "localhost", &["-tls1_2", "-sess_in", sess_s])).await);
-    assert!(after_one.contains("Reused,"), "previous key still decrypts:\n{after_one}");
+    let after_one = stdout(
+        &run(openssl_s_client(
+            &fx,
+            "localhost",
+            &["-tls1_2", "-sess_in", sess_s],
+        ))
+        .await,
+    );
+    assert!(
+        after_one.contains("Reused,"),
+        "previous key still decrypts:\n{after_one}"
+    );
     keys.rotate();
     keys.rotate();
-    let after_three = stdout(&run(openssl_s_client(&fx, "localhost", &["-tls1_2", "-sess_in", sess_s])).await);
-    assert!(after_three.contains("New,"), "a retired key no longer decrypts:\n{after_three}");
-    let resumed_before = metric_sum(&before, "rampart_tls_handshakes_total", &["resumed=\"true\""]);
-    let resumed_after = metric_sum(&fx.gw().metrics.render(), "rampart_tls_handshakes_total", &["resumed=\"true\""]);
+    let after_three = stdout(
+        &run(openssl_s_client(
+            &fx,
+            "localhost",
+            &["-tls1_2", "-sess_in", sess_s],
+        ))
+        .await,
+    );
+    assert!(
+        after_three.contains("New,"),
+        "a retired key no longer decrypts:\n{after_three}"
+    );
+    let resumed_before = metric_sum(
+        &before,
+        "rampart_tls_handshakes_total",
+        &["resumed=\"true\""],
+    );
+    let resumed_after = metric_sum(
+        &fx.gw().metrics.render(),
+        "rampart_tls_handshakes_total",
+        &["resumed=\"true\""],
+    );
     assert!(resumed_after > resumed_before);
 }
 

@@ -58,7 +58,11 @@ impl KeyEngine {
         digest: Vec<u8>,
     ) -> impl Future<Output = Result<Vec<u8>, SignError>> + Send + 'static {
         let this = self.clone();
-        let key = self.registry.get(key).cloned().ok_or(SignError::KeyNotFound(*key));
+        let key = self
+            .registry
+            .get(key)
+            .cloned()
+            .ok_or(SignError::KeyNotFound(*key));
         async move {
             let key = key?;
             if algorithm.key_kind() != key.kind() {
@@ -80,12 +84,17 @@ impl KeyEngine {
                 .with_label_values(&[name])
                 .set(engine.queue_depth() as i64);
             let result = fut.await;
-            m.queue_depth
-                .with_label_values(&[name])
-                .set(this.scheduler.engines().nth(slot).map_or(0, |e| e.queue_depth()) as i64);
+            m.queue_depth.with_label_values(&[name]).set(
+                this.scheduler
+                    .engines()
+                    .nth(slot)
+                    .map_or(0, |e| e.queue_depth()) as i64,
+            );
             let result = result.and_then(|sig| match &digest_for_check {
                 Some(d) if !key.verify_digest(algorithm, d, &sig) => {
-                    m.faults.with_label_values(&[name, algorithm.as_str()]).inc();
+                    m.faults
+                        .with_label_values(&[name, algorithm.as_str()])
+                        .inc();
                     tracing::error!(engine = name, key = %key.id(), %algorithm,
                         "signature failed verification against the public key; not released");
                     Err(SignError::FaultDetected(name))
@@ -125,7 +134,10 @@ mod tests {
         let mut reg = KeyRegistry::new();
         let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", &generate_rsa_pkcs8()).unwrap());
         let sched = Scheduler::new(vec![e], &SchedulerPolicy::default()).unwrap();
-        (KeyEngine::new(reg, sched, EngineMetrics::unregistered()), id)
+        (
+            KeyEngine::new(reg, sched, EngineMetrics::unregistered()),
+            id,
+        )
     }
 
     #[tokio::test]
@@ -133,7 +145,10 @@ mod tests {
         let (ke, id) = engine_with(Arc::new(InlineEngine));
         let alg = SignatureAlgorithm::RsaPssSha256;
         let sig = ke.sign(&id, alg, alg.hash().digest(b"m")).await.unwrap();
-        assert!(ke.key(&id).unwrap().verify_digest(alg, &alg.hash().digest(b"m"), &sig));
+        assert!(ke
+            .key(&id)
+            .unwrap()
+            .verify_digest(alg, &alg.hash().digest(b"m"), &sig));
         let ok = ke
             .metrics()
             .operations
@@ -144,9 +159,12 @@ mod tests {
 
     #[tokio::test]
     async fn corrupted_rsa_signature_is_caught_and_counted() {
-        let (ke, id) = engine_with(Arc::new(FaultyEngine::default()));
+        let (ke, id) = engine_with(Arc::new(FaultyEngine));
         let alg = SignatureAlgorithm::RsaPkcs1Sha256;
-        let err = ke.sign(&id, alg, alg.hash().digest(b"m")).await.unwrap_err();
+        let err = ke
+            .sign(&id, alg, alg.hash().digest(b"m"))
+            .await
+            .unwrap_err();
         assert_eq!(err, SignError::FaultDetected("faulty"));
         assert_eq!(ke.metrics().faults_total("faulty"), 1);
     }

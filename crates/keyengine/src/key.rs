@@ -60,7 +60,9 @@ fn der_tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
         if n == 0 || n > 4 || rest.len() < n {
             return None;
         }
-        let len = rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | *b as usize);
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | *b as usize);
         (len, &rest[n..])
     };
     if rest.len() < len {
@@ -108,10 +110,7 @@ pub enum KeyLoadError {
 
 enum Inner {
     Rsa(RsaKeyPair),
-    Ecdsa {
-        pair: EcdsaKeyPair,
-        kind: KeyKind,
-    },
+    Ecdsa { pair: EcdsaKeyPair, kind: KeyKind },
 }
 
 /// A private key held in process. `Debug` prints only the key's id and kind.
@@ -294,11 +293,9 @@ impl KeyLoadError {
 }
 
 fn import_digest(algorithm: SignatureAlgorithm, digest: &[u8]) -> Result<Digest, SignError> {
-    Digest::import_less_safe(digest, algorithm.hash().aws_lc()).map_err(|_| {
-        SignError::BadDigest {
-            expected: algorithm.hash().output_len(),
-            got: digest.len(),
-        }
+    Digest::import_less_safe(digest, algorithm.hash().aws_lc()).map_err(|_| SignError::BadDigest {
+        expected: algorithm.hash().output_len(),
+        got: digest.len(),
     })
 }
 
@@ -345,7 +342,10 @@ pub(crate) mod tests {
             assert!(key.verify_digest(alg, &digest, &sig), "{alg}");
             let mut bad = sig.clone();
             bad[10] ^= 1;
-            assert!(!key.verify_digest(alg, &digest, &bad), "{alg} accepted a corrupted signature");
+            assert!(
+                !key.verify_digest(alg, &digest, &bad),
+                "{alg} accepted a corrupted signature"
+            );
         }
     }
 
@@ -369,7 +369,13 @@ pub(crate) mod tests {
         let err = key
             .sign_digest(SignatureAlgorithm::EcdsaP256Sha256, &[0u8; 20])
             .unwrap_err();
-        assert!(matches!(err, SignError::BadDigest { expected: 32, got: 20 }));
+        assert!(matches!(
+            err,
+            SignError::BadDigest {
+                expected: 32,
+                got: 20
+            }
+        ));
     }
 
     #[test]
@@ -387,14 +393,19 @@ pub(crate) mod tests {
         let pair = aws_lc_rs::rsa::KeyPair::from_pkcs8(&der).unwrap();
         let spki = pair.public_key().as_der().unwrap();
         assert_eq!(KeyId::from_spki_der(spki.as_ref()), Some(key.id()));
-        assert_eq!(KeyId::from_spki_der(&spki.as_ref()[..40]), None, "truncated");
+        assert_eq!(
+            KeyId::from_spki_der(&spki.as_ref()[..40]),
+            None,
+            "truncated"
+        );
         assert_eq!(KeyId::from_spki_der(&[]), None);
     }
 
     #[test]
     fn garbage_pem_is_a_clear_error() {
-        let err = PrivateKey::from_pem(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
-            .unwrap_err();
+        let err =
+            PrivateKey::from_pem(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+                .unwrap_err();
         assert!(err.to_string().contains("no private key found"), "{err}");
     }
 }

@@ -34,7 +34,9 @@ pub struct Scheduler {
 
 /// The error when a policy names an engine that is not configured.
 #[derive(Debug, thiserror::Error)]
-#[error("pin for {kind} names engine '{engine}', which is not among the configured engines ({known})")]
+#[error(
+    "pin for {kind} names engine '{engine}', which is not among the configured engines ({known})"
+)]
 pub struct UnknownEngine {
     pub kind: &'static str,
     pub engine: String,
@@ -42,20 +44,33 @@ pub struct UnknownEngine {
 }
 
 fn kind_index(k: KeyKind) -> usize {
-    KINDS.iter().position(|x| *x == k).expect("all kinds listed")
+    KINDS
+        .iter()
+        .position(|x| *x == k)
+        .expect("all kinds listed")
 }
 
 impl Scheduler {
     /// `engines` must not be empty.
-    pub fn new(engines: Vec<Arc<dyn Engine>>, policy: &SchedulerPolicy) -> Result<Self, UnknownEngine> {
+    pub fn new(
+        engines: Vec<Arc<dyn Engine>>,
+        policy: &SchedulerPolicy,
+    ) -> Result<Self, UnknownEngine> {
         assert!(!engines.is_empty(), "at least one engine");
         let mut pins = HashMap::new();
         for (kind, name) in &policy.pins {
-            let idx = engines.iter().position(|e| e.name() == name).ok_or_else(|| UnknownEngine {
-                kind: kind.as_str(),
-                engine: name.clone(),
-                known: engines.iter().map(|e| e.name()).collect::<Vec<_>>().join(", "),
-            })?;
+            let idx = engines
+                .iter()
+                .position(|e| e.name() == name)
+                .ok_or_else(|| UnknownEngine {
+                    kind: kind.as_str(),
+                    engine: name.clone(),
+                    known: engines
+                        .iter()
+                        .map(|e| e.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
             pins.insert(*kind, idx);
         }
         let slots = engines
@@ -97,7 +112,11 @@ impl Scheduler {
         let cell = &self.slots[slot].service_ns[kind_index(kind)];
         let sample = took.as_nanos().min(u64::MAX as u128) as u64;
         let old = cell.load(Ordering::Relaxed);
-        let new = if old == 0 { sample } else { (old * 7 + sample) / 8 };
+        let new = if old == 0 {
+            sample
+        } else {
+            (old * 7 + sample) / 8
+        };
         cell.store(new, Ordering::Relaxed);
     }
 
@@ -133,7 +152,11 @@ mod tests {
     }
 
     fn fake(name: &'static str, depth: usize, par: usize) -> Arc<Fake> {
-        Arc::new(Fake { name, depth: AtomicUsize::new(depth), par })
+        Arc::new(Fake {
+            name,
+            depth: AtomicUsize::new(depth),
+            par,
+        })
     }
 
     #[test]
@@ -146,7 +169,11 @@ mod tests {
         assert_eq!(s.pick(KeyKind::Rsa).0, 0, "idle and faster");
         a.depth.store(8, Ordering::Relaxed); // 9 * 300us on one lane
         b.depth.store(8, Ordering::Relaxed); // ceil(9/4) * 400us
-        assert_eq!(s.pick(KeyKind::Rsa).0, 1, "queue grew: the parallel engine finishes first");
+        assert_eq!(
+            s.pick(KeyKind::Rsa).0,
+            1,
+            "queue grew: the parallel engine finishes first"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@ use std::time::Duration;
 /// A fresh RSA-2048 key as PKCS#8 DER.
 pub fn generate_rsa_pkcs8() -> Vec<u8> {
     use aws_lc_rs::encoding::AsDer;
-    let k = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("rsa keygen");
+    let k =
+        aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("rsa keygen");
     k.as_der().expect("pkcs8").as_ref().to_vec()
 }
 

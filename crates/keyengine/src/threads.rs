@@ -59,7 +59,9 @@ impl Engine for ThreadsEngine {
         };
         self.depth.fetch_add(1, Ordering::Relaxed);
         match tx.try_send((request, reply)) {
-            Ok(()) => Box::pin(async move { rx.await.unwrap_or(Err(SignError::Stopped("threads"))) }),
+            Ok(()) => {
+                Box::pin(async move { rx.await.unwrap_or(Err(SignError::Stopped("threads"))) })
+            }
             Err(e) => {
                 self.depth.fetch_sub(1, Ordering::Relaxed);
                 let err = match e {

@@ -9,14 +9,17 @@ const TLS13: u16 = 0x0304;
 
 fn u16_list(data: &[u8], len_bytes: usize) -> impl Iterator<Item = u16> + '_ {
     let body: &[u8] = match len_bytes {
-        1 => data.get(1..1 + *data.first().unwrap_or(&0) as usize).unwrap_or(&[]),
+        1 => data
+            .get(1..1 + *data.first().unwrap_or(&0) as usize)
+            .unwrap_or(&[]),
         _ => data
             .get(..2)
             .map(|l| u16::from_be_bytes([l[0], l[1]]) as usize)
             .and_then(|n| data.get(2..2 + n))
             .unwrap_or(&[]),
     };
-    body.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]))
+    body.chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
 }
 
 /// Whether the `signature_algorithms` extension body offers ECDSA P-256 with SHA-256.
@@ -45,7 +48,8 @@ pub fn can_use_ecdsa(
     tls13_enabled: bool,
 ) -> bool {
     offers_ecdsa_p256(sigalgs_ext)
-        && ((tls13_enabled && offers_tls13(supported_versions_ext)) || offers_ecdhe_ecdsa_suite(ciphers))
+        && ((tls13_enabled && offers_tls13(supported_versions_ext))
+            || offers_ecdhe_ecdsa_suite(ciphers))
 }
 
 #[cfg(test)]

@@ -41,7 +41,10 @@ impl AsyncPrivateKeyMethod for EngineKeyMethod {
         _output: &mut [u8],
     ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
         let alg = to_engine_algorithm(signature_algorithm).ok_or_else(|| {
-            tracing::warn!(?signature_algorithm, "signature algorithm not supported by the key engine");
+            tracing::warn!(
+                ?signature_algorithm,
+                "signature algorithm not supported by the key engine"
+            );
             AsyncPrivateKeyMethodError
         })?;
         let digest = digest(alg.hash(), input).ok_or(AsyncPrivateKeyMethodError)?;
@@ -78,8 +81,14 @@ mod tests {
     #[test]
     fn every_engine_algorithm_maps_from_boring() {
         for a in SignatureAlgorithm::ALL {
-            assert_eq!(to_engine_algorithm(SslSignatureAlgorithm::from(a.tls_code())), Some(a));
+            assert_eq!(
+                to_engine_algorithm(SslSignatureAlgorithm::from(a.tls_code())),
+                Some(a)
+            );
         }
-        assert_eq!(to_engine_algorithm(SslSignatureAlgorithm::RSA_PKCS1_SHA1), None);
+        assert_eq!(
+            to_engine_algorithm(SslSignatureAlgorithm::RSA_PKCS1_SHA1),
+            None
+        );
     }
 }

@@ -142,7 +142,9 @@ fn cert_context(
             pair.key.display()
         )
     })?;
-    if key.kind() != expected && !(expected == KeyKind::EcdsaP256 && key.kind() == KeyKind::EcdsaP384) {
+    if key.kind() != expected
+        && !(expected == KeyKind::EcdsaP256 && key.kind() == KeyKind::EcdsaP384)
+    {
         bail!(
             "{}: expected a {} certificate, found {}",
             pair.cert.display(),

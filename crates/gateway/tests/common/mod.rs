@@ -104,7 +104,11 @@ pub async fn start_with(
     std::fs::write(&path, text).unwrap();
     let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let gw = gateway::start(cfg, StartOptions { engines }).await.unwrap();
-    Fixture { dir, gw: Some(gw), upstream }
+    Fixture {
+        dir,
+        gw: Some(gw),
+        upstream,
+    }
 }
 
 /// A gateway in front of a real demo upstream.
@@ -117,7 +121,9 @@ pub async fn start_engine(
     listener_extra: &str,
     engines: Option<Vec<Arc<dyn Engine>>>,
 ) -> Fixture {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
     let text = config_text(&[upstream], cluster_extra, listener_extra);
@@ -159,7 +165,9 @@ pub fn presented_subject(out: &str) -> String {
 pub fn presented_key_type(out: &str) -> &'static str {
     if out.contains("Server public key is 2048 bit") || out.contains("Peer signature type: RSA") {
         "RSA"
-    } else if out.contains("Server public key is 256 bit") || out.contains("Peer signature type: ECDSA") {
+    } else if out.contains("Server public key is 256 bit")
+        || out.contains("Peer signature type: ECDSA")
+    {
         "EC"
     } else {
         "unknown"
@@ -168,7 +176,13 @@ pub fn presented_key_type(out: &str) -> &'static str {
 
 pub fn openssl_s_client(fx: &Fixture, servername: &str, extra: &[&str]) -> Command {
     let mut c = Command::new("openssl");
-    c.args(["s_client", "-connect", &format!("127.0.0.1:{}", fx.port()), "-servername", servername]);
+    c.args([
+        "s_client",
+        "-connect",
+        &format!("127.0.0.1:{}", fx.port()),
+        "-servername",
+        servername,
+    ]);
     c.args(extra);
     c.stdin(std::process::Stdio::null());
     c
@@ -190,7 +204,11 @@ pub fn openssl_s_client_request(fx: &Fixture, servername: &str, extra: &[&str]) 
 /// of `label_parts`).
 pub fn metric_sum(text: &str, name: &str, label_parts: &[&str]) -> f64 {
     text.lines()
-        .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b'{') || l.as_bytes().get(name.len()) == Some(&b' ')))
+        .filter(|l| {
+            l.starts_with(name)
+                && (l.as_bytes().get(name.len()) == Some(&b'{')
+                    || l.as_bytes().get(name.len()) == Some(&b' '))
+        })
         .filter(|l| label_parts.iter().all(|p| l.contains(p)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -214,7 +232,9 @@ pub async fn tls_handshake_offering(
         b.set_verify_algorithm_prefs(algs).unwrap();
     }
     let connector = b.build();
-    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
     let cfg = connector.configure().unwrap();
     tokio_boring::connect(cfg, server_name, tcp)
         .await
