@@ -5,6 +5,7 @@
 //! run is bounded by `--duration` and optionally `--requests`, and stops by itself.
 
 mod cpu;
+pub mod sign;
 mod stats;
 
 use anyhow::{anyhow, bail, Context as _};
@@ -24,8 +25,12 @@ use tokio::net::TcpStream;
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Mode {
+    /// A new TCP + TLS connection per request.
     HttpsHandshake,
+    /// Keep-alive requests (HTTP/1.1 or HTTP/2).
     HttpsRequests,
+    /// Single-operation signs/s on one thread, aws-lc vs BoringSSL (no server; --url unused).
+    Sign,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -40,7 +45,7 @@ pub struct BenchArgs {
     #[arg(value_enum)]
     pub mode: Mode,
     /// Target URL, e.g. https://localhost:8443/bytes/100
-    #[arg(long)]
+    #[arg(long, default_value = "https://localhost:8443/")]
     pub url: String,
     /// Concurrent connections (workers).
     #[arg(long, short, default_value_t = 16)]
@@ -196,9 +201,14 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                 let mut sender = $sender;
                 while rec.start_op() {
                     let start = Instant::now();
-                    let req = Request::get(uri.clone())
-                        .header(http::header::HOST, t.host.as_str())
-                        .body(Empty::<Bytes>::new())?;
+                    // HTTP/1.1: origin-form target plus Host; HTTP/2: the full URI
+                    // becomes :scheme/:authority/:path.
+                    let req = match args.http {
+                        HttpVersion::H1 => Request::get(t.path.as_str())
+                            .header(http::header::HOST, t.host.as_str()),
+                        HttpVersion::H2 => Request::get(uri.clone()),
+                    }
+                    .body(Empty::<Bytes>::new())?;
                     let r = async {
                         let resp = sender.send_request(req).await?;
                         let status = resp.status();
@@ -236,6 +246,20 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.mode == Mode::Sign {
+        let rates = sign::measure(args.duration)?;
+        for r in &rates {
+            if args.json {
+                println!("{}", serde_json::to_string(r)?);
+            } else {
+                println!(
+                    "{:<28} {:<20} {:>10.0} signs/s",
+                    r.implementation, r.algorithm, r.signs_per_sec
+                );
+            }
+        }
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads.max(1))
         .enable_all()
@@ -310,6 +334,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     Ok(())
                 }
                 Mode::HttpsRequests => request_worker(t, args, rec).await,
+                Mode::Sign => unreachable!("handled in run"),
             }
         }));
     }

@@ -1,4 +1,4 @@
-//! The demo kit: self-signed certificates and an embedded HTTP/1.1 upstream, used by
+//! The demo kit: self-signed certificates and an embedded HTTP/1.1 + h2c upstream, used by
 //! `rampart demo` and by tests as a real upstream server.
 
 use anyhow::Context as _;
@@ -18,7 +18,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -173,7 +173,8 @@ pub async fn serve_upstream(listener: TcpListener) {
         };
         let _ = tcp.set_nodelay(true);
         tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
+            // HTTP/1.1 or h2c (prior knowledge), whichever the client speaks.
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tcp), service_fn(demo_service))
                 .await;
         });

@@ -43,8 +43,7 @@ pub struct Running {
     pub engine: Arc<KeyEngine>,
     tickets: Vec<(String, Arc<tls::tickets::TicketKeys>)>,
     stop: watch::Sender<bool>,
-    graceful: Arc<GracefulShutdown>,
-    grace: Duration,
+    workers_done: Vec<tokio::sync::oneshot::Receiver<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -93,20 +92,106 @@ pub fn build_key_engine(
     Ok(KeyEngine::new(registry, scheduler, em))
 }
 
-/// Binds every listener and starts serving. Must run inside a Tokio runtime.
+/// One data-plane worker: a thread running a current-thread Tokio runtime with its own
+/// listening sockets (SO_REUSEPORT) and its own upstream keep-alive pools, like an nginx
+/// worker. Nothing on the request path crosses threads except key-engine requests.
+struct WorkerPlan {
+    index: usize,
+    listeners: Vec<(
+        std::net::TcpListener,
+        Arc<proxy::ProxyShared>,
+        Arc<boring::ssl::SslAcceptor>,
+        Duration,
+    )>,
+}
+
+fn run_worker(
+    plan: WorkerPlan,
+    stop: watch::Receiver<bool>,
+    grace: Duration,
+    done: tokio::sync::oneshot::Sender<bool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let handle = std::thread::Builder::new()
+        .name(format!("rampart-worker-{}", plan.index))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "worker runtime failed to start");
+                    let _ = done.send(false);
+                    return;
+                }
+            };
+            let drained = rt.block_on(async move {
+                let graceful = Arc::new(GracefulShutdown::new());
+                let mut tasks = Vec::new();
+                for (sock, shared, acceptor, handshake_timeout) in plan.listeners {
+                    let listener = match tokio::net::TcpListener::from_std(sock) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot register listener");
+                            continue;
+                        }
+                    };
+                    let task = server::TcpListenerTask {
+                        listener,
+                        acceptor,
+                        shared,
+                        handshake_timeout,
+                    };
+                    tasks.push(tokio::spawn(task.run(stop.clone(), graceful.clone())));
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+                let Ok(graceful) = Arc::try_unwrap(graceful) else {
+                    return false;
+                };
+                tokio::time::timeout(grace, graceful.shutdown())
+                    .await
+                    .is_ok()
+            });
+            let _ = done.send(drained);
+        })?;
+    Ok(handle)
+}
+
+/// Binds every listener on every worker and starts serving. Must be called inside a Tokio
+/// runtime, which then runs the control plane (admin listener, ticket-key rotation); the data
+/// plane runs on `server.worker_threads` dedicated threads.
 pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let metrics = metrics::Metrics::new();
     let engine = build_key_engine(&cfg, &metrics, opts.engines)?;
     let access_log = access_log::AccessLog::open(&cfg.server.access_log)
         .with_context(|| format!("server.access_log: cannot open {:?}", cfg.server.access_log))?;
-    let clusters: Vec<Arc<upstream::Cluster>> = cfg
-        .clusters
-        .iter()
-        .map(|c| Arc::new(upstream::Cluster::new(c)))
+    let workers = match cfg.server.worker_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let router = Arc::new(router::Router::new(&cfg.routes, |name| {
+        cfg.clusters
+            .iter()
+            .position(|c| c.name == name)
+            .expect("validated")
+    }));
+    let mut plans: Vec<WorkerPlan> = (0..workers)
+        .map(|index| WorkerPlan {
+            index,
+            listeners: Vec::new(),
+        })
         .collect();
-    let (stop, stop_rx) = watch::channel(false);
-    let graceful = Arc::new(GracefulShutdown::new());
-    let mut tasks = Vec::new();
+    // Each worker gets its own upstream pools.
+    let worker_clusters: Vec<Vec<Arc<upstream::Cluster>>> = (0..workers)
+        .map(|_| {
+            cfg.clusters
+                .iter()
+                .map(|c| Arc::new(upstream::Cluster::new(c, &metrics)))
+                .collect()
+        })
+        .collect();
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
@@ -114,36 +199,36 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
         tls.tickets.spawn_rotation(l.tls.ticket_key_rotation);
         tickets.push((l.name.clone(), tls.tickets.clone()));
-        let listener = server::bind(l.listen)
-            .with_context(|| format!("listeners[{i}].listen: cannot bind {}", l.listen))?;
-        bound.push((l.name.clone(), listener.local_addr()?));
-        let router = router::Router::new(&cfg.routes, |name| {
-            cfg.clusters
-                .iter()
-                .position(|c| c.name == name)
-                .expect("validated")
-        });
-        let shared = Arc::new(proxy::ProxyShared {
-            listener: l.name.clone(),
-            router,
-            clusters: clusters.clone(),
-            limits: l.limits.clone(),
-            metrics: metrics.clone(),
-            access_log: access_log.clone(),
-        });
-        let task = server::TcpListenerTask {
-            listener,
-            acceptor: Arc::new(tls.acceptor),
-            shared,
-            handshake_timeout: l.tls.handshake_timeout,
-        };
-        tracing::info!(listener = %l.name, addr = %bound.last().unwrap().1, "listening (TLS over TCP)");
-        tasks.push(tokio::spawn(task.run(stop_rx.clone(), graceful.clone())));
+        let acceptor = Arc::new(tls.acceptor);
+        // The first socket fixes the port (when 0 was asked for); the others share it.
+        let mut addr = l.listen;
+        for (w, plan) in plans.iter_mut().enumerate() {
+            let sock = server::bind(addr)
+                .with_context(|| format!("listeners[{i}].listen: cannot bind {addr}"))?;
+            if w == 0 {
+                addr = sock.local_addr()?;
+            }
+            let shared = Arc::new(proxy::ProxyShared {
+                listener: l.name.clone(),
+                router: router.clone(),
+                clusters: worker_clusters[w].clone(),
+                limits: l.limits.clone(),
+                metrics: metrics.clone(),
+                access_log: access_log.clone(),
+            });
+            plan.listeners
+                .push((sock, shared, acceptor.clone(), l.tls.handshake_timeout));
+        }
+        tracing::info!(listener = %l.name, %addr, workers, "listening (TLS over TCP)");
+        bound.push((l.name.clone(), addr));
     }
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
     let admin = match cfg.admin.listen {
         Some(a) => {
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let addr = l.local_addr()?;
+            let l = tokio::net::TcpListener::from_std(l)?;
             tasks.push(tokio::spawn(admin::run(
                 l,
                 metrics.clone(),
@@ -154,6 +239,12 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         }
         None => None,
     };
+    let mut workers_done = Vec::new();
+    for plan in plans {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        run_worker(plan, stop_rx.clone(), cfg.server.shutdown_grace, tx)?;
+        workers_done.push(rx);
+    }
     Ok(Running {
         listeners: bound,
         admin,
@@ -161,8 +252,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         engine,
         tickets,
         stop,
-        graceful,
-        grace: cfg.server.shutdown_grace,
+        workers_done,
         tasks,
     })
 }
@@ -191,11 +281,10 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
-        let Ok(graceful) = Arc::try_unwrap(self.graceful) else {
-            return false;
-        };
-        tokio::time::timeout(self.grace, graceful.shutdown())
-            .await
-            .is_ok()
+        let mut drained = true;
+        for w in self.workers_done {
+            drained &= w.await.unwrap_or(false);
+        }
+        drained
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Instant, SystemTime};
 /// What every request on a listener shares.
 pub struct ProxyShared {
     pub listener: String,
-    pub router: Router,
+    pub router: Arc<Router>,
     pub clusters: Vec<Arc<Cluster>>,
     pub limits: LimitsConfig,
     pub metrics: Metrics,
@@ -146,22 +146,28 @@ pub async fn handle(
                 })
         })
         .unwrap_or_default();
-    let mut rec = AccessRecord {
-        time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-        request_id: request_id.clone(),
-        client: Some(conn.client),
-        listener: shared.listener.clone(),
-        protocol: match req.version() {
-            Version::HTTP_2 => "h2",
-            _ => "http/1.1",
-        },
-        tls_version: conn.tls_version,
-        tls_resumed: conn.resumed,
-        sni: conn.sni.clone(),
-        method: req.method().to_string(),
-        host: host.clone(),
-        path: req.uri().path().to_string(),
-        ..Default::default()
+    // The access record is only built when a log will be written.
+    let logging = shared.access_log.enabled();
+    let mut rec = if logging {
+        AccessRecord {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            request_id: request_id.clone(),
+            client: Some(conn.client),
+            listener: shared.listener.clone(),
+            protocol: match req.version() {
+                Version::HTTP_2 => "h2",
+                _ => "http/1.1",
+            },
+            tls_version: conn.tls_version,
+            tls_resumed: conn.resumed,
+            sni: conn.sni.clone(),
+            method: req.method().to_string(),
+            host: host.clone(),
+            path: req.uri().path().to_string(),
+            ..Default::default()
+        }
+    } else {
+        AccessRecord::default()
     };
     let progress = Arc::new(BodyProgress::default());
     let (status_route, mut resp, upstream_start) =
@@ -181,6 +187,9 @@ pub async fn handle(
         .inc();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().entry(&X_REQUEST_ID).or_insert(v);
+    }
+    if !logging {
+        return Ok(resp);
     }
     let (parts, body) = resp.into_parts();
     let body = body.on_done(Box::new(Finish {
@@ -239,7 +248,9 @@ async fn forward(
         ));
     };
     let route_name = Some(route.name.clone());
-    rec.route = route_name.clone();
+    if shared.access_log.enabled() {
+        rec.route = route_name.clone();
+    }
     let cluster = &shared.clusters[route.cluster];
 
     // Phase: rewrite headers.
@@ -308,9 +319,8 @@ async fn forward(
             return Err((route_name, resp));
         }
     };
-    metrics
-        .upstream_seconds
-        .with_label_values(&[&cluster.name])
+    cluster
+        .response_seconds
         .observe(upstream_time.as_secs_f64());
     rec.upstream = Some(endpoint);
 

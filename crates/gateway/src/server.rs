@@ -11,8 +11,14 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+
+/// Socket reads go through a small buffer: BoringSSL asks for a record's 5-byte header and
+/// then its body, which would otherwise cost two `recv` calls per record. Records larger than
+/// the buffer are read straight into BoringSSL's buffer.
+const READ_BUFFER: usize = 4096;
 
 pub struct TcpListenerTask {
     pub listener: TcpListener,
@@ -21,18 +27,20 @@ pub struct TcpListenerTask {
     pub handshake_timeout: Duration,
 }
 
-/// Binds a listening socket with a deep backlog and address reuse.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// Binds a non-blocking listening socket with a deep backlog, SO_REUSEADDR and SO_REUSEPORT
+/// (so every worker can hold its own socket on the same port).
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
         Some(socket2::Protocol::TCP),
     )?;
     sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
     sock.listen(4096)?;
-    TcpListener::from_std(sock.into())
+    Ok(sock.into())
 }
 
 impl TcpListenerTask {
@@ -81,7 +89,7 @@ async fn serve_connection(
     let _open = GaugeGuard::new(m.open_connections.with_label_values(&[listener]));
     let start = Instant::now();
     let handshake = tokio::select! {
-        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, tcp)) => r,
+        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, tcp))) => r,
         _ = stop.wait_for(|s| *s) => return,
     };
     let stream = match handshake {

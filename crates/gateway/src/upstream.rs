@@ -40,6 +40,8 @@ struct Endpoint {
 
 pub struct Cluster {
     pub name: String,
+    /// This cluster's series of `rampart_upstream_response_duration_seconds`.
+    pub response_seconds: prometheus::Histogram,
     endpoints: Vec<Endpoint>,
     lb: LbPolicy,
     next: AtomicUsize,
@@ -57,7 +59,7 @@ impl Drop for InFlight<'_> {
 }
 
 impl Cluster {
-    pub fn new(cfg: &ClusterConfig) -> Self {
+    pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(cfg.connect_timeout));
@@ -73,6 +75,7 @@ impl Cluster {
         }
         Cluster {
             name: cfg.name.clone(),
+            response_seconds: metrics.upstream_seconds.with_label_values(&[&cfg.name]),
             endpoints: cfg
                 .endpoints
                 .iter()
@@ -184,18 +187,21 @@ mod tests {
     use super::*;
 
     fn cluster(lb: LbPolicy, n: u16) -> Cluster {
-        Cluster::new(&ClusterConfig {
-            name: "t".into(),
-            endpoints: (0..n)
-                .map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i)))
-                .collect(),
-            lb,
-            protocol: UpstreamProtocol::Http1,
-            connect_timeout: Duration::from_secs(1),
-            read_timeout: Duration::from_secs(1),
-            idle_timeout: Duration::from_secs(1),
-            max_idle_per_endpoint: 1,
-        })
+        Cluster::new(
+            &ClusterConfig {
+                name: "t".into(),
+                endpoints: (0..n)
+                    .map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i)))
+                    .collect(),
+                lb,
+                protocol: UpstreamProtocol::Http1,
+                connect_timeout: Duration::from_secs(1),
+                read_timeout: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(1),
+                max_idle_per_endpoint: 1,
+            },
+            &crate::metrics::Metrics::new(),
+        )
     }
 
     #[tokio::test]

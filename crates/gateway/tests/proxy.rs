@@ -283,3 +283,68 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         "shutdown completed within the grace period"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_upstream_cluster_and_least_request() {
+    let fx = start("protocol = \"h2c\"\nlb = \"least_request\"", "").await;
+    let out = stdout(&run(curl(&fx, &["--http1.1", &fx.url("/headers")])).await);
+    assert!(out.contains("\"via\": \"1.1 rampart\""), "{out}");
+    let body = stdout(&run(curl(&fx, &["--data-binary", "over h2c", &fx.url("/echo")])).await);
+    assert_eq!(body, "over h2c");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_log_writes_one_json_line_per_request() {
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let log = dir.path().join("access.log");
+    let text = config_text(&[upstream], "", "").replace(
+        "access_log = \"off\"",
+        &format!("access_log = \"{}\"", log.display()),
+    );
+    let fx = start_with(&text, dir, upstream, None).await;
+    let _ = run(curl(
+        &fx,
+        &[
+            "--http1.1",
+            "-H",
+            "X-Request-Id: log-me",
+            "--data-binary",
+            "12345",
+            &fx.url("/echo"),
+        ],
+    ))
+    .await;
+    let _ = run(curl(&fx, &["--http2", &fx.url("/bytes/10")])).await;
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(first["request_id"], "log-me");
+    assert_eq!(first["status"], 200);
+    assert_eq!(first["bytes_in"], 5);
+    assert_eq!(first["bytes_out"], 5);
+    assert_eq!(first["sni"], "localhost");
+    assert_eq!(first["tls_version"], "TLSv1.3");
+    assert_eq!(first["protocol"], "http/1.1");
+    assert_eq!(first["upstream"], upstream.to_string());
+    assert_eq!(first["route"], "*/");
+    assert!(first["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+    let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    assert_eq!(second["protocol"], "h2");
+    assert_eq!(second["bytes_out"], 10);
+    assert!(second["duration_ms"].as_f64().unwrap() >= 0.0);
+}

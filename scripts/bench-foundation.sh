@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The foundation benchmark: rampart (inline and threads engines) vs Debian nginx, in one run.
+# Gateway/nginx pinned to CPU 0; load generator and upstream pinned to CPU 1. Each load run is
+# bounded by DURATION. Prints a markdown table and leaves raw JSON in $OUT.
+#
+#   scripts/bench-foundation.sh            # DURATION=10s CONC=32 by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-10s}
+CONC=${CONC:-32}
+OUT=${OUT:-target/bench-foundation}
+BIN=./target/release/rampart
+[ -x "$BIN" ] || cargo build --release -p rampart
+command -v nginx >/dev/null || { echo "nginx not installed (WITH_BENCH_TOOLS=1 scripts/install-deps.sh)"; exit 1; }
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+CERTS="$OUT/certs"
+mkdir -p "$CERTS"
+if [ ! -f "$CERTS/rsa.crt" ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$CERTS/rsa.key" -out "$CERTS/rsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$CERTS/ecdsa.key" -out "$CERTS/ecdsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
+fi
+
+UP_PORT=18080; GW_PORT=18443; NGX_PORT=18444
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP_PORT 2>/dev/null &
+pids+=($!)
+
+rampart_config() { # $1 = engine
+  cat > "$OUT/rampart-$1.toml" <<CFG
+[server]
+worker_threads = 1
+access_log = "off"
+[admin]
+listen = "127.0.0.1:19901"
+[key_engine]
+engines = ["$1"]
+threads = 1
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:$GW_PORT"
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "$CERTS/rsa.crt", key = "$CERTS/rsa.key" }
+ecdsa = { cert = "$CERTS/ecdsa.crt", key = "$CERTS/ecdsa.key" }
+[[routes]]
+cluster = "up"
+[[clusters]]
+name = "up"
+endpoints = ["127.0.0.1:$UP_PORT"]
+CFG
+}
+
+cat > "$OUT/nginx.conf" <<CFG
+worker_processes 1;
+daemon off;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGX_PORT ssl http2;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_certificate $CERTS/rsa.crt;
+    ssl_certificate_key $CERTS/rsa.key;
+    ssl_certificate $CERTS/ecdsa.crt;
+    ssl_certificate_key $CERTS/ecdsa.key;
+    ssl_session_tickets on;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CFG
+
+wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
+
+bench() { # $1=label $2=pid $3=port, rest = bench args
+  local label=$1 pid=$2 port=$3; shift 3
+  taskset -c 1 "$BIN" bench "$@" --url "https://localhost:$port/bytes/100" --concurrency "$CONC" \
+    --duration "$DURATION" --server-pid "$pid" --json > "$OUT/$label.json"
+  echo "$label: $(cat "$OUT/$label.json")" >&2
+}
+
+run_suite() { # $1=server label $2=pid $3=port
+  bench "$1-rsa-handshake" "$2" "$3" https-handshake --sigalgs rsa_pss_rsae_sha256
+  bench "$1-ecdsa-handshake" "$2" "$3" https-handshake --sigalgs ecdsa_secp256r1_sha256
+  bench "$1-rsa-resumed" "$2" "$3" https-handshake --resume --sigalgs rsa_pss_rsae_sha256
+  bench "$1-requests-h1" "$2" "$3" https-requests --http h1
+  bench "$1-requests-h2" "$2" "$3" https-requests --http h2
+}
+
+for engine in inline threads; do
+  rampart_config $engine
+  taskset -c 0 "$BIN" run --config "$OUT/rampart-$engine.toml" 2>"$OUT/rampart-$engine.log" &
+  pid=$!; pids+=($pid)
+  wait_port $GW_PORT
+  run_suite "rampart-$engine" $pid $GW_PORT
+  kill $pid; wait $pid 2>/dev/null || true
+done
+
+taskset -c 0 nginx -c "$OUT/nginx.conf" -p "$OUT" 2>"$OUT/nginx-stderr.log" &
+npid=$!; pids+=($npid)
+wait_port $NGX_PORT
+# Measure the worker process (the master does no request work).
+sleep 0.3
+wpid=$(pgrep -P $npid | head -1)
+run_suite nginx "$wpid" $NGX_PORT
+
+python3 - "$OUT" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+rows = [("TLS 1.3 full handshake, RSA-2048", "rsa-handshake"),
+        ("TLS 1.3 full handshake, ECDSA P-256", "ecdsa-handshake"),
+        ("TLS 1.3 resumed (ticket), RSA cert", "rsa-resumed"),
+        ("keep-alive proxied request, HTTP/1.1", "requests-h1"),
+        ("keep-alive proxied request, HTTP/2", "requests-h2")]
+servers = ["rampart-inline", "rampart-threads", "nginx"]
+print("| operation | " + " | ".join(f"{s} ops/s | {s} CPU µs/op" for s in servers) + " | inline/nginx CPU | threads/nginx CPU |")
+print("|---|" + "---|---|" * len(servers) + "---|---|")
+for title, key in rows:
+    cells, cpu = [], {}
+    for s in servers:
+        j = json.load(open(os.path.join(out, f"{s}-{key}.json")))
+        cpu[s] = j["server_cpu_us_per_op"]
+        err = f" ({j['errors']} err)" if j["errors"] else ""
+        cells += [f"{j['rate_per_sec']:.0f}{err}", f"{cpu[s]:.1f}"]
+    print(f"| {title} | " + " | ".join(cells) + f" | {cpu['rampart-inline']/cpu['nginx']:.2f} | {cpu['rampart-threads']/cpu['nginx']:.2f} |")
+PY
