@@ -1,6 +1,7 @@
 //! Body wrappers: request bodies streamed upstream under a size limit, and response bodies
 //! that count bytes and finish the access-log record when the response ends.
 
+use crate::upstream::PooledConn;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
@@ -24,6 +25,10 @@ pub enum RequestBodyError {
 pub struct BodyProgress {
     pub bytes: AtomicU64,
     pub too_large: AtomicBool,
+    /// The client's body stream, parked here when the limit tripped, so the handler can read
+    /// and discard a little more of it before answering 413 (a client still uploading would
+    /// otherwise see its connection reset instead of the response).
+    pub overflow: std::sync::Mutex<Option<Incoming>>,
 }
 
 /// A client's request body on its way upstream: streamed, counted, limited.
@@ -79,7 +84,9 @@ impl Body for RequestBody {
                     this.progress.bytes.store(this.seen, Ordering::Relaxed);
                     if this.seen > this.limit {
                         this.progress.too_large.store(true, Ordering::Relaxed);
-                        this.inner = None;
+                        if let Ok(mut slot) = this.progress.overflow.lock() {
+                            *slot = this.inner.take();
+                        }
                         return Poll::Ready(Some(Err(RequestBodyError::TooLarge(this.limit))));
                     }
                 }
@@ -120,14 +127,20 @@ pub struct ResponseBody {
     source: Source,
     bytes: u64,
     on_done: Option<Box<dyn OnResponseDone>>,
+    /// The upstream connection, returned to its pool once this body has been read to its end.
+    conn: Option<PooledConn>,
+    /// A request body kept alive (unread) until this response is done.
+    _held: Option<RequestBody>,
 }
 
 impl ResponseBody {
-    pub fn upstream(b: Incoming) -> Self {
+    pub fn upstream(b: Incoming, conn: Option<PooledConn>) -> Self {
         ResponseBody {
             source: Source::Upstream(b),
             bytes: 0,
             on_done: None,
+            conn,
+            _held: None,
         }
     }
 
@@ -136,7 +149,15 @@ impl ResponseBody {
             source: Source::Local(Full::new(b.into())),
             bytes: 0,
             on_done: None,
+            conn: None,
+            _held: None,
         }
+    }
+
+    /// Keeps `body` alive until this response body is finished or dropped.
+    pub fn holding(mut self, body: Option<RequestBody>) -> Self {
+        self._held = body;
+        self
     }
 
     pub fn on_done(mut self, f: Box<dyn OnResponseDone>) -> Self {
@@ -145,6 +166,13 @@ impl ResponseBody {
     }
 
     fn finish(&mut self, complete: bool) {
+        // An upstream body read to its end leaves the connection reusable; one abandoned
+        // midway is closed by dropping it.
+        if let Some(c) = self.conn.take() {
+            if complete || self.is_end_stream() {
+                c.release();
+            }
+        }
         if let Some(f) = self.on_done.take() {
             f.done(self.bytes, complete);
         }

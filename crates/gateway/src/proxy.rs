@@ -234,10 +234,11 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared_len.is_some_and(|n| n > limits.max_body_bytes) {
-        return Err((
-            None,
-            local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"),
-        ));
+        let body = RequestBody::new(req.into_body(), u64::MAX, progress.clone());
+        let unread = discard_body(body).await;
+        let (parts, body) =
+            local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_parts();
+        return Err((None, Response::from_parts(parts, body.holding(unread))));
     }
 
     // Phase: route.
@@ -291,17 +292,27 @@ async fn forward(
     let result = cluster.send(req).await;
     let upstream_time = sent.elapsed();
     let metrics = &shared.metrics;
-    let (resp, endpoint) = match result {
+    let exchange = match result {
         Ok(r) => r,
-        Err(e) => {
+        Err(failure) => {
+            let e = failure.error;
             metrics
                 .upstream_errors
                 .with_label_values(&[&cluster.name, e.kind()])
                 .inc();
             if progress.too_large.load(Ordering::Relaxed) {
+                let parked = progress.overflow.lock().ok().and_then(|mut s| s.take());
+                let unread = match parked {
+                    Some(b) => {
+                        discard_body(RequestBody::new(b, u64::MAX, Default::default())).await
+                    }
+                    None => None,
+                };
+                let (parts, body) =
+                    local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_parts();
                 return Err((
                     route_name,
-                    local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"),
+                    Response::from_parts(parts, body.holding(unread)),
                 ));
             }
             tracing::debug!(cluster = %cluster.name, error = %e, "upstream failed");
@@ -316,25 +327,57 @@ async fn forward(
                     local(StatusCode::BAD_GATEWAY, "upstream exchange failed\n")
                 }
             };
-            return Err((route_name, resp));
+            // Read and discard a small unread request body first (as nginx does): answering
+            // an HTTP/2 stream whose upload is unfinished ends it with RST_STREAM, which some
+            // clients report as an error instead of reading the response. A larger body is
+            // held until the response is written, then dropped.
+            let unread = match failure.unsent_body {
+                Some(b) => discard_body(b).await,
+                None => None,
+            };
+            let (parts, body) = resp.into_parts();
+            let body = body.holding(unread);
+            return Err((route_name, Response::from_parts(parts, body)));
         }
     };
     cluster
         .response_seconds
         .observe(upstream_time.as_secs_f64());
-    rec.upstream = Some(endpoint);
+    rec.upstream = Some(exchange.endpoint);
 
     // Phase: respond.
-    let (mut parts, body) = resp.into_parts();
+    let (mut parts, body) = exchange.response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     if let Ok(v) = HeaderValue::from_str(&via) {
         parts.headers.append(header::VIA, v);
     }
     Ok((
         route_name,
-        Response::from_parts(parts, ResponseBody::upstream(body)),
+        Response::from_parts(parts, ResponseBody::upstream(body, exchange.conn)),
         upstream_time,
     ))
+}
+
+/// Reads and drops up to 64 KiB of a request body for at most one second. Returns the body
+/// if it did not end within those bounds.
+async fn discard_body(mut body: RequestBody) -> Option<RequestBody> {
+    use http_body_util::BodyExt;
+    const MAX: usize = 64 * 1024;
+    let drained = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let mut seen = 0;
+        while seen <= MAX {
+            match body.frame().await {
+                Some(Ok(f)) => seen += f.data_ref().map_or(0, |d| d.len()),
+                Some(Err(_)) | None => return true,
+            }
+        }
+        false
+    })
+    .await;
+    match drained {
+        Ok(true) => None,
+        _ => Some(body),
+    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,21 @@
 //! Upstream clusters: endpoints, load balancing, keep-alive pools and timeouts.
+//!
+//! Each worker owns its clusters, so pools are per worker (like nginx's per-worker keepalive
+//! cache) and a checkout never contends with another thread. HTTP/1.1 connections return to
+//! their endpoint's idle stack when the response body has been read to its end; an h2c
+//! endpoint keeps one multiplexed connection.
 
 use crate::body::RequestBody;
 use crate::config::{ClusterConfig, LbPolicy, UpstreamProtocol};
-use http::{Request, Response, Uri, Version};
+use http::{Request, Response, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
 
 /// Why an upstream exchange failed; the proxy maps each to a status.
 #[derive(Debug, thiserror::Error)]
@@ -32,22 +38,61 @@ impl UpstreamError {
     }
 }
 
+struct Idle {
+    sender: http1::SendRequest<RequestBody>,
+    since: Instant,
+}
+
 struct Endpoint {
     addr: SocketAddr,
-    authority: String,
     in_flight: AtomicUsize,
+    idle: Mutex<Vec<Idle>>,
+    h2: Mutex<Option<http2::SendRequest<RequestBody>>>,
+    max_idle: usize,
+    idle_timeout: Duration,
+}
+
+/// An HTTP/1.1 upstream connection lent to one exchange; give it back with [`release`]
+/// once the response body has ended, or drop it to close the connection.
+///
+/// [`release`]: PooledConn::release
+pub struct PooledConn {
+    endpoint: Arc<Endpoint>,
+    sender: http1::SendRequest<RequestBody>,
+}
+
+impl PooledConn {
+    pub fn release(self) {
+        if self.sender.is_closed() {
+            return;
+        }
+        let mut idle = self.endpoint.idle.lock().expect("pool lock");
+        if idle.len() < self.endpoint.max_idle {
+            idle.push(Idle {
+                sender: self.sender,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+/// A response from upstream, with the connection to release when its body ends.
+pub struct Exchange {
+    pub response: Response<Incoming>,
+    pub endpoint: SocketAddr,
+    pub conn: Option<PooledConn>,
 }
 
 pub struct Cluster {
     pub name: String,
     /// This cluster's series of `rampart_upstream_response_duration_seconds`.
     pub response_seconds: prometheus::Histogram,
-    endpoints: Vec<Endpoint>,
+    endpoints: Vec<Arc<Endpoint>>,
     lb: LbPolicy,
     next: AtomicUsize,
-    client: Client<HttpConnector, RequestBody>,
+    connect_timeout: Duration,
     read_timeout: Duration,
-    version: Version,
+    protocol: UpstreamProtocol,
 }
 
 /// Decrements an endpoint's in-flight count when the exchange ends.
@@ -58,126 +103,295 @@ impl Drop for InFlight<'_> {
     }
 }
 
+fn describe(e: &hyper::Error) -> String {
+    use std::error::Error;
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg = format!("{msg}: {s}");
+        src = s.source();
+    }
+    msg
+}
+
 impl Cluster {
     pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(cfg.connect_timeout));
-        connector.enforce_http(true);
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_idle_timeout(cfg.idle_timeout)
-            .pool_max_idle_per_host(cfg.max_idle_per_endpoint)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new());
-        if cfg.protocol == UpstreamProtocol::H2c {
-            builder.http2_only(true);
-        }
         Cluster {
             name: cfg.name.clone(),
             response_seconds: metrics.upstream_seconds.with_label_values(&[&cfg.name]),
             endpoints: cfg
                 .endpoints
                 .iter()
-                .map(|a| Endpoint {
-                    addr: *a,
-                    authority: a.to_string(),
-                    in_flight: AtomicUsize::new(0),
+                .map(|a| {
+                    Arc::new(Endpoint {
+                        addr: *a,
+                        in_flight: AtomicUsize::new(0),
+                        idle: Mutex::new(Vec::new()),
+                        h2: Mutex::new(None),
+                        max_idle: cfg.max_idle_per_endpoint,
+                        idle_timeout: cfg.idle_timeout,
+                    })
                 })
                 .collect(),
             lb: cfg.lb,
             next: AtomicUsize::new(0),
-            client: builder.build(connector),
+            connect_timeout: cfg.connect_timeout,
             read_timeout: cfg.read_timeout,
-            version: match cfg.protocol {
-                UpstreamProtocol::Http1 => Version::HTTP_11,
-                UpstreamProtocol::H2c => Version::HTTP_2,
-            },
+            protocol: cfg.protocol,
         }
     }
 
     /// Picks an endpoint index, avoiding `exclude` when there is another.
     fn pick(&self, exclude: Option<usize>) -> usize {
         let n = self.endpoints.len();
-        let candidates = (0..n).filter(|i| Some(*i) != exclude || n == 1);
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let candidates = (0..n)
+            .map(|k| (start + k) % n)
+            .filter(|i| Some(*i) != exclude || n == 1);
         match self.lb {
-            LbPolicy::RoundRobin => {
-                let start = self.next.fetch_add(1, Ordering::Relaxed);
-                (0..n)
-                    .map(|k| (start + k) % n)
-                    .find(|i| Some(*i) != exclude || n == 1)
-                    .unwrap_or(0)
-            }
-            LbPolicy::LeastRequest => {
-                // Least in flight; ties broken by rotating start so load spreads.
-                let start = self.next.fetch_add(1, Ordering::Relaxed);
-                candidates
-                    .min_by_key(|i| {
-                        (
-                            self.endpoints[*i].in_flight.load(Ordering::Relaxed),
-                            (i + n - start % n) % n,
-                        )
-                    })
-                    .unwrap_or(0)
-            }
+            LbPolicy::RoundRobin => candidates.take(1).next().unwrap_or(0),
+            // Least in flight; ties go to the first in rotation so load spreads.
+            LbPolicy::LeastRequest => candidates
+                .enumerate()
+                .min_by_key(|(rank, i)| {
+                    (self.endpoints[*i].in_flight.load(Ordering::Relaxed), *rank)
+                })
+                .map_or(0, |(_, i)| i),
         }
     }
 
-    /// Sends `req` (whose URI holds only path and query) to an endpoint. A connect failure of
-    /// a request that is idempotent and has no body is retried once on another endpoint.
-    pub async fn send(
-        &self,
-        req: Request<RequestBody>,
-    ) -> Result<(Response<Incoming>, SocketAddr), UpstreamError> {
-        let replay = (req.method().is_idempotent() && req.body().is_empty()).then(|| {
-            let mut r = Request::new(());
-            *r.method_mut() = req.method().clone();
-            *r.uri_mut() = req.uri().clone();
-            *r.headers_mut() = req.headers().clone();
-            r
-        });
+    /// Sends `req` (origin-form target) to an endpoint. The connection is secured before the
+    /// request is handed over, so after a connect failure the request is intact: an idempotent
+    /// one is retried once on another endpoint, and otherwise its unread body comes back in
+    /// the error (the caller keeps it until its error response is written).
+    pub async fn send(&self, req: Request<RequestBody>) -> Result<Exchange, SendFailure> {
         let first = self.pick(None);
-        match self.send_to(first, req).await {
-            Err(UpstreamError::Connect(addr)) if self.endpoints.len() > 1 && replay.is_some() => {
-                tracing::debug!(cluster = %self.name, %addr, "connect failed; retrying on another endpoint");
+        let (idx, conn) = match self.acquire(&self.endpoints[first]).await {
+            Ok(c) => (first, c),
+            Err(e) if self.endpoints.len() > 1 && req.method().is_idempotent() => {
                 let second = self.pick(Some(first));
-                let req = replay.expect("checked").map(|()| RequestBody::empty());
-                self.send_to(second, req).await
+                tracing::debug!(cluster = %self.name, error = %e, "retrying on another endpoint");
+                match self.acquire(&self.endpoints[second]).await {
+                    Ok(c) => (second, c),
+                    Err(e) => return Err(SendFailure::with_body(e, req)),
+                }
             }
-            r => r,
-        }
-    }
-
-    async fn send_to(
-        &self,
-        idx: usize,
-        mut req: Request<RequestBody>,
-    ) -> Result<(Response<Incoming>, SocketAddr), UpstreamError> {
+            Err(e) => return Err(SendFailure::with_body(e, req)),
+        };
         let ep = &self.endpoints[idx];
-        let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        *req.uri_mut() = Uri::builder()
-            .scheme("http")
-            .authority(ep.authority.as_str())
-            .path_and_query(pq)
-            .build()
-            .map_err(|e| UpstreamError::Exchange(ep.addr, e.to_string()))?;
-        *req.version_mut() = self.version;
         ep.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&ep.in_flight);
-        match tokio::time::timeout(self.read_timeout, self.client.request(req)).await {
-            Err(_) => Err(UpstreamError::Timeout(ep.addr, self.read_timeout)),
-            Ok(Ok(resp)) => Ok((resp, ep.addr)),
-            Ok(Err(e)) if e.is_connect() => Err(UpstreamError::Connect(ep.addr)),
-            Ok(Err(e)) => {
-                use std::error::Error;
-                let mut msg = e.to_string();
-                let mut src = e.source();
-                while let Some(s) = src {
-                    msg = format!("{msg}: {s}");
-                    src = s.source();
-                }
-                Err(UpstreamError::Exchange(ep.addr, msg))
+        match tokio::time::timeout(self.read_timeout, self.exchange(ep, conn, req)).await {
+            Err(_) => Err(UpstreamError::Timeout(ep.addr, self.read_timeout).into()),
+            Ok(r) => r,
+        }
+    }
+
+    /// A connection to `ep`: a pooled one if any is open, else a new one.
+    async fn acquire(&self, ep: &Endpoint) -> Result<Conn, UpstreamError> {
+        match self.protocol {
+            UpstreamProtocol::H2c => Ok(Conn::H2(self.h2_sender(ep).await?)),
+            UpstreamProtocol::Http1 => match self.checkout_h1(ep).await {
+                Some(s) => Ok(Conn::H1 {
+                    sender: s,
+                    reused: true,
+                }),
+                None => Ok(Conn::H1 {
+                    sender: self.new_h1(ep).await?,
+                    reused: false,
+                }),
+            },
+        }
+    }
+
+    async fn connect(&self, ep: &Endpoint) -> Result<TokioIo<TcpStream>, UpstreamError> {
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(ep.addr))
+            .await
+            .map_err(|_| UpstreamError::Connect(ep.addr))?
+            .map_err(|_| UpstreamError::Connect(ep.addr))?;
+        let _ = tcp.set_nodelay(true);
+        Ok(TokioIo::new(tcp))
+    }
+
+    /// An idle pooled HTTP/1.1 connection that is still open, if any.
+    async fn checkout_h1(&self, ep: &Endpoint) -> Option<http1::SendRequest<RequestBody>> {
+        loop {
+            let idle = ep.idle.lock().expect("pool lock").pop()?;
+            if idle.sender.is_closed() || idle.since.elapsed() > ep.idle_timeout {
+                continue;
             }
+            let mut sender = idle.sender;
+            // Released only after the previous body ended, so this resolves at once unless
+            // the connection broke meanwhile.
+            if sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    async fn new_h1(
+        &self,
+        ep: &Endpoint,
+    ) -> Result<http1::SendRequest<RequestBody>, UpstreamError> {
+        let io = self.connect(ep).await?;
+        let (sender, conn) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|e| UpstreamError::Exchange(ep.addr, describe(&e)))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    async fn h2_sender(
+        &self,
+        ep: &Endpoint,
+    ) -> Result<http2::SendRequest<RequestBody>, UpstreamError> {
+        if let Some(s) = ep
+            .h2
+            .lock()
+            .expect("pool lock")
+            .as_ref()
+            .filter(|s| !s.is_closed())
+        {
+            return Ok(s.clone());
+        }
+        let io = self.connect(ep).await?;
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(io)
+            .await
+            .map_err(|e| UpstreamError::Exchange(ep.addr, describe(&e)))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        *ep.h2.lock().expect("pool lock") = Some(sender.clone());
+        Ok(sender)
+    }
+
+    async fn exchange(
+        &self,
+        ep: &Arc<Endpoint>,
+        conn: Conn,
+        mut req: Request<RequestBody>,
+    ) -> Result<Exchange, SendFailure> {
+        let addr = ep.addr;
+        // Clients speaking HTTP/2 send an absolute URI; HTTP/1.1 upstreams get origin-form.
+        let pq = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+        match conn {
+            Conn::H2(mut sender) => {
+                *req.version_mut() = Version::HTTP_2;
+                // HTTP/2 carries the target as :scheme/:authority/:path; the authority is the
+                // client's Host (kept end to end), else the endpoint.
+                let authority = req
+                    .headers()
+                    .get(http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map_or_else(|| addr.to_string(), str::to_string);
+                let uri = http::Uri::builder()
+                    .scheme("http")
+                    .authority(authority.as_str())
+                    .path_and_query(pq)
+                    .build();
+                match uri {
+                    Ok(u) => *req.uri_mut() = u,
+                    Err(e) => {
+                        return Err(SendFailure::with_body(
+                            UpstreamError::Exchange(addr, e.to_string()),
+                            req,
+                        ))
+                    }
+                }
+                req.headers_mut().remove(http::header::HOST);
+                if let Err(e) = sender.ready().await {
+                    return Err(SendFailure::with_body(
+                        UpstreamError::Exchange(addr, describe(&e)),
+                        req,
+                    ));
+                }
+                let response = sender
+                    .send_request(req)
+                    .await
+                    .map_err(|e| exchange_error(addr, &e))?;
+                Ok(Exchange {
+                    response,
+                    endpoint: addr,
+                    conn: None,
+                })
+            }
+            Conn::H1 { mut sender, reused } => {
+                *req.version_mut() = Version::HTTP_11;
+                if req.uri().scheme().is_some() {
+                    *req.uri_mut() = http::Uri::from(pq);
+                }
+                let response = match sender.try_send_request(req).await {
+                    Ok(r) => r,
+                    // A pooled connection the upstream closed just now hands the unsent request
+                    // back: send it on a fresh connection.
+                    Err(mut e) if reused && e.message().is_some() => {
+                        let req = e.take_message().expect("checked");
+                        sender = match self.new_h1(ep).await {
+                            Ok(s) => s,
+                            Err(err) => return Err(SendFailure::with_body(err, req)),
+                        };
+                        sender
+                            .send_request(req)
+                            .await
+                            .map_err(|e| exchange_error(addr, &e))?
+                    }
+                    Err(e) => return Err(exchange_error(addr, e.error())),
+                };
+                let conn = Some(PooledConn {
+                    endpoint: ep.clone(),
+                    sender,
+                });
+                Ok(Exchange {
+                    response,
+                    endpoint: addr,
+                    conn,
+                })
+            }
+        }
+    }
+}
+
+enum Conn {
+    H1 {
+        sender: http1::SendRequest<RequestBody>,
+        reused: bool,
+    },
+    H2(http2::SendRequest<RequestBody>),
+}
+
+fn exchange_error(addr: SocketAddr, e: &hyper::Error) -> SendFailure {
+    UpstreamError::Exchange(addr, describe(e)).into()
+}
+
+/// A failed send: the error and, when the request never left, its unread body.
+pub struct SendFailure {
+    pub error: UpstreamError,
+    pub unsent_body: Option<RequestBody>,
+}
+
+impl SendFailure {
+    fn with_body(error: UpstreamError, req: Request<RequestBody>) -> Self {
+        SendFailure {
+            error,
+            unsent_body: Some(req.into_body()),
+        }
+    }
+}
+
+impl From<UpstreamError> for SendFailure {
+    fn from(error: UpstreamError) -> Self {
+        SendFailure {
+            error,
+            unsent_body: None,
         }
     }
 }
