@@ -218,6 +218,9 @@ pub struct LimitsConfig {
     pub idle_timeout: Duration,
     /// Concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// Open client connections on this listener (all workers); beyond it new connections are
+    /// closed at once and counted, so overload sheds instead of stalling everyone.
+    pub max_connections: usize,
 }
 
 impl Default for LimitsConfig {
@@ -228,6 +231,7 @@ impl Default for LimitsConfig {
             max_body_bytes: 1 << 30,
             idle_timeout: Duration::from_secs(60),
             max_concurrent_streams: 256,
+            max_connections: 100_000,
         }
     }
 }

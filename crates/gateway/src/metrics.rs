@@ -14,6 +14,7 @@ pub struct Metrics {
     pub upstream_seconds: HistogramVec,
     pub upstream_errors: IntCounterVec,
     pub open_connections: IntGaugeVec,
+    pub rejected_connections: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -83,6 +84,14 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            rejected_connections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_connections_rejected_total",
+                    "Connections closed at accept because the listener was at max_connections",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             registry,
         };
         for c in [
@@ -90,6 +99,7 @@ impl Metrics {
             &m.handshake_errors,
             &m.requests,
             &m.upstream_errors,
+            &m.rejected_connections,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
@@ -131,5 +141,44 @@ impl GaugeGuard {
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric the README documents is registered (a vector without series renders
+    /// nothing, so each gets one here).
+    #[test]
+    fn every_documented_metric_is_registered() {
+        let m = Metrics::new();
+        m.handshakes
+            .with_label_values(&["l", "tcp", "v", "c", "s", "r"])
+            .inc();
+        m.handshake_errors.with_label_values(&["l", "tls"]).inc();
+        m.handshake_seconds
+            .with_label_values(&["l", "tcp", "false"])
+            .observe(0.1);
+        m.requests.with_label_values(&["r", "200"]).inc();
+        m.upstream_seconds.with_label_values(&["c"]).observe(0.1);
+        m.upstream_errors.with_label_values(&["c", "connect"]).inc();
+        m.open_connections.with_label_values(&["l"]).inc();
+        m.rejected_connections.with_label_values(&["l"]).inc();
+        let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
+        drop(engine);
+        let text = m.render();
+        let readme = include_str!("../../../README.md");
+        let documented: Vec<&str> = readme
+            .split('`')
+            .filter(|w| w.starts_with("rampart_") && !w.starts_with("rampart_keyengine"))
+            .collect();
+        assert!(documented.len() >= 8, "{documented:?}");
+        for name in documented {
+            assert!(
+                text.contains(name),
+                "{name} is documented but not registered"
+            );
+        }
     }
 }

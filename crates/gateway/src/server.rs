@@ -54,6 +54,20 @@ impl TcpListenerTask {
             };
             match accepted {
                 Ok((tcp, peer)) => {
+                    let shared = &self.shared;
+                    let open = shared
+                        .metrics
+                        .open_connections
+                        .with_label_values(&[&shared.listener]);
+                    if open.get() >= shared.limits.max_connections as i64 {
+                        shared
+                            .metrics
+                            .rejected_connections
+                            .with_label_values(&[&shared.listener])
+                            .inc();
+                        drop(tcp);
+                        continue;
+                    }
                     let _ = tcp.set_nodelay(true);
                     tokio::spawn(serve_connection(
                         tcp,

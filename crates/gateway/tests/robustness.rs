@@ -161,3 +161,38 @@ async fn corrupted_rsa_signature_fails_the_handshake_and_is_counted() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_shed_at_once() {
+    let fx = start("", "[listeners.limits]\nmax_connections = 4").await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(fx.addr()).await.unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric_sum(&fx.gw().metrics.render(), "rampart_open_connections", &[]) < 4.0 {
+        assert!(Instant::now() < deadline, "connections not accepted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The fifth is closed without a handshake.
+    let mut extra = TcpStream::connect(fx.addr()).await.unwrap();
+    let mut buf = [0u8; 1];
+    let r = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf)).await;
+    assert!(
+        matches!(r, Ok(Ok(0)) | Ok(Err(_))),
+        "shed connection is closed promptly: {r:?}"
+    );
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_connections_rejected_total", &[]),
+        1.0
+    );
+    // Capacity returns when connections close.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric_sum(&fx.gw().metrics.render(), "rampart_open_connections", &[]) > 0.0 {
+        assert!(Instant::now() < deadline, "connections not released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(curl_ok(&fx).await);
+}

@@ -84,4 +84,25 @@ mod tests {
         assert!(!can_use_ecdsa(Some(&sig), Some(&v13), &rsa_suites, false));
         assert!(can_use_ecdsa(Some(&sig), None, &[0xC0, 0x2B], false));
     }
+
+    /// Deterministic random inputs through every parser (the cargo-fuzz target
+    /// `fuzz/fuzz_targets/client_hello.rs` explores further): no input may panic.
+    #[test]
+    fn random_inputs_never_panic() {
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 64) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let cut = (next() as usize) % (len + 1);
+            let (a, b) = bytes.split_at(cut);
+            let _ = can_use_ecdsa(Some(a), Some(b), &bytes, true);
+            let _ = offers_ecdhe_ecdsa_suite(a);
+        }
+    }
 }
