@@ -95,57 +95,24 @@ async fn header_and_body_limits_give_431_and_413() {
     )
     .await;
     let big = format!("X-Big: {}", "a".repeat(4000));
+    let many: Vec<String> = (0..30).map(|i| format!("X-H{i}: v")).collect();
+    let body = "b".repeat(5000);
     for http in ["--http1.1", "--http2"] {
-        let out = stdout(
-            &run(curl(
-                &fx,
-                &[
-                    http,
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "-H",
-                    &big,
-                    &fx.url("/"),
-                ],
-            ))
-            .await,
+        let url = fx.url("/");
+        assert_eq!(
+            curl_status(&fx, &[http, "-H", &big, &url]).await,
+            "431",
+            "{http} header bytes"
         );
-        assert_eq!(out, "431", "{http} header bytes");
-        let mut args: Vec<String> = vec![
-            http.into(),
-            "-o".into(),
-            "/dev/null".into(),
-            "-w".into(),
-            "%{http_code}".into(),
-        ];
-        for i in 0..30 {
-            args.push("-H".into());
-            args.push(format!("X-H{i}: v"));
+        let mut args = vec![http];
+        for h in &many {
+            args.extend(["-H", h.as_str()]);
         }
-        args.push(fx.url("/"));
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = stdout(&run(curl(&fx, &argv)).await);
-        assert_eq!(out, "431", "{http} header count");
-        let body = "b".repeat(5000);
-        let out = stdout(
-            &run(curl(
-                &fx,
-                &[
-                    http,
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "--data-binary",
-                    &body,
-                    &fx.url("/echo"),
-                ],
-            ))
-            .await,
-        );
-        assert_eq!(out, "413", "{http} content-length over limit");
+        args.push(&url);
+        assert_eq!(curl_status(&fx, &args).await, "431", "{http} header count");
+        let echo = fx.url("/echo");
+        let code = curl_status(&fx, &[http, "--data-binary", &body, &echo]).await;
+        assert_eq!(code, "413", "{http} content-length over limit");
     }
     // Chunked (no content-length): the limit trips while streaming.
     let body_file = fx.dir.path().join("body");

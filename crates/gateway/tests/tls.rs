@@ -83,38 +83,27 @@ async fn sni_selects_certificate_among_two_names() {
 async fn certificate_follows_client_signature_algorithms() {
     let fx = start("", "").await;
     for tls in ["-tls1_3", "-tls1_2"] {
-        let rsa = stdout(
-            &run(openssl_s_client(
-                &fx,
-                "localhost",
-                &[tls, "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256"],
-            ))
-            .await,
-        );
+        let rsa = s_client(
+            &fx,
+            "localhost",
+            &[tls, "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256"],
+        )
+        .await;
         assert_eq!(
             presented_key_type(&rsa),
             "RSA",
             "{tls} RSA-only client:\n{rsa}"
         );
-        let ec = stdout(
-            &run(openssl_s_client(
-                &fx,
-                "localhost",
-                &[tls, "-sigalgs", "ECDSA+SHA256"],
-            ))
-            .await,
-        );
+        let ec = s_client(&fx, "localhost", &[tls, "-sigalgs", "ECDSA+SHA256"]).await;
         assert_eq!(presented_key_type(&ec), "EC", "{tls} ECDSA client:\n{ec}");
     }
     // A TLS 1.2 client that offers ECDSA signatures but only RSA suites must get RSA.
-    let out = stdout(
-        &run(openssl_s_client(
-            &fx,
-            "localhost",
-            &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
-        ))
-        .await,
-    );
+    let out = s_client(
+        &fx,
+        "localhost",
+        &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
+    )
+    .await;
     assert_eq!(presented_key_type(&out), "RSA", "{out}");
     let m = fx.gw().metrics.render();
     assert!(
@@ -175,28 +164,14 @@ async fn session_tickets_resume_and_survive_one_rotation() {
     let before = fx.gw().metrics.render();
     let keys = fx.gw().listener_tickets("https").unwrap();
     keys.rotate();
-    let after_one = stdout(
-        &run(openssl_s_client(
-            &fx,
-            "localhost",
-            &["-tls1_2", "-sess_in", sess_s],
-        ))
-        .await,
-    );
+    let after_one = s_client(&fx, "localhost", &["-tls1_2", "-sess_in", sess_s]).await;
     assert!(
         after_one.contains("Reused,"),
         "previous key still decrypts:\n{after_one}"
     );
     keys.rotate();
     keys.rotate();
-    let after_three = stdout(
-        &run(openssl_s_client(
-            &fx,
-            "localhost",
-            &["-tls1_2", "-sess_in", sess_s],
-        ))
-        .await,
-    );
+    let after_three = s_client(&fx, "localhost", &["-tls1_2", "-sess_in", sess_s]).await;
     assert!(
         after_three.contains("New,"),
         "a retired key no longer decrypts:\n{after_three}"

@@ -149,6 +149,18 @@ pub fn curl(fx: &Fixture, args: &[&str]) -> Command {
     c
 }
 
+/// Runs curl against the fixture and returns only the HTTP status code ("000" if none).
+pub async fn curl_status(fx: &Fixture, args: &[&str]) -> String {
+    let mut all = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+    all.extend_from_slice(args);
+    stdout(&run(curl(fx, &all)).await)
+}
+
+/// `openssl s_client` output (stdout) against the fixture.
+pub async fn s_client(fx: &Fixture, servername: &str, extra: &[&str]) -> String {
+    stdout(&run(openssl_s_client(fx, servername, extra)).await)
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
