@@ -8,10 +8,19 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-fn respond(req: &Request<Incoming>, metrics: &Metrics, draining: bool) -> Response<Full<Bytes>> {
+/// Produces the `/metrics` text.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// `/metrics` renders `metrics`.
+pub fn render_metrics(metrics: Metrics) -> Render {
+    Arc::new(move || metrics.render())
+}
+
+fn respond(req: &Request<Incoming>, render: &Render, draining: bool) -> Response<Full<Bytes>> {
     let (status, ctype, body) = match req.uri().path() {
         "/healthz" if draining => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -19,11 +28,7 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, draining: bool) -> Respon
             "draining\n".to_string(),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        "/metrics" => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            metrics.render(),
-        ),
+        "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", render()),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
@@ -39,17 +44,17 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, draining: bool) -> Respon
     r
 }
 
-pub async fn run(listener: TcpListener, metrics: Metrics, mut stop: watch::Receiver<bool>) {
+pub async fn run(listener: TcpListener, render: Render, mut stop: watch::Receiver<bool>) {
     loop {
         let (tcp, _) = tokio::select! {
             r = listener.accept() => match r { Ok(c) => c, Err(_) => continue },
             _ = stop.wait_for(|s| *s) => return,
         };
-        let metrics = metrics.clone();
+        let render = render.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
-                let r = respond(&req, &metrics, *stop.borrow());
+                let r = respond(&req, &render, *stop.borrow());
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

@@ -88,6 +88,7 @@ impl Default for AdminConfig {
 pub enum EngineKind {
     Inline,
     Threads,
+    Remote,
 }
 
 impl EngineKind {
@@ -95,6 +96,7 @@ impl EngineKind {
         match self {
             EngineKind::Inline => "inline",
             EngineKind::Threads => "threads",
+            EngineKind::Remote => "remote",
         }
     }
 }
@@ -110,6 +112,53 @@ pub struct KeyEngineConfig {
     pub queue_capacity: usize,
     /// Pin a key kind to an engine: `rsa`, `ecdsa` → engine name.
     pub pin: PinConfig,
+    /// The `remote` engine: key servers speaking the keyless protocol.
+    pub remote: Option<RemoteEngineConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteEngineConfig {
+    /// Key servers, `host:port`.
+    pub servers: Vec<SocketAddr>,
+    /// Name the key servers' certificates must carry (also sent as SNI).
+    pub server_name: String,
+    /// PEM CA bundle that signed the key servers' certificates.
+    pub ca: PathBuf,
+    /// This gateway's client certificate and key (mutual TLS).
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// Connections kept to each server.
+    #[serde(default = "one")]
+    pub connections_per_server: usize,
+    /// Per-request deadline; past it the request is retried on another server.
+    #[serde(default = "default_remote_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// Health-check ping interval per connection.
+    #[serde(default = "default_ping_interval", deserialize_with = "duration")]
+    pub ping_interval: Duration,
+    /// Consecutive failures that open a server's circuit breaker.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// How long an open breaker keeps a server out before one trial request.
+    #[serde(default = "default_breaker_cooldown", deserialize_with = "duration")]
+    pub breaker_cooldown: Duration,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_remote_timeout() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_ping_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_breaker_failures() -> u32 {
+    3
+}
+fn default_breaker_cooldown() -> Duration {
+    Duration::from_secs(2)
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -126,6 +175,7 @@ impl Default for KeyEngineConfig {
             threads: 1,
             queue_capacity: 1024,
             pin: PinConfig::default(),
+            remote: None,
         }
     }
 }
@@ -200,8 +250,9 @@ pub struct CertificateConfig {
 pub struct CertKeyPair {
     /// PEM certificate chain, leaf first.
     pub cert: PathBuf,
-    /// PEM private key, loaded into the key engine (never into a TLS context).
-    pub key: PathBuf,
+    /// PEM private key, loaded into the key engine (never into a TLS context). Omit it when
+    /// the `remote` engine signs with keys held by key servers (the edge then holds none).
+    pub key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -322,34 +373,12 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: file.clone(),
-            path: String::new(),
-            line: None,
-            message: format!("cannot read: {e}"),
-        })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, &file, base)
+        load_file(path, Self::parse)
     }
 
     /// Parses and validates config text; relative paths resolve against `base_dir`.
     pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
-        let line_of = |span: Option<std::ops::Range<usize>>| {
-            span.map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
-        };
-        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
-            file: file.into(),
-            path: String::new(),
-            line: line_of(e.span()),
-            message: e.message().to_string(),
-        })?;
-        let mut cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
-            file: file.into(),
-            path: e.path().to_string(),
-            line: line_of(e.inner().span()),
-            message: e.inner().message().to_string(),
-        })?;
+        let mut cfg: Config = parse_toml(text, file)?;
         cfg.resolve_paths(base_dir);
         cfg.validate().map_err(|(path, message)| ConfigError {
             file: file.into(),
@@ -361,11 +390,16 @@ impl Config {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
+        if let Some(r) = &mut self.key_engine.remote {
+            for p in [&mut r.ca, &mut r.client_cert, &mut r.client_key] {
+                *p = base.join(&*p);
+            }
+        }
         for l in &mut self.listeners {
             for c in &mut l.certificates {
                 for pair in [&mut c.rsa, &mut c.ecdsa].into_iter().flatten() {
                     pair.cert = base.join(&pair.cert);
-                    pair.key = base.join(&pair.key);
+                    pair.key = pair.key.as_ref().map(|k| base.join(k));
                 }
             }
         }
@@ -383,7 +417,7 @@ impl Config {
         if ke.engines.is_empty() {
             return err(
                 "key_engine.engines".into(),
-                "at least one engine (\"inline\" or \"threads\")".into(),
+                "at least one engine (\"inline\", \"threads\" or \"remote\")".into(),
             );
         }
         for (field, pin) in [("rsa", ke.pin.rsa), ("ecdsa", ke.pin.ecdsa)] {
@@ -398,6 +432,39 @@ impl Config {
                     );
                 }
             }
+        }
+        match (&ke.remote, ke.engines.contains(&EngineKind::Remote)) {
+            (None, true) => {
+                return err(
+                    "key_engine.remote".into(),
+                    "a [key_engine.remote] table: \"remote\" is listed in key_engine.engines"
+                        .into(),
+                )
+            }
+            (Some(r), _) => {
+                if r.servers.is_empty() {
+                    return err(
+                        "key_engine.remote.servers".into(),
+                        "at least one key server".into(),
+                    );
+                }
+                for (f, path) in [
+                    ("ca", &r.ca),
+                    ("client_cert", &r.client_cert),
+                    ("client_key", &r.client_key),
+                ] {
+                    if !path.is_file() {
+                        return err(
+                            format!("key_engine.remote.{f}"),
+                            format!("file {} does not exist", path.display()),
+                        );
+                    }
+                }
+                if r.timeout.is_zero() || r.connections_per_server == 0 || r.breaker_failures == 0 {
+                    return err("key_engine.remote".into(), "timeout, connections_per_server and breaker_failures must be greater than zero".into());
+                }
+            }
+            (None, false) => {}
         }
         if ke.threads == 0 || ke.queue_capacity == 0 {
             return err(
@@ -451,7 +518,15 @@ impl Config {
                 }
                 for (kind, pair) in [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)] {
                     if let Some(pair) = pair {
-                        for (f, path) in [("cert", &pair.cert), ("key", &pair.key)] {
+                        if pair.key.is_none() && !ke.engines.contains(&EngineKind::Remote) {
+                            return err(
+                                format!("{cp}.{kind}.key"),
+                                "a private key file, unless key_engine.engines includes \"remote\""
+                                    .into(),
+                            );
+                        }
+                        let key = pair.key.iter().map(|k| ("key", k));
+                        for (f, path) in std::iter::once(("cert", &pair.cert)).chain(key) {
                             if !path.is_file() {
                                 return err(
                                     format!("{cp}.{kind}.{f}"),
@@ -546,6 +621,155 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Reads `path` and hands its text to `parse` with the file name and directory.
+fn load_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str, &str, &Path) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        path: String::new(),
+        line: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(&text, &file, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// TOML text into `T`, with errors naming the field path and line.
+fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T, ConfigError> {
+    let line_of = |span: Option<std::ops::Range<usize>>| {
+        span.map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
+        file: file.into(),
+        path: String::new(),
+        line: line_of(e.span()),
+        message: e.message().to_string(),
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
+        file: file.into(),
+        path: e.path().to_string(),
+        line: line_of(e.inner().span()),
+        message: e.inner().message().to_string(),
+    })
+}
+
+/// A key server's configuration (`rampart keyserver --config FILE`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyServerConfig {
+    pub keyserver: KeyServerSection,
+    #[serde(default = "keyserver_admin")]
+    pub admin: AdminConfig,
+    #[serde(default)]
+    pub key_engine: KeyEngineConfig,
+}
+
+fn keyserver_admin() -> AdminConfig {
+    AdminConfig {
+        listen: Some(SocketAddr::from(([127, 0, 0, 1], 9902))),
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyServerSection {
+    /// Where gateways connect (mutual TLS).
+    pub listen: SocketAddr,
+    /// This key server's certificate chain and its (transport) key.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CA bundle that gateways' client certificates must chain to.
+    pub client_ca: PathBuf,
+    /// Private keys served, as PEM files; requests name them by SKI.
+    pub keys: Vec<PathBuf>,
+    /// Requests one connection may have in flight; reading pauses beyond it.
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight_per_connection: usize,
+    #[serde(default = "default_ks_handshake", deserialize_with = "duration")]
+    pub handshake_timeout: Duration,
+    /// After SIGTERM, how long in-flight requests may finish.
+    #[serde(default = "default_ks_grace", deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+fn default_in_flight() -> usize {
+    1024
+}
+fn default_ks_handshake() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_ks_grace() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl KeyServerConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        load_file(path, Self::parse)
+    }
+
+    pub fn parse(text: &str, file: &str, base: &Path) -> Result<Self, ConfigError> {
+        let mut cfg: KeyServerConfig = parse_toml(text, file)?;
+        let k = &mut cfg.keyserver;
+        for p in [&mut k.cert, &mut k.key, &mut k.client_ca]
+            .into_iter()
+            .chain(k.keys.iter_mut())
+        {
+            *p = base.join(&*p);
+        }
+        let fail = |path: String, message: String| ConfigError {
+            file: file.into(),
+            path,
+            line: None,
+            message,
+        };
+        let k = &cfg.keyserver;
+        for (f, p) in [
+            ("cert", &k.cert),
+            ("key", &k.key),
+            ("client_ca", &k.client_ca),
+        ] {
+            if !p.is_file() {
+                return Err(fail(
+                    format!("keyserver.{f}"),
+                    format!("file {} does not exist", p.display()),
+                ));
+            }
+        }
+        if k.keys.is_empty() {
+            return Err(fail(
+                "keyserver.keys".into(),
+                "at least one private key file".into(),
+            ));
+        }
+        for (i, p) in k.keys.iter().enumerate() {
+            if !p.is_file() {
+                return Err(fail(
+                    format!("keyserver.keys[{i}]"),
+                    format!("file {} does not exist", p.display()),
+                ));
+            }
+        }
+        if cfg.key_engine.engines.contains(&EngineKind::Remote) || cfg.key_engine.engines.is_empty()
+        {
+            return Err(fail(
+                "key_engine.engines".into(),
+                "local engines only (\"inline\", \"threads\")".into(),
+            ));
+        }
+        if let Some(a) = cfg.admin.listen {
+            if !a.ip().is_loopback() {
+                return Err(fail(
+                    "admin.listen".into(),
+                    format!("{a} is not a loopback address"),
+                ));
+            }
+        }
+        Ok(cfg)
     }
 }
 

@@ -81,6 +81,92 @@ pub fn ensure_self_signed(
     Ok((cert_path, key_path))
 }
 
+/// A certificate authority for the key-server link (mutual TLS): `<stem>.crt`/`<stem>.key`.
+pub fn ensure_ca(dir: &Path, stem: &str, common_name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let cert_path = dir.join(format!("{stem}.crt"));
+    let key_path = dir.join(format!("{stem}.key"));
+    if cert_path.is_file() && key_path.is_file() {
+        return Ok((cert_path, key_path));
+    }
+    std::fs::create_dir_all(dir)?;
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
+    let mut name = X509Name::builder()?;
+    name.append_entry_by_nid(Nid::COMMONNAME, common_name)?;
+    let name = name.build();
+    let mut b = X509::builder()?;
+    b.set_version(2)?;
+    let mut serial = BigNum::new()?;
+    serial.rand(64, MsbOption::MAYBE_ZERO, false)?;
+    let serial = serial.to_asn1_integer()?;
+    b.set_serial_number(&serial)?;
+    b.set_subject_name(&name)?;
+    b.set_issuer_name(&name)?;
+    b.set_pubkey(&key)?;
+    let not_before = Asn1Time::days_from_now(0)?;
+    let not_after = Asn1Time::days_from_now(3650)?;
+    b.set_not_before(&not_before)?;
+    b.set_not_after(&not_after)?;
+    let bc = boring::x509::extension::BasicConstraints::new()
+        .critical()
+        .ca()
+        .build()?;
+    b.append_extension(&bc)?;
+    let ku = boring::x509::extension::KeyUsage::new()
+        .critical()
+        .key_cert_sign()
+        .crl_sign()
+        .build()?;
+    b.append_extension(&ku)?;
+    b.sign(&key, MessageDigest::sha256())?;
+    std::fs::write(&cert_path, b.build().to_pem()?)?;
+    write_private(&key_path, &key.private_key_to_pem_pkcs8()?)?;
+    Ok((cert_path, key_path))
+}
+
+/// A certificate for `names` (ECDSA P-256) signed by the CA at `ca_cert`/`ca_key`, for a key
+/// server (`names` = its DNS names) or a gateway's client identity.
+pub fn issue_signed(
+    dir: &Path,
+    stem: &str,
+    ca_cert: &Path,
+    ca_key: &Path,
+    names: &[&str],
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let cert_path = dir.join(format!("{stem}.crt"));
+    let key_path = dir.join(format!("{stem}.key"));
+    let ca = X509::from_pem(&std::fs::read(ca_cert)?)?;
+    let ca_pkey = PKey::private_key_from_pem(&std::fs::read(ca_key)?)?;
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
+    let mut name = X509Name::builder()?;
+    name.append_entry_by_nid(Nid::COMMONNAME, names[0])?;
+    let name = name.build();
+    let mut b = X509::builder()?;
+    b.set_version(2)?;
+    let mut serial = BigNum::new()?;
+    serial.rand(64, MsbOption::MAYBE_ZERO, false)?;
+    let serial = serial.to_asn1_integer()?;
+    b.set_serial_number(&serial)?;
+    b.set_subject_name(&name)?;
+    b.set_issuer_name(ca.subject_name())?;
+    b.set_pubkey(&key)?;
+    let not_before = Asn1Time::days_from_now(0)?;
+    let not_after = Asn1Time::days_from_now(365)?;
+    b.set_not_before(&not_before)?;
+    b.set_not_after(&not_after)?;
+    let mut san = SubjectAlternativeName::new();
+    for n in names {
+        san.dns(n);
+    }
+    let san = san.build(&b.x509v3_context(Some(&ca), None))?;
+    b.append_extension(&san)?;
+    b.sign(&ca_pkey, MessageDigest::sha256())?;
+    std::fs::write(&cert_path, b.build().to_pem()?)?;
+    write_private(&key_path, &key.private_key_to_pem_pkcs8()?)?;
+    Ok((cert_path, key_path))
+}
+
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

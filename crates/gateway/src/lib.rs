@@ -8,6 +8,7 @@ pub mod admin;
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod keyserver;
 pub mod metrics;
 pub mod proxy;
 pub mod router;
@@ -47,7 +48,65 @@ pub struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Builds the key engine: loads every configured key into the registry and starts engines.
+/// Starts the engines named in `cfg` (`inline`, `threads`, `remote`).
+pub fn start_engines(cfg: &config::KeyEngineConfig) -> anyhow::Result<Vec<Arc<dyn Engine>>> {
+    cfg.engines
+        .iter()
+        .map(|k| -> anyhow::Result<Arc<dyn Engine>> {
+            Ok(match k {
+                EngineKind::Inline => Arc::new(InlineEngine),
+                EngineKind::Threads => {
+                    Arc::new(ThreadsEngine::new(cfg.threads, cfg.queue_capacity))
+                }
+                EngineKind::Remote => {
+                    let r = cfg.remote.as_ref().context("key_engine.remote: missing")?;
+                    let connector =
+                        keyless::tls::client_connector(&r.ca, &r.client_cert, &r.client_key)
+                            .context("key_engine.remote")?;
+                    Arc::new(keyless::client::RemoteEngine::start(
+                        keyless::client::RemoteConfig {
+                            servers: r.servers.clone(),
+                            server_name: r.server_name.clone(),
+                            connector,
+                            connections_per_server: r.connections_per_server,
+                            timeout: r.timeout,
+                            ping_interval: r.ping_interval,
+                            breaker_failures: r.breaker_failures,
+                            breaker_cooldown: r.breaker_cooldown,
+                        },
+                    )?)
+                }
+            })
+        })
+        .collect()
+}
+
+/// Assembles a key engine from a registry, the configured (or given) engines and the pins.
+pub fn assemble_key_engine(
+    registry: KeyRegistry,
+    cfg: &config::KeyEngineConfig,
+    metrics: &metrics::Metrics,
+    engines: Option<Vec<Arc<dyn Engine>>>,
+) -> anyhow::Result<Arc<KeyEngine>> {
+    let engines = match engines {
+        Some(e) => e,
+        None => start_engines(cfg)?,
+    };
+    let mut policy = SchedulerPolicy::default();
+    if let Some(e) = cfg.pin.rsa {
+        policy.pins.insert(KeyKind::Rsa, e.as_str().into());
+    }
+    if let Some(e) = cfg.pin.ecdsa {
+        policy.pins.insert(KeyKind::EcdsaP256, e.as_str().into());
+        policy.pins.insert(KeyKind::EcdsaP384, e.as_str().into());
+    }
+    let scheduler = Scheduler::new(engines, &policy)?;
+    let em = EngineMetrics::new(&metrics.registry)?;
+    Ok(KeyEngine::new(registry, scheduler, em))
+}
+
+/// Builds the gateway's key engine: every configured private key is loaded; a certificate
+/// without a key contributes its public key (signed remotely, verified here).
 pub fn build_key_engine(
     cfg: &Config,
     metrics: &metrics::Metrics,
@@ -57,39 +116,23 @@ pub fn build_key_engine(
     for (i, l) in cfg.listeners.iter().enumerate() {
         for (j, c) in l.certificates.iter().enumerate() {
             for (kind, pair) in [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)] {
-                if let Some(p) = pair {
-                    registry
-                        .load_pem_file(&p.key)
-                        .with_context(|| format!("listeners[{i}].certificates[{j}].{kind}.key"))?;
+                let Some(p) = pair else { continue };
+                let field = format!("listeners[{i}].certificates[{j}].{kind}");
+                match &p.key {
+                    Some(key) => registry
+                        .load_pem_file(key)
+                        .map(drop)
+                        .with_context(|| format!("{field}.key"))?,
+                    None => {
+                        let public = tls::certificate_public_key(&p.cert)
+                            .with_context(|| format!("{field}.cert"))?;
+                        registry.insert_public(public);
+                    }
                 }
             }
         }
     }
-    let ke = &cfg.key_engine;
-    let engines = engines.unwrap_or_else(|| {
-        ke.engines
-            .iter()
-            .map(|k| -> Arc<dyn Engine> {
-                match k {
-                    EngineKind::Inline => Arc::new(InlineEngine),
-                    EngineKind::Threads => {
-                        Arc::new(ThreadsEngine::new(ke.threads, ke.queue_capacity))
-                    }
-                }
-            })
-            .collect()
-    });
-    let mut policy = SchedulerPolicy::default();
-    if let Some(e) = ke.pin.rsa {
-        policy.pins.insert(KeyKind::Rsa, e.as_str().into());
-    }
-    if let Some(e) = ke.pin.ecdsa {
-        policy.pins.insert(KeyKind::EcdsaP256, e.as_str().into());
-        policy.pins.insert(KeyKind::EcdsaP384, e.as_str().into());
-    }
-    let scheduler = Scheduler::new(engines, &policy)?;
-    let em = EngineMetrics::new(&metrics.registry)?;
-    Ok(KeyEngine::new(registry, scheduler, em))
+    assemble_key_engine(registry, &cfg.key_engine, metrics, engines)
 }
 
 /// One data-plane worker: a thread running a current-thread Tokio runtime with its own
@@ -229,11 +272,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let addr = l.local_addr()?;
             let l = tokio::net::TcpListener::from_std(l)?;
-            tasks.push(tokio::spawn(admin::run(
-                l,
-                metrics.clone(),
-                stop_rx.clone(),
-            )));
+            let render = admin::render_metrics(metrics.clone());
+            tasks.push(tokio::spawn(admin::run(l, render, stop_rx.clone())));
             tracing::info!(%addr, "admin listening");
             Some(addr)
         }

@@ -1,17 +1,31 @@
 //! The engine interface every signing backend implements.
 
-use crate::algorithm::SignatureAlgorithm;
+use crate::algorithm::{KeyKind, SignatureAlgorithm};
 use crate::key::{KeyId, PrivateKey};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-/// One signing request: sign `digest` with `key` under `algorithm`.
+/// One signing request: sign `digest` with key `key` under `algorithm`. `private` is the
+/// private key when this process holds it; engines that sign elsewhere (remote key servers)
+/// need only the id.
 #[derive(Clone)]
 pub struct SignRequest {
-    pub key: Arc<PrivateKey>,
+    pub key: KeyId,
+    pub kind: KeyKind,
+    pub private: Option<Arc<PrivateKey>>,
     pub algorithm: SignatureAlgorithm,
     pub digest: Vec<u8>,
+}
+
+impl SignRequest {
+    /// Signs at once on this thread with the held private key.
+    pub fn sign_locally(&self) -> Result<Vec<u8>, SignError> {
+        match &self.private {
+            Some(k) => k.sign_digest(self.algorithm, &self.digest),
+            None => Err(SignError::KeyNotFound(self.key)),
+        }
+    }
 }
 
 /// Why a signature was not produced.
@@ -27,6 +41,8 @@ pub enum SignError {
     Overloaded(&'static str),
     #[error("engine {0} stopped")]
     Stopped(&'static str),
+    #[error("engine {0} unavailable: {1}")]
+    Unavailable(&'static str, String),
     #[error("signature from engine {0} failed verification (fault detected)")]
     FaultDetected(&'static str),
     #[error("crypto failure: {0}")]
@@ -42,6 +58,7 @@ impl SignError {
             SignError::BadDigest { .. } => "bad_digest",
             SignError::Overloaded(_) => "overloaded",
             SignError::Stopped(_) => "stopped",
+            SignError::Unavailable(..) => "unavailable",
             SignError::FaultDetected(_) => "fault",
             SignError::Crypto(_) => "crypto",
         }
@@ -67,5 +84,11 @@ pub trait Engine: Send + Sync + 'static {
     /// with the measured service time to estimate completion.
     fn parallelism(&self) -> usize {
         1
+    }
+
+    /// Whether the engine needs the private key in this process (false for engines that
+    /// sign elsewhere, by key id).
+    fn needs_private_key(&self) -> bool {
+        true
     }
 }

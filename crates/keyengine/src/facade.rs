@@ -2,9 +2,11 @@
 
 use crate::algorithm::SignatureAlgorithm;
 use crate::engine::{SignError, SignRequest};
-use crate::key::{KeyId, PrivateKey};
+use crate::key::KeyId;
+#[cfg(test)]
+use crate::key::PrivateKey;
 use crate::metrics::EngineMetrics;
-use crate::registry::KeyRegistry;
+use crate::registry::{KeyEntry, KeyRegistry};
 use crate::scheduler::Scheduler;
 use std::future::Future;
 use std::sync::Arc;
@@ -39,13 +41,8 @@ impl KeyEngine {
         self.scheduler.engines().map(|e| e.name()).collect()
     }
 
-    /// Whether a key is available to sign with.
-    pub fn has_key(&self, key: &KeyId) -> bool {
-        self.registry.get(key).is_some()
-    }
-
-    /// The private key for `key`, if held (for its kind and signature length).
-    pub fn key(&self, key: &KeyId) -> Option<&Arc<PrivateKey>> {
+    /// The registry entry for `key`, if known (public half always, private half if held).
+    pub fn key(&self, key: &KeyId) -> Option<&KeyEntry> {
         self.registry.get(key)
     }
 
@@ -58,32 +55,56 @@ impl KeyEngine {
         digest: Vec<u8>,
     ) -> impl Future<Output = Result<Vec<u8>, SignError>> + Send + 'static {
         let this = self.clone();
-        let key = self
+        let entry = self
             .registry
             .get(key)
             .cloned()
             .ok_or(SignError::KeyNotFound(*key));
         async move {
-            let key = key?;
-            if algorithm.key_kind() != key.kind() {
+            let entry = entry?;
+            let public = &entry.public;
+            if algorithm.key_kind() != public.kind() {
                 return Err(SignError::UnsupportedAlgorithm(algorithm));
             }
-            let kind = key.kind();
-            let (slot, engine) = this.scheduler.pick(kind);
+            let kind = public.kind();
+            let Some((slot, engine)) = this.scheduler.pick(kind, entry.private.is_some()) else {
+                // Only a public key here, and no engine that signs elsewhere.
+                return Err(SignError::KeyNotFound(public.id()));
+            };
             let name = engine.name();
             let m = &this.metrics;
             let start = Instant::now();
             let request = SignRequest {
-                key: key.clone(),
+                key: public.id(),
+                kind,
+                private: entry.private.clone(),
                 algorithm,
                 digest,
             };
             let digest_for_check = algorithm.is_rsa().then(|| request.digest.clone());
+            let fallback = entry.private.is_some().then(|| request.clone());
             let fut = engine.submit(request);
             m.queue_depth
                 .with_label_values(&[name])
                 .set(engine.queue_depth() as i64);
-            let result = fut.await;
+            let mut result = fut.await;
+            // An engine that could not take the request (a remote one with every key server
+            // down, a full queue) hands it to another engine when this process holds the key.
+            if let (
+                Err(SignError::Unavailable(..) | SignError::Stopped(_) | SignError::Overloaded(_)),
+                Some(req),
+            ) = (&result, fallback)
+            {
+                if let Some((_, alt)) = this.scheduler.pick_except(kind, true, Some(slot)) {
+                    tracing::debug!(
+                        from = name,
+                        to = alt.name(),
+                        "failing over to another engine"
+                    );
+                    m.failovers.with_label_values(&[name, alt.name()]).inc();
+                    result = alt.submit(req).await;
+                }
+            }
             m.queue_depth.with_label_values(&[name]).set(
                 this.scheduler
                     .engines()
@@ -91,11 +112,11 @@ impl KeyEngine {
                     .map_or(0, |e| e.queue_depth()) as i64,
             );
             let result = result.and_then(|sig| match &digest_for_check {
-                Some(d) if !key.verify_digest(algorithm, d, &sig) => {
+                Some(d) if !public.verify_digest(algorithm, d, &sig) => {
                     m.faults
                         .with_label_values(&[name, algorithm.as_str()])
                         .inc();
-                    tracing::error!(engine = name, key = %key.id(), %algorithm,
+                    tracing::error!(engine = name, key = %public.id(), %algorithm,
                         "signature failed verification against the public key; not released");
                     Err(SignError::FaultDetected(name))
                 }
@@ -148,6 +169,7 @@ mod tests {
         assert!(ke
             .key(&id)
             .unwrap()
+            .public
             .verify_digest(alg, &alg.hash().digest(b"m"), &sig));
         let ok = ke
             .metrics()

@@ -12,7 +12,7 @@ impl Engine for InlineEngine {
     }
 
     fn submit(&self, request: SignRequest) -> SignFuture {
-        let result = request.key.sign_digest(request.algorithm, &request.digest);
+        let result = request.sign_locally();
         Box::pin(std::future::ready(result))
     }
 

@@ -113,6 +113,60 @@ enum Inner {
     Ecdsa { pair: EcdsaKeyPair, kind: KeyKind },
 }
 
+/// The public half of a key: enough to identify it and to verify its signatures. A gateway
+/// whose keys live on remote key servers holds only these (taken from its certificates).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    id: KeyId,
+    kind: KeyKind,
+    bits: Vec<u8>,
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({}, {})", self.id, self.kind.as_str())
+    }
+}
+
+impl PublicKey {
+    /// From a DER SubjectPublicKeyInfo whose kind the caller has determined (e.g. from the
+    /// certificate's algorithm). `None` if the bytes are not a SubjectPublicKeyInfo.
+    pub fn from_spki_der(kind: KeyKind, spki: &[u8]) -> Option<Self> {
+        let bits = spki_public_key_bits(spki)?.to_vec();
+        Some(PublicKey {
+            id: KeyId::from_public_key_bits(&bits),
+            kind,
+            bits,
+        })
+    }
+
+    pub fn id(&self) -> KeyId {
+        self.id
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        self.kind
+    }
+
+    /// Checks `signature` over `digest`.
+    pub fn verify_digest(
+        &self,
+        algorithm: SignatureAlgorithm,
+        digest: &[u8],
+        signature: &[u8],
+    ) -> bool {
+        if algorithm.key_kind() != self.kind {
+            return false;
+        }
+        let Ok(d) = import_digest(algorithm, digest) else {
+            return false;
+        };
+        UnparsedPublicKey::new(verification_algorithm(algorithm), &self.bits)
+            .verify_digest(&d, signature)
+            .is_ok()
+    }
+}
+
 /// A private key held in process. `Debug` prints only the key's id and kind.
 pub struct PrivateKey {
     id: KeyId,
@@ -222,6 +276,15 @@ impl PrivateKey {
         &self.public
     }
 
+    /// The public half.
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey {
+            id: self.id,
+            kind: self.kind(),
+            bits: self.public.clone(),
+        }
+    }
+
     /// Signature length for RSA (the modulus length), maximum DER length for ECDSA.
     pub fn max_signature_len(&self) -> usize {
         match &self.inner {
@@ -265,12 +328,8 @@ impl PrivateKey {
         digest: &[u8],
         signature: &[u8],
     ) -> bool {
-        let Ok(d) = import_digest(algorithm, digest) else {
-            return false;
-        };
-        UnparsedPublicKey::new(verification_algorithm(algorithm), &self.public)
-            .verify_digest(&d, signature)
-            .is_ok()
+        self.public_key()
+            .verify_digest(algorithm, digest, signature)
     }
 }
 

@@ -10,6 +10,7 @@ pub struct EngineMetrics {
     pub(crate) queue_depth: IntGaugeVec,
     pub(crate) overload: IntCounterVec,
     pub(crate) faults: IntCounterVec,
+    pub(crate) failovers: IntCounterVec,
 }
 
 impl EngineMetrics {
@@ -54,7 +55,15 @@ impl EngineMetrics {
                 ),
                 &["engine", "algorithm"],
             )?,
+            failovers: IntCounterVec::new(
+                Opts::new(
+                    "rampart_keyengine_failovers_total",
+                    "Requests an engine could not take, signed by another engine instead",
+                ),
+                &["from", "to"],
+            )?,
         };
+        registry.register(Box::new(m.failovers.clone()))?;
         registry.register(Box::new(m.operations.clone()))?;
         registry.register(Box::new(m.sign_seconds.clone()))?;
         registry.register(Box::new(m.queue_depth.clone()))?;

@@ -84,27 +84,39 @@ impl Scheduler {
         Ok(Scheduler { slots, pins })
     }
 
-    /// Picks the engine for a request on a key of `kind`.
-    pub fn pick(&self, kind: KeyKind) -> (usize, &Arc<dyn Engine>) {
+    /// Picks the engine for a request on a key of `kind`; `private_held` says whether this
+    /// process has the private key (if not, only engines that sign elsewhere qualify).
+    /// `None` when no configured engine can sign it.
+    pub fn pick(&self, kind: KeyKind, private_held: bool) -> Option<(usize, &Arc<dyn Engine>)> {
+        self.pick_except(kind, private_held, None)
+    }
+
+    /// Like [`Scheduler::pick`], never choosing slot `except` (for failing over).
+    pub fn pick_except(
+        &self,
+        kind: KeyKind,
+        private_held: bool,
+        except: Option<usize>,
+    ) -> Option<(usize, &Arc<dyn Engine>)> {
+        let eligible = |i: usize, s: &Slot| {
+            Some(i) != except && (private_held || !s.engine.needs_private_key())
+        };
         if let Some(&i) = self.pins.get(&kind) {
-            return (i, &self.slots[i].engine);
-        }
-        if self.slots.len() == 1 {
-            return (0, &self.slots[0].engine);
+            if eligible(i, &self.slots[i]) {
+                return Some((i, &self.slots[i].engine));
+            }
         }
         let k = kind_index(kind);
-        let best = self
-            .slots
+        self.slots
             .iter()
             .enumerate()
+            .filter(|(i, s)| eligible(*i, s))
             .min_by_key(|(_, s)| {
                 let depth = s.engine.queue_depth() as u64 + 1;
                 let par = s.engine.parallelism().max(1) as u64;
                 depth.div_ceil(par) * s.service_ns[k].load(Ordering::Relaxed)
             })
-            .map(|(i, _)| i)
-            .unwrap_or(0);
-        (best, &self.slots[best].engine)
+            .map(|(i, s)| (i, &s.engine))
     }
 
     /// Feeds a measured service time back into the estimate.
@@ -166,11 +178,11 @@ mod tests {
         let s = Scheduler::new(vec![a.clone(), b.clone()], &SchedulerPolicy::default()).unwrap();
         s.record(0, KeyKind::Rsa, Duration::from_micros(300));
         s.record(1, KeyKind::Rsa, Duration::from_micros(400));
-        assert_eq!(s.pick(KeyKind::Rsa).0, 0, "idle and faster");
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 0, "idle and faster");
         a.depth.store(8, Ordering::Relaxed); // 9 * 300us on one lane
         b.depth.store(8, Ordering::Relaxed); // ceil(9/4) * 400us
         assert_eq!(
-            s.pick(KeyKind::Rsa).0,
+            s.pick(KeyKind::Rsa, true).unwrap().0,
             1,
             "queue grew: the parallel engine finishes first"
         );
@@ -183,7 +195,7 @@ mod tests {
         let mut policy = SchedulerPolicy::default();
         policy.pins.insert(KeyKind::Rsa, "b".into());
         let s = Scheduler::new(vec![a.clone(), b.clone()], &policy).unwrap();
-        assert_eq!(s.pick(KeyKind::Rsa).0, 1);
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 1);
         policy.pins.insert(KeyKind::EcdsaP256, "gpu".into());
         let err = Scheduler::new(vec![a, b], &policy).err().unwrap();
         assert!(err.to_string().contains("'gpu'"), "{err}");

@@ -30,7 +30,7 @@ impl ThreadsEngine {
                     .name(format!("rampart-crypto-{i}"))
                     .spawn(move || {
                         for (req, reply) in rx.iter() {
-                            let result = req.key.sign_digest(req.algorithm, &req.digest);
+                            let result = req.sign_locally();
                             depth.fetch_sub(1, Ordering::Relaxed);
                             // The handshake may have gone away meanwhile; nothing to do then.
                             let _ = reply.send(result);
@@ -104,7 +104,9 @@ mod tests {
         let engine = ThreadsEngine::new(1, 2);
         let alg = SignatureAlgorithm::RsaPssSha256;
         let req = SignRequest {
-            key: key.clone(),
+            key: key.id(),
+            kind: key.kind(),
+            private: Some(key.clone()),
             algorithm: alg,
             digest: alg.hash().digest(b"x"),
         };

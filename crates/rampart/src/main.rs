@@ -50,6 +50,11 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
     },
+    /// Run a key server: holds private keys and signs for gateways (keyless protocol, mTLS).
+    Keyserver {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Load generator: handshakes and requests against a gateway.
     Bench(bench::BenchArgs),
 }
@@ -190,6 +195,23 @@ fn main() -> anyhow::Result<()> {
             );
             serve_until_signal(cfg).await
         }),
+        Command::Keyserver { config } => {
+            let cfg = gateway::config::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+            tokio::runtime::Runtime::new()?.block_on(async {
+                use tokio::signal::unix::{signal, SignalKind};
+                let running = gateway::keyserver::start(cfg, None).await?;
+                eprintln!("key server on {} (admin {:?})", running.addr, running.admin);
+                let mut term = signal(SignalKind::terminate())?;
+                let mut int = signal(SignalKind::interrupt())?;
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                tracing::info!("key server shutting down");
+                running.shutdown().await;
+                Ok(())
+            })
+        }
         Command::Bench(args) => bench::run(args),
     }
 }

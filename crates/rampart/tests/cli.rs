@@ -122,7 +122,7 @@ fn certificate_without_matching_key_is_refused() {
     assert!(!out.status.success());
     assert!(stderr.contains("certificates[0].rsa"), "{stderr}");
     assert!(
-        stderr.contains("holds no private key for this certificate"),
+        stderr.contains("holds no key for this certificate"),
         "{stderr}"
     );
 }

@@ -16,7 +16,7 @@ use boring::ssl::{
 };
 use boring::x509::X509;
 use key_method::EngineKeyMethod;
-use keyengine::{KeyEngine, KeyId, KeyKind};
+use keyengine::{KeyEngine, KeyId, KeyKind, PublicKey};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tickets::TicketKeys;
@@ -110,6 +110,23 @@ impl CertStore {
     }
 }
 
+/// The public key of a certificate, for a key engine that signs without the private key.
+pub fn certificate_public_key(path: &std::path::Path) -> anyhow::Result<PublicKey> {
+    let (leaf, _, _) = load_chain(path)?;
+    let pkey = leaf.public_key()?;
+    let kind = match pkey.id() {
+        boring::pkey::Id::RSA => KeyKind::Rsa,
+        boring::pkey::Id::EC => match pkey.ec_key()?.group().curve_name() {
+            Some(boring::nid::Nid::X9_62_PRIME256V1) => KeyKind::EcdsaP256,
+            Some(boring::nid::Nid::SECP384R1) => KeyKind::EcdsaP384,
+            other => bail!("{}: unsupported EC curve {other:?}", path.display()),
+        },
+        other => bail!("{}: unsupported public key type {other:?}", path.display()),
+    };
+    PublicKey::from_spki_der(kind, &pkey.public_key_to_der()?)
+        .ok_or_else(|| anyhow!("{}: malformed public key in certificate", path.display()))
+}
+
 /// Loads a PEM chain and returns (leaf, intermediates, key id of the leaf's public key).
 pub fn load_chain(path: &std::path::Path) -> anyhow::Result<(X509, Vec<X509>, KeyId)> {
     let pem = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
@@ -136,20 +153,18 @@ fn cert_context(
     let (leaf, intermediates, id) = load_chain(&pair.cert)?;
     let key = engine.key(&id).ok_or_else(|| {
         anyhow!(
-            "{}: the key engine holds no private key for this certificate (SKI {id}); \
-             is {} the matching key?",
+            "{}: the key engine holds no key for this certificate (SKI {id}); is {} the matching key?",
             pair.cert.display(),
-            pair.key.display()
+            pair.key.as_ref().map_or("(none)".into(), |k| k.display().to_string())
         )
     })?;
-    if key.kind() != expected
-        && !(expected == KeyKind::EcdsaP256 && key.kind() == KeyKind::EcdsaP384)
-    {
+    let kind = key.public.kind();
+    if kind != expected && !(expected == KeyKind::EcdsaP256 && kind == KeyKind::EcdsaP384) {
         bail!(
             "{}: expected a {} certificate, found {}",
             pair.cert.display(),
             expected.as_str(),
-            key.kind().as_str()
+            kind.as_str()
         );
     }
     let mut b = context_builder(tls, tickets, alpn)?;
@@ -157,7 +172,7 @@ fn cert_context(
     for c in intermediates {
         b.add_extra_chain_cert(c)?;
     }
-    let sigalgs = match key.kind() {
+    let sigalgs = match kind {
         KeyKind::Rsa => "rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512",
         KeyKind::EcdsaP256 => "ecdsa_secp256r1_sha256",
         KeyKind::EcdsaP384 => "ecdsa_secp384r1_sha384",

@@ -1,0 +1,137 @@
+//! The key-server process (`rampart keyserver`): holds private keys, answers keyless requests
+//! from gateways over mutual TLS, signs through its own key engine (so batching applies
+//! across every connected gateway), and serves `/healthz` and `/metrics`.
+
+use crate::config::KeyServerConfig;
+use crate::{admin, assemble_key_engine, metrics::Metrics, server};
+use anyhow::Context as _;
+use keyengine::{Engine, KeyEngine, KeyRegistry};
+use keyless::server::{KeyServer, ServerStats};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub struct RunningKeyServer {
+    pub addr: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    pub stats: Arc<ServerStats>,
+    pub engine: Arc<KeyEngine>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    grace: Duration,
+}
+
+fn render(metrics: &Metrics, stats: &ServerStats) -> String {
+    let mut out = metrics.render();
+    let c = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    let _ = write!(
+        out,
+        "# HELP rampart_keyserver_connections_total Gateway connections accepted (TLS completed)\n\
+         # TYPE rampart_keyserver_connections_total counter\nrampart_keyserver_connections_total {}\n\
+         # HELP rampart_keyserver_open_connections Gateway connections open\n\
+         # TYPE rampart_keyserver_open_connections gauge\nrampart_keyserver_open_connections {}\n\
+         # HELP rampart_keyserver_tls_failures_total Connections refused in the TLS handshake (e.g. no valid client certificate)\n\
+         # TYPE rampart_keyserver_tls_failures_total counter\nrampart_keyserver_tls_failures_total {}\n\
+         # HELP rampart_keyserver_requests_total Signing requests received\n\
+         # TYPE rampart_keyserver_requests_total counter\nrampart_keyserver_requests_total {}\n\
+         # HELP rampart_keyserver_pings_total Pings answered\n\
+         # TYPE rampart_keyserver_pings_total counter\nrampart_keyserver_pings_total {}\n\
+         # HELP rampart_keyserver_errors_total Error responses by code\n\
+         # TYPE rampart_keyserver_errors_total counter\n",
+        c(&stats.connections),
+        c(&stats.open_connections),
+        c(&stats.tls_failures),
+        c(&stats.requests),
+        c(&stats.pings),
+    );
+    for (code, n) in stats.errors_by_code() {
+        let _ = writeln!(
+            out,
+            "rampart_keyserver_errors_total{{error=\"{code}\"}} {n}"
+        );
+    }
+    out
+}
+
+/// Loads keys, binds, and serves on the current runtime.
+pub async fn start(
+    cfg: KeyServerConfig,
+    engines: Option<Vec<Arc<dyn Engine>>>,
+) -> anyhow::Result<RunningKeyServer> {
+    let k = &cfg.keyserver;
+    let mut registry = KeyRegistry::new();
+    for (i, path) in k.keys.iter().enumerate() {
+        let id = registry
+            .load_pem_file(path)
+            .with_context(|| format!("keyserver.keys[{i}]"))?;
+        tracing::info!(key = %id, path = %path.display(), "serving key");
+    }
+    let metrics = Metrics::new();
+    let engine = assemble_key_engine(registry, &cfg.key_engine, &metrics, engines)?;
+    let acceptor =
+        keyless::tls::server_acceptor(&k.cert, &k.key, &k.client_ca).context("keyserver TLS")?;
+    let stats = Arc::new(ServerStats::default());
+    let server = Arc::new(KeyServer {
+        engine: engine.clone(),
+        acceptor: Arc::new(acceptor),
+        max_in_flight: k.max_in_flight_per_connection,
+        handshake_timeout: k.handshake_timeout,
+        stats: stats.clone(),
+    });
+    let listener = server::bind(k.listen)
+        .with_context(|| format!("keyserver.listen: cannot bind {}", k.listen))?;
+    let addr = listener.local_addr()?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = vec![tokio::spawn(keyless::server::serve(
+        listener,
+        server,
+        stop_rx.clone(),
+    ))];
+    tracing::info!(%addr, keys = k.keys.len(), "key server listening");
+    let admin = match cfg.admin.listen {
+        Some(a) => {
+            let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
+            let admin_addr = l.local_addr()?;
+            let l = tokio::net::TcpListener::from_std(l)?;
+            let (m, s) = (metrics.clone(), stats.clone());
+            tasks.push(tokio::spawn(admin::run(
+                l,
+                Arc::new(move || render(&m, &s)),
+                stop_rx,
+            )));
+            Some(admin_addr)
+        }
+        None => None,
+    };
+    Ok(RunningKeyServer {
+        addr,
+        admin,
+        stats,
+        engine,
+        stop,
+        tasks,
+        grace: k.shutdown_grace,
+    })
+}
+
+impl RunningKeyServer {
+    /// Stops accepting; connections finish their in-flight requests within the grace period.
+    pub async fn shutdown(self) -> bool {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let deadline = tokio::time::Instant::now() + self.grace;
+        while self.stats.open_connections.load(Ordering::Relaxed) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+}
