@@ -149,7 +149,7 @@ impl KeyEngine {
 mod tests {
     use super::*;
     use crate::testing::{generate_rsa_pkcs8, FaultyEngine};
-    use crate::{Engine, InlineEngine, SchedulerPolicy};
+    use crate::{Engine, InlineEngine, SchedulerPolicy, SignRequest};
 
     fn engine_with(e: Arc<dyn Engine>) -> (Arc<KeyEngine>, KeyId) {
         let mut reg = KeyRegistry::new();
@@ -204,6 +204,66 @@ mod tests {
         assert_eq!(
             ke.sign(&id, ec, vec![0; 32]).await.unwrap_err(),
             SignError::UnsupportedAlgorithm(ec)
+        );
+    }
+
+    /// Stands in for a remote engine whose key servers are all down.
+    struct DownEngine;
+    impl Engine for DownEngine {
+        fn name(&self) -> &'static str {
+            "down"
+        }
+        fn submit(&self, _: SignRequest) -> crate::SignFuture {
+            Box::pin(std::future::ready(Err(SignError::Unavailable(
+                "down",
+                "no server".into(),
+            ))))
+        }
+        fn queue_depth(&self) -> usize {
+            0
+        }
+        fn needs_private_key(&self) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test]
+    async fn unavailable_engine_fails_over_to_a_local_engine_when_the_key_is_held() {
+        let mut reg = KeyRegistry::new();
+        let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", &generate_rsa_pkcs8()).unwrap());
+        let mut policy = SchedulerPolicy::default();
+        policy.pins.insert(crate::KeyKind::Rsa, "down".into());
+        let sched =
+            Scheduler::new(vec![Arc::new(DownEngine), Arc::new(InlineEngine)], &policy).unwrap();
+        let ke = KeyEngine::new(reg, sched, EngineMetrics::unregistered());
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        let sig = ke.sign(&id, alg, alg.hash().digest(b"m")).await.unwrap();
+        assert!(ke
+            .key(&id)
+            .unwrap()
+            .public
+            .verify_digest(alg, &alg.hash().digest(b"m"), &sig));
+        assert_eq!(
+            ke.metrics()
+                .failovers
+                .with_label_values(&["down", "inline"])
+                .get(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn public_only_key_without_a_remote_engine_is_key_not_found() {
+        let mut reg = KeyRegistry::new();
+        let key = PrivateKey::from_der("PRIVATE KEY", &generate_rsa_pkcs8()).unwrap();
+        let id = reg.insert_public(key.public_key());
+        let sched =
+            Scheduler::new(vec![Arc::new(InlineEngine)], &SchedulerPolicy::default()).unwrap();
+        let ke = KeyEngine::new(reg, sched, EngineMetrics::unregistered());
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        assert_eq!(
+            ke.sign(&id, alg, vec![0; 32]).await.unwrap_err(),
+            SignError::KeyNotFound(id)
         );
     }
 }

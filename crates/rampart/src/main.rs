@@ -156,6 +156,19 @@ fn main() -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Check { config } => {
+            let text = std::fs::read_to_string(&config)
+                .with_context(|| format!("{}: cannot read", config.display()))?;
+            if text.lines().any(|l| l.trim() == "[keyserver]") {
+                let cfg = gateway::config::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let k = &cfg.keyserver;
+                let mut registry = keyengine::KeyRegistry::new();
+                for (i, p) in k.keys.iter().enumerate() {
+                    registry.load_pem_file(p).with_context(|| format!("keyserver.keys[{i}]"))?;
+                }
+                keyless::tls::server_acceptor(&k.cert, &k.key, &k.client_ca).context("keyserver TLS")?;
+                println!("{}: ok (key server, {} keys)", config.display(), registry.len());
+                return Ok(());
+            }
             let cfg = load(&config)?;
             let metrics = gateway::metrics::Metrics::new();
             let engine = gateway::build_key_engine(&cfg, &metrics, None)?;
@@ -164,12 +177,13 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("listeners[{i}] ({})", l.name))?;
             }
             println!(
-                "{}: ok ({} listeners, {} routes, {} clusters, {} keys)",
+                "{}: ok ({} listeners, {} routes, {} clusters, {} keys, {} held here)",
                 config.display(),
                 cfg.listeners.len(),
                 cfg.routes.len(),
                 cfg.clusters.len(),
-                engine.registry().len()
+                engine.registry().len(),
+                engine.registry().private_count()
             );
             Ok(())
         }

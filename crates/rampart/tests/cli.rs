@@ -20,10 +20,61 @@ fn repo_like() -> tempfile::TempDir {
         &["localhost"],
     )
     .unwrap();
+    // The key-server PKI exactly as README issues it.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/issue-keyless-pki.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(dir.path().join("state/pki"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::create_dir_all(dir.path().join("config")).unwrap();
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rampart.example.toml");
-    std::fs::copy(example, dir.path().join("config/rampart.toml")).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+    std::fs::copy(
+        examples.join("rampart.example.toml"),
+        dir.path().join("config/rampart.toml"),
+    )
+    .unwrap();
+    for f in ["keyserver.example.toml", "gateway-keyless.example.toml"] {
+        std::fs::copy(examples.join(f), dir.path().join("config").join(f)).unwrap();
+    }
     dir
+}
+
+#[test]
+fn keyless_example_configs_check_ok() {
+    let dir = repo_like();
+    let out = rampart()
+        .args(["check", "--config"])
+        .arg(dir.path().join("config/keyserver.example.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ok (key server, 2 keys)"), "{stdout}");
+    let out = rampart()
+        .args(["check", "--config"])
+        .arg(dir.path().join("config/gateway-keyless.example.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("2 keys, 0 held here"),
+        "the keyless gateway holds no private key: {stdout}"
+    );
 }
 
 #[test]
@@ -41,7 +92,7 @@ fn example_config_checks_ok() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("ok (1 listeners, 2 routes, 1 clusters, 2 keys)"),
+        stdout.contains("ok (1 listeners, 2 routes, 1 clusters, 2 keys, 2 held here)"),
         "{stdout}"
     );
 }
@@ -125,4 +176,122 @@ fn certificate_without_matching_key_is_refused() {
         stderr.contains("holds no key for this certificate"),
         "{stderr}"
     );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_port(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "port {port} never opened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+struct Proc(std::process::Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// README's production setup with real processes: a key server and a gateway from the example
+/// configs (ports moved), certificates from the PKI script, curl through the gateway.
+#[test]
+fn keyless_examples_run_end_to_end() {
+    let dir = repo_like();
+    let cfg = dir.path().join("config");
+    let (ks, ks_admin, gw, gw_admin, up) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let text = std::fs::read_to_string(cfg.join("keyserver.example.toml"))
+        .unwrap()
+        .replace("127.0.0.1:2407", &format!("127.0.0.1:{ks}"))
+        .replace("127.0.0.1:9902", &format!("127.0.0.1:{ks_admin}"));
+    std::fs::write(cfg.join("keyserver.example.toml"), text).unwrap();
+    let text = std::fs::read_to_string(cfg.join("gateway-keyless.example.toml"))
+        .unwrap()
+        .replace(
+            "[\"127.0.0.1:2407\", \"127.0.0.1:2408\"]",
+            &format!("[\"127.0.0.1:{ks}\"]"),
+        )
+        .replace("127.0.0.1:8443", &format!("127.0.0.1:{gw}"))
+        .replace("127.0.0.1:9901", &format!("127.0.0.1:{gw_admin}"))
+        .replace("127.0.0.1:8080", &format!("127.0.0.1:{up}"))
+        .replace("access_log = \"stdout\"", "access_log = \"off\"");
+    std::fs::write(cfg.join("gateway-keyless.example.toml"), text).unwrap();
+    let _up = Proc(
+        rampart()
+            .args(["upstream", "--listen", &format!("127.0.0.1:{up}")])
+            .spawn()
+            .unwrap(),
+    );
+    let _ks = Proc(
+        rampart()
+            .args(["keyserver", "--config"])
+            .arg(cfg.join("keyserver.example.toml"))
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(ks);
+    let _gw = Proc(
+        rampart()
+            .args(["run", "--config"])
+            .arg(cfg.join("gateway-keyless.example.toml"))
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(gw);
+    wait_port(up);
+    let mut ok = false;
+    for _ in 0..50 {
+        // The gateway dials the key server in the background; retry until it is connected.
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--insecure",
+                "--max-time",
+                "5",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--resolve",
+            ])
+            .arg(format!("localhost:{gw}:127.0.0.1"))
+            .arg(format!("https://localhost:{gw}/"))
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout) == "200" {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ok, "curl through the keyless gateway");
+    let metrics = Command::new("curl")
+        .args(["-sS", &format!("http://127.0.0.1:{ks_admin}/metrics")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&metrics.stdout);
+    let served: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("rampart_keyserver_requests_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(served >= 1.0, "the key server signed: {text}");
 }
