@@ -6,6 +6,7 @@
 
 mod cpu;
 pub mod sign;
+mod sign_load;
 mod stats;
 
 use anyhow::{anyhow, bail, Context as _};
@@ -31,6 +32,8 @@ pub enum Mode {
     HttpsRequests,
     /// Single-operation signs/s on one thread, aws-lc vs BoringSSL (no server; --url unused).
     Sign,
+    /// Signing load through a key engine: in process, or on key servers (--engine remote).
+    SignLoad,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -78,6 +81,28 @@ pub struct BenchArgs {
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// sign-load: the engine, `inline`, `threads` or `remote`.
+    #[arg(long, default_value = "threads")]
+    pub engine: String,
+    /// sign-load: PEM private key to sign with (remote: only its public half is used here).
+    #[arg(long)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// sign-load --engine remote: a key server address (repeatable).
+    #[arg(long)]
+    pub keyserver: Vec<SocketAddr>,
+    /// sign-load --engine remote: the key servers' certificate name.
+    #[arg(long, default_value = "keyserver.internal")]
+    pub server_name: String,
+    /// sign-load --engine remote: CA, client certificate and key for mutual TLS.
+    #[arg(long)]
+    pub ca: Option<std::path::PathBuf>,
+    #[arg(long)]
+    pub client_cert: Option<std::path::PathBuf>,
+    #[arg(long)]
+    pub client_key: Option<std::path::PathBuf>,
+    /// sign-load --engine remote: connections per key server.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -264,7 +289,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .worker_threads(args.threads.max(1))
         .enable_all()
         .build()?;
-    let summary = rt.block_on(run_async(args.clone()))?;
+    let summary = if args.mode == Mode::SignLoad {
+        rt.block_on(sign_load::run(args.clone()))?
+    } else {
+        rt.block_on(run_async(args.clone()))?
+    };
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -334,7 +363,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     Ok(())
                 }
                 Mode::HttpsRequests => request_worker(t, args, rec).await,
-                Mode::Sign => unreachable!("handled in run"),
+                Mode::Sign | Mode::SignLoad => unreachable!("handled in run"),
             }
         }));
     }
