@@ -56,7 +56,7 @@ enum Command {
         config: PathBuf,
     },
     /// Load generator: handshakes and requests against a gateway.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn init_logging() {
@@ -226,6 +226,6 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             })
         }
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => bench::run(*args),
     }
 }
