@@ -272,7 +272,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let addr = l.local_addr()?;
             let l = tokio::net::TcpListener::from_std(l)?;
-            let render = admin::render_metrics(metrics.clone());
+            let (m, e) = (metrics.clone(), engine.clone());
+            let render: admin::Render = Arc::new(move || m.render() + &e.engines_metrics_text());
             tasks.push(tokio::spawn(admin::run(l, render, stop_rx.clone())));
             tracing::info!(%addr, "admin listening");
             Some(addr)

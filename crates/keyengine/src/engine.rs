@@ -91,4 +91,10 @@ pub trait Engine: Send + Sync + 'static {
     fn needs_private_key(&self) -> bool {
         true
     }
+
+    /// Engine-specific metrics in Prometheus text format (e.g. per key server), appended to
+    /// the admin `/metrics` page. Names must start with `rampart_`.
+    fn metrics_text(&self) -> Option<String> {
+        None
+    }
 }

@@ -37,6 +37,14 @@ impl KeyEngine {
         &self.metrics
     }
 
+    /// Every engine's own metrics text (see [`crate::Engine::metrics_text`]).
+    pub fn engines_metrics_text(&self) -> String {
+        self.scheduler
+            .engines()
+            .filter_map(|e| e.metrics_text())
+            .collect()
+    }
+
     pub fn engine_names(&self) -> Vec<&'static str> {
         self.scheduler.engines().map(|e| e.name()).collect()
     }

@@ -530,4 +530,80 @@ impl Engine for RemoteEngine {
     fn needs_private_key(&self) -> bool {
         false
     }
+
+    fn metrics_text(&self) -> Option<String> {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let counters: [(&str, &str, fn(&RemoteStats) -> &AtomicU64); 9] = [
+            ("requests_total", "Requests sent to the key server", |s| {
+                &s.sent
+            }),
+            ("ok_total", "Signatures received", |s| &s.ok),
+            (
+                "timeouts_total",
+                "Requests past the per-request timeout",
+                |s| &s.timeouts,
+            ),
+            (
+                "lost_total",
+                "Requests whose connection went away before the answer",
+                |s| &s.lost,
+            ),
+            (
+                "retries_total",
+                "Requests retried on another server after failing here",
+                |s| &s.retries,
+            ),
+            (
+                "errors_total",
+                "Error answers from the key server (e.g. key not found)",
+                |s| &s.server_errors,
+            ),
+            (
+                "breaker_opened_total",
+                "Times the circuit breaker opened",
+                |s| &s.breaker_opened,
+            ),
+            ("connects_total", "Connections established", |s| &s.connects),
+            (
+                "connect_failures_total",
+                "Failed connection attempts",
+                |s| &s.connect_failures,
+            ),
+        ];
+        for (name, help, get) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP rampart_remote_{name} {help}\n# TYPE rampart_remote_{name} counter"
+            );
+            for srv in &self.inner.servers {
+                let _ = writeln!(
+                    out,
+                    "rampart_remote_{name}{{server=\"{}\"}} {}",
+                    srv.addr,
+                    get(&srv.stats).load(Ordering::Relaxed)
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP rampart_remote_outstanding Requests awaiting an answer\n# TYPE rampart_remote_outstanding gauge");
+        for srv in &self.inner.servers {
+            let _ = writeln!(
+                out,
+                "rampart_remote_outstanding{{server=\"{}\"}} {}",
+                srv.addr,
+                srv.outstanding.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(out, "# HELP rampart_remote_healthy 1 if the server has a live connection and a closed breaker\n# TYPE rampart_remote_healthy gauge");
+        for srv in &self.inner.servers {
+            let healthy = srv.available() && srv.live_connection().is_some();
+            let _ = writeln!(
+                out,
+                "rampart_remote_healthy{{server=\"{}\"}} {}",
+                srv.addr,
+                u8::from(healthy)
+            );
+        }
+        Some(out)
+    }
 }
