@@ -499,6 +499,9 @@ impl Inner {
     }
 }
 
+/// Selects one counter of [`RemoteStats`].
+type StatField = fn(&RemoteStats) -> &AtomicU64;
+
 impl Engine for RemoteEngine {
     fn name(&self) -> &'static str {
         NAME
@@ -534,7 +537,7 @@ impl Engine for RemoteEngine {
     fn metrics_text(&self) -> Option<String> {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let counters: [(&str, &str, fn(&RemoteStats) -> &AtomicU64); 9] = [
+        let counters: [(&str, &str, StatField); 9] = [
             ("requests_total", "Requests sent to the key server", |s| {
                 &s.sent
             }),
