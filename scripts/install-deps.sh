@@ -25,6 +25,14 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The HTTP/3 interop tests use an independent client: Python aioquic.
+if ! python3 -c 'import aioquic' 2>/dev/null; then
+  echo "installing aioquic (HTTP/3 test client)"
+  python3 -m pip install -q aioquic 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages aioquic 2>/dev/null \
+    || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"; $SUDO apt-get install -y -qq python3-aioquic >/dev/null; }
+fi
+
 if ! command -v cargo >/dev/null; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
     echo "Rust is installed in ~/.cargo/bin; add it to PATH"

@@ -4,12 +4,29 @@
 use crate::upstream::PooledConn;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+/// Any error a client body stream reports.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client's request body as it arrives, whatever the protocol (HTTP/1.1 and HTTP/2 from
+/// hyper, HTTP/3 from the QUIC driver).
+pub type ClientBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Boxes a hyper body as a [`ClientBody`].
+pub fn client_body<B>(b: B) -> ClientBody
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    UnsyncBoxBody::new(b.map_err(Into::into))
+}
 
 /// Why a request body stopped.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +34,7 @@ pub enum RequestBodyError {
     #[error("request body exceeds the limit of {0} bytes")]
     TooLarge(u64),
     #[error("reading the request body: {0}")]
-    Client(#[from] hyper::Error),
+    Client(BoxError),
 }
 
 /// Progress of a request body, shared with the request handler.
@@ -28,19 +45,19 @@ pub struct BodyProgress {
     /// The client's body stream, parked here when the limit tripped, so the handler can read
     /// and discard a little more of it before answering 413 (a client still uploading would
     /// otherwise see its connection reset instead of the response).
-    pub overflow: std::sync::Mutex<Option<Incoming>>,
+    pub overflow: std::sync::Mutex<Option<ClientBody>>,
 }
 
 /// A client's request body on its way upstream: streamed, counted, limited.
 pub struct RequestBody {
-    inner: Option<Incoming>,
+    inner: Option<ClientBody>,
     limit: u64,
     seen: u64,
     progress: Arc<BodyProgress>,
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, limit: u64, progress: Arc<BodyProgress>) -> Self {
+    pub fn new(inner: ClientBody, limit: u64, progress: Arc<BodyProgress>) -> Self {
         let inner = (!inner.is_end_stream()).then_some(inner);
         RequestBody {
             inner,
@@ -92,7 +109,7 @@ impl Body for RequestBody {
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(RequestBodyError::Client(e)))),
             Poll::Ready(None) => {
                 this.inner = None;
                 Poll::Ready(None)

@@ -198,6 +198,18 @@ pub struct ListenerConfig {
     pub tls: TlsConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
+    pub quic: QuicConfig,
+}
+
+/// HTTP/3 over QUIC beside a TLS listener.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuicConfig {
+    /// Serve HTTP/3 and advertise it with `Alt-Svc` on TCP responses.
+    pub enabled: bool,
+    /// UDP address; default: the TCP listener's address and port.
+    pub listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod keyserver;
 pub mod metrics;
 pub mod proxy;
+pub mod quic;
 pub mod router;
 pub mod server;
 pub mod tls;
@@ -39,6 +40,8 @@ pub struct StartOptions {
 pub struct Running {
     /// (listener name, bound address), in config order.
     pub listeners: Vec<(String, SocketAddr)>,
+    /// (listener name, bound UDP address) of listeners serving HTTP/3.
+    pub quic_listeners: Vec<(String, SocketAddr)>,
     pub admin: Option<SocketAddr>,
     pub metrics: metrics::Metrics,
     pub engine: Arc<KeyEngine>,
@@ -140,6 +143,7 @@ pub fn build_key_engine(
 /// worker. Nothing on the request path crosses threads except key-engine requests.
 struct WorkerPlan {
     index: usize,
+    quic: Vec<(std::net::UdpSocket, tls::QuicTls, Arc<proxy::ProxyShared>)>,
     listeners: Vec<(
         std::net::TcpListener,
         Arc<proxy::ProxyShared>,
@@ -187,6 +191,9 @@ fn run_worker(
                     };
                     tasks.push(tokio::spawn(task.run(stop.clone(), graceful.clone())));
                 }
+                for (sock, tls, shared) in plan.quic {
+                    tasks.push(tokio::spawn(quic::serve(sock, tls, shared, stop.clone())));
+                }
                 for t in tasks {
                     let _ = t.await;
                 }
@@ -223,6 +230,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut plans: Vec<WorkerPlan> = (0..workers)
         .map(|index| WorkerPlan {
             index,
+            quic: Vec::new(),
             listeners: Vec::new(),
         })
         .collect();
@@ -237,6 +245,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         .collect();
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
+    let mut quic_bound = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
@@ -245,12 +254,34 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         let acceptor = Arc::new(tls.acceptor);
         // The first socket fixes the port (when 0 was asked for); the others share it.
         let mut addr = l.listen;
-        for (w, plan) in plans.iter_mut().enumerate() {
+        let mut socks = Vec::with_capacity(workers);
+        for w in 0..workers {
             let sock = server::bind(addr)
                 .with_context(|| format!("listeners[{i}].listen: cannot bind {addr}"))?;
             if w == 0 {
                 addr = sock.local_addr()?;
             }
+            socks.push(sock);
+        }
+        // HTTP/3 beside it: UDP on the same address unless configured, served by worker 0.
+        let mut quic = if l.quic.enabled {
+            let udp_addr = l.quic.listen.unwrap_or(addr);
+            let udp = quic::bind_udp(udp_addr).with_context(|| {
+                format!("listeners[{i}].quic.listen: cannot bind UDP {udp_addr}")
+            })?;
+            let udp_addr = udp.local_addr()?;
+            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets)
+                .with_context(|| format!("listeners[{i}] ({}) QUIC", l.name))?;
+            tracing::info!(listener = %l.name, addr = %udp_addr, "listening (HTTP/3 over QUIC)");
+            quic_bound.push((l.name.clone(), udp_addr));
+            Some((udp, qtls, udp_addr.port()))
+        } else {
+            None
+        };
+        let alt_svc = quic.as_ref().and_then(|(_, _, port)| {
+            http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
+        });
+        for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
             let shared = Arc::new(proxy::ProxyShared {
                 listener: l.name.clone(),
                 router: router.clone(),
@@ -258,9 +289,19 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 limits: l.limits.clone(),
                 metrics: metrics.clone(),
                 access_log: access_log.clone(),
+                alt_svc: alt_svc.clone(),
             });
-            plan.listeners
-                .push((sock, shared, acceptor.clone(), l.tls.handshake_timeout));
+            plan.listeners.push((
+                sock,
+                shared.clone(),
+                acceptor.clone(),
+                l.tls.handshake_timeout,
+            ));
+            if w == 0 {
+                if let Some((udp, qtls, _)) = quic.take() {
+                    plan.quic.push((udp, qtls, shared));
+                }
+            }
         }
         tracing::info!(listener = %l.name, %addr, workers, "listening (TLS over TCP)");
         bound.push((l.name.clone(), addr));
@@ -288,6 +329,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     }
     Ok(Running {
         listeners: bound,
+        quic_listeners: quic_bound,
         admin,
         metrics,
         engine,

@@ -3,14 +3,13 @@
 //! rules) have an obvious place.
 
 use crate::access_log::{AccessLog, AccessRecord};
-use crate::body::{BodyProgress, OnResponseDone, RequestBody, ResponseBody};
+use crate::body::{BodyProgress, ClientBody, OnResponseDone, RequestBody, ResponseBody};
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
 use crate::router::Router;
 use crate::upstream::{Cluster, UpstreamError};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
-use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -25,6 +24,8 @@ pub struct ProxyShared {
     pub limits: LimitsConfig,
     pub metrics: Metrics,
     pub access_log: AccessLog,
+    /// `Alt-Svc` advertising HTTP/3, added to HTTP/1.1 and HTTP/2 responses.
+    pub alt_svc: Option<HeaderValue>,
 }
 
 /// Facts about the client connection a request arrived on.
@@ -121,9 +122,10 @@ fn local(status: StatusCode, msg: &'static str) -> Response<ResponseBody> {
 pub async fn handle(
     shared: Arc<ProxyShared>,
     conn: Arc<ConnInfo>,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let start = Instant::now();
+    let is_h3 = req.version() == Version::HTTP_3;
     let request_id = req
         .headers()
         .get(&X_REQUEST_ID)
@@ -156,6 +158,7 @@ pub async fn handle(
             listener: shared.listener.clone(),
             protocol: match req.version() {
                 Version::HTTP_2 => "h2",
+                Version::HTTP_3 => "h3",
                 _ => "http/1.1",
             },
             tls_version: conn.tls_version,
@@ -188,6 +191,9 @@ pub async fn handle(
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().entry(&X_REQUEST_ID).or_insert(v);
     }
+    if let (Some(alt), false) = (&shared.alt_svc, is_h3) {
+        resp.headers_mut().insert(header::ALT_SVC, alt.clone());
+    }
     if !logging {
         return Ok(resp);
     }
@@ -206,7 +212,7 @@ type Routed = (Option<String>, Response<ResponseBody>);
 async fn forward(
     shared: &ProxyShared,
     conn: &ConnInfo,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     host: &str,
     request_id: &str,
     progress: &Arc<BodyProgress>,

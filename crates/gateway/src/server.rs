@@ -1,6 +1,7 @@
 //! The TLS-over-TCP listener: accept, handshake (bounded in time), then HTTP/1.1 or HTTP/2
 //! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
 
+use crate::body::client_body;
 use crate::metrics::GaugeGuard;
 use crate::proxy::{self, ConnInfo, ProxyShared};
 use crate::tls::handshake_info;
@@ -155,7 +156,9 @@ async fn serve_connection(
     let limits = &shared.limits;
     let svc = {
         let shared = shared.clone();
-        service_fn(move |req| proxy::handle(shared.clone(), info.clone(), req))
+        service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            proxy::handle(shared.clone(), info.clone(), req.map(client_body))
+        })
     };
     let io = TokioIo::new(stream);
     let result = if h2 {

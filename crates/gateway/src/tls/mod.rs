@@ -12,7 +12,8 @@ use crate::config::{CertKeyPair, ListenerConfig, TlsConfig, TlsVersion};
 use anyhow::{anyhow, bail, Context as _};
 use boring::ssl::{
     select_next_proto, AlpnError, AsyncSelectCertError, BoxSelectCertFinish, ClientHello,
-    ExtensionType, NameType, SslAcceptor, SslAcceptorBuilder, SslContext, SslMethod, SslVersion,
+    ExtensionType, NameType, SslAcceptor, SslAcceptorBuilder, SslContext, SslContextBuilder,
+    SslMethod, SslVersion,
 };
 use boring::x509::X509;
 use key_method::EngineKeyMethod;
@@ -32,7 +33,6 @@ pub struct ListenerTls {
 
 /// Starts every TLS context of a listener (the front acceptor and each certificate's context)
 /// with the same settings: versions, cipher policy, groups, ALPN and the rotating ticket keys.
-/// The QUIC listener builds its contexts here too.
 pub fn context_builder(
     tls: &TlsConfig,
     tickets: &Arc<TicketKeys>,
@@ -55,13 +55,23 @@ pub fn context_builder(
         b.set_strict_cipher_list(&tls.tls12_ciphers.join(":"))
             .context("tls12_ciphers")?;
     }
+    configure_common(&mut b, tickets, alpn)?;
+    Ok(b)
+}
+
+/// Groups, session id context, ALPN and ticket keys: shared by TCP and QUIC contexts.
+fn configure_common(
+    b: &mut SslContextBuilder,
+    tickets: &Arc<TicketKeys>,
+    alpn: &'static [u8],
+) -> anyhow::Result<()> {
     b.set_curves_list("X25519:P-256:P-384")?;
     b.set_session_id_context(b"rampart")?;
     b.set_alpn_select_callback(move |_ssl, client| {
         select_next_proto(alpn, client).ok_or(AlpnError::NOACK)
     });
-    tickets.install(&mut b);
-    Ok(b)
+    tickets.install(b);
+    Ok(())
 }
 
 /// The contexts serving one `[[listeners.certificates]]` entry.
@@ -186,32 +196,33 @@ fn cert_context(
     Ok(b.build().into_context())
 }
 
-/// Builds the acceptor of one listener.
-pub fn listener_tls(
+/// Builds the certificate store of one listener for one ALPN set (TCP or QUIC).
+fn build_store(
     listener: &ListenerConfig,
     engine: &Arc<KeyEngine>,
+    tickets: &Arc<TicketKeys>,
     alpn: &'static [u8],
-) -> anyhow::Result<ListenerTls> {
-    let tickets = TicketKeys::new();
+    tls13: bool,
+) -> anyhow::Result<Arc<CertStore>> {
     let tls = &listener.tls;
     let mut store = CertStore {
         entries: vec![],
         exact: HashMap::new(),
         wildcard: HashMap::new(),
-        tls13: tls.versions.contains(&TlsVersion::Tls13),
+        tls13,
     };
     for (i, c) in listener.certificates.iter().enumerate() {
         let field = |k: &str| format!("listeners[{}].certificates[{i}].{k}", listener.name);
         let rsa = c
             .rsa
             .as_ref()
-            .map(|p| cert_context(tls, &tickets, alpn, p, KeyKind::Rsa, engine))
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, engine))
             .transpose()
             .with_context(|| field("rsa"))?;
         let ecdsa = c
             .ecdsa
             .as_ref()
-            .map(|p| cert_context(tls, &tickets, alpn, p, KeyKind::EcdsaP256, engine))
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::EcdsaP256, engine))
             .transpose()
             .with_context(|| field("ecdsa"))?;
         store.entries.push(CertEntry { rsa, ecdsa });
@@ -223,9 +234,12 @@ pub fn listener_tls(
             };
         }
     }
-    let store = Arc::new(store);
-    let mut front = context_builder(tls, &tickets, alpn)?;
-    front.set_async_select_certificate_callback(move |hello| {
+    Ok(Arc::new(store))
+}
+
+/// Installs SNI + signature-algorithm certificate selection on a front context.
+fn install_selection(b: &mut SslContextBuilder, store: Arc<CertStore>) {
+    b.set_async_select_certificate_callback(move |hello| {
         let ctx = store.select(hello).ok_or(AsyncSelectCertError)?;
         Ok(Box::pin(async move {
             Ok(Box::new(move |mut hello: ClientHello<'_>| {
@@ -236,8 +250,61 @@ pub fn listener_tls(
             }) as BoxSelectCertFinish)
         }))
     });
+}
+
+/// Builds the acceptor of one listener.
+pub fn listener_tls(
+    listener: &ListenerConfig,
+    engine: &Arc<KeyEngine>,
+    alpn: &'static [u8],
+) -> anyhow::Result<ListenerTls> {
+    let tickets = TicketKeys::new();
+    let tls = &listener.tls;
+    let store = build_store(
+        listener,
+        engine,
+        &tickets,
+        alpn,
+        tls.versions.contains(&TlsVersion::Tls13),
+    )?;
+    let mut front = context_builder(tls, &tickets, alpn)?;
+    install_selection(&mut front, store);
     Ok(ListenerTls {
         acceptor: front.build(),
         tickets,
     })
+}
+
+/// ALPN for HTTP/3.
+pub const ALPN_H3: &[u8] = b"\x02h3";
+
+/// What a QUIC listener needs to make its SSL context: the same certificates, key engine
+/// and ticket keys as the TCP listener beside it, TLS 1.3 only, ALPN h3.
+#[derive(Clone)]
+pub struct QuicTls {
+    store: Arc<CertStore>,
+    tickets: Arc<TicketKeys>,
+}
+
+impl QuicTls {
+    pub fn new(
+        listener: &ListenerConfig,
+        engine: &Arc<KeyEngine>,
+        tickets: &Arc<TicketKeys>,
+    ) -> anyhow::Result<Self> {
+        Ok(QuicTls {
+            store: build_store(listener, engine, tickets, ALPN_H3, true)?,
+            tickets: tickets.clone(),
+        })
+    }
+
+    /// A fresh front context builder (tokio-quiche asks once per socket).
+    pub fn front_builder(&self) -> anyhow::Result<SslContextBuilder> {
+        let mut b = SslContextBuilder::new(SslMethod::tls())?;
+        b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
+        b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
+        configure_common(&mut b, &self.tickets, ALPN_H3)?;
+        install_selection(&mut b, self.store.clone());
+        Ok(b)
+    }
 }

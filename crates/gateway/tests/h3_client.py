@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A small HTTP/3 client on aioquic (an independent QUIC/HTTP/3 implementation), for tests.
+
+Prints one JSON object per request: status, headers, body length and (if short) the body.
+"""
+import argparse
+import asyncio
+import json
+import ssl
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.responses = {}
+        self.waiters = {}
+
+    def quic_event_received(self, event):
+        for ev in self.h3.handle_event(event):
+            if isinstance(ev, (HeadersReceived, DataReceived)):
+                r = self.responses.setdefault(ev.stream_id, {"headers": [], "body": bytearray()})
+                if isinstance(ev, HeadersReceived):
+                    r["headers"] += ev.headers
+                else:
+                    r["body"] += ev.data
+                if ev.stream_ended:
+                    w = self.waiters.pop(ev.stream_id, None)
+                    if w and not w.done():
+                        w.set_result(self.responses.pop(ev.stream_id))
+
+    async def request(self, method, authority, path, body=None, headers=()):
+        sid = self._quic.get_next_available_stream_id()
+        hs = [(b":method", method.encode()), (b":scheme", b"https"),
+              (b":authority", authority.encode()), (b":path", path.encode())]
+        hs += [(k.encode(), v.encode()) for k, v in headers]
+        self.h3.send_headers(sid, hs, end_stream=body is None)
+        if body is not None:
+            self.h3.send_data(sid, body, end_stream=True)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[sid] = fut
+        self.transmit()
+        return await asyncio.wait_for(fut, 120)
+
+
+async def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="localhost")
+    p.add_argument("--method", default="GET")
+    p.add_argument("--path", action="append", default=[])
+    p.add_argument("--body-size", type=int)
+    p.add_argument("--header", action="append", default=[])
+    args = p.parse_args()
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args.host)
+    config.verify_mode = ssl.CERT_NONE
+    async with connect("127.0.0.1", args.port, configuration=config, create_protocol=Client) as client:
+        for path in args.path or ["/"]:
+            body = b"b" * args.body_size if args.body_size is not None else None
+            headers = [h.split(":", 1) for h in args.header]
+            headers = [(k.strip().lower(), v.strip()) for k, v in headers]
+            r = await client.request(args.method, args.host, path, body, headers)
+            hdrs = {k.decode(): v.decode() for k, v in r["headers"]}
+            out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"])}
+            if len(r["body"]) <= 4096:
+                out["body"] = r["body"].decode("utf-8", "replace")
+            print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
