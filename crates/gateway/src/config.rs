@@ -203,13 +203,100 @@ pub struct ListenerConfig {
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuicConfig {
     /// Serve HTTP/3 and advertise it with `Alt-Svc` on TCP responses.
     pub enabled: bool,
     /// UDP address; default: the TCP listener's address and port.
     pub listen: Option<SocketAddr>,
+    /// Congestion control: "cubic", "reno", "bbr2" (quiche's names).
+    pub congestion_control: String,
+    /// Connection-level flow-control window (bytes).
+    pub initial_max_data: u64,
+    /// Stream-level flow-control window (bytes).
+    pub initial_max_stream_data: u64,
+    /// Concurrent request streams a client may open.
+    pub max_concurrent_streams: u64,
+    /// UDP socket send and receive buffer (bytes); the kernel may cap it (a warning says so).
+    pub udp_buffer_bytes: usize,
+    /// Address validation with Retry: "never" or "always".
+    pub retry: RetryPolicy,
+    /// Routable connection IDs (QUIC-LB); absent: random 20-byte IDs.
+    pub lb: Option<QuicLbConfig>,
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        QuicConfig {
+            enabled: false,
+            listen: None,
+            congestion_control: "cubic".into(),
+            initial_max_data: 10 << 20,
+            initial_max_stream_data: 1 << 20,
+            max_concurrent_streams: 100,
+            udp_buffer_bytes: 4 << 20,
+            retry: RetryPolicy::Never,
+            lb: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryPolicy {
+    Never,
+    Always,
+}
+
+/// QUIC-LB (draft-ietf-quic-load-balancers-21) connection-ID configuration, shared with the
+/// L4 balancers in front.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuicLbConfig {
+    /// Config rotation id, 0..=6.
+    #[serde(default)]
+    pub rotation: u8,
+    /// This server's ID, hex.
+    pub server_id: String,
+    /// Nonce bytes (≥ 4; server ID + nonce ≤ 19).
+    pub nonce_len: usize,
+    /// AES-128 key, 32 hex digits; absent: plaintext server IDs.
+    pub key: Option<String>,
+}
+
+impl QuicLbConfig {
+    /// The quiclb configuration and the server ID bytes.
+    pub fn build(&self) -> Result<(quiclb::Config, Vec<u8>), String> {
+        let sid = hex(&self.server_id).ok_or("server_id: expected hex digits")?;
+        let key = match &self.key {
+            Some(k) => Some(
+                hex(k)
+                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                    .ok_or("key: expected 32 hex digits (AES-128)")?,
+            ),
+            None => None,
+        };
+        let cfg = quiclb::Config {
+            rotation: self.rotation,
+            server_id_len: sid.len(),
+            nonce_len: self.nonce_len,
+            key,
+            self_encode_length: true,
+        };
+        cfg.validate().map_err(|e| e.to_string())?;
+        Ok((cfg, sid))
+    }
+}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -575,6 +662,29 @@ impl Config {
             }
             if t.ticket_key_rotation < Duration::from_secs(1) {
                 return err(format!("{p}.tls.ticket_key_rotation"), "at least 1s".into());
+            }
+            let q = &l.quic;
+            if q.enabled {
+                if !["cubic", "reno", "bbr2"].contains(&q.congestion_control.as_str()) {
+                    return err(
+                        format!("{p}.quic.congestion_control"),
+                        format!(
+                            "{:?}: expected \"cubic\", \"reno\" or \"bbr2\"",
+                            q.congestion_control
+                        ),
+                    );
+                }
+                if !t.versions.contains(&TlsVersion::Tls13) {
+                    return err(
+                        format!("{p}.quic.enabled"),
+                        "QUIC needs TLS 1.3 in tls.versions".into(),
+                    );
+                }
+                if let Some(lb) = &q.lb {
+                    if let Err(e) = lb.build() {
+                        return err(format!("{p}.quic.lb"), e);
+                    }
+                }
             }
             if l.limits.max_header_bytes < 1024 || l.limits.max_headers == 0 {
                 return err(

@@ -143,7 +143,12 @@ pub fn build_key_engine(
 /// worker. Nothing on the request path crosses threads except key-engine requests.
 struct WorkerPlan {
     index: usize,
-    quic: Vec<(std::net::UdpSocket, tls::QuicTls, Arc<proxy::ProxyShared>)>,
+    quic: Vec<(
+        std::net::UdpSocket,
+        tls::QuicTls,
+        config::QuicConfig,
+        Arc<proxy::ProxyShared>,
+    )>,
     listeners: Vec<(
         std::net::TcpListener,
         Arc<proxy::ProxyShared>,
@@ -191,8 +196,14 @@ fn run_worker(
                     };
                     tasks.push(tokio::spawn(task.run(stop.clone(), graceful.clone())));
                 }
-                for (sock, tls, shared) in plan.quic {
-                    tasks.push(tokio::spawn(quic::serve(sock, tls, shared, stop.clone())));
+                for (sock, tls, qcfg, shared) in plan.quic {
+                    tasks.push(tokio::spawn(quic::serve(
+                        sock,
+                        tls,
+                        qcfg,
+                        shared,
+                        stop.clone(),
+                    )));
                 }
                 for t in tasks {
                     let _ = t.await;
@@ -266,7 +277,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         // HTTP/3 beside it: UDP on the same address unless configured, served by worker 0.
         let mut quic = if l.quic.enabled {
             let udp_addr = l.quic.listen.unwrap_or(addr);
-            let udp = quic::bind_udp(udp_addr).with_context(|| {
+            let udp = quic::bind_udp(udp_addr, l.quic.udp_buffer_bytes).with_context(|| {
                 format!("listeners[{i}].quic.listen: cannot bind UDP {udp_addr}")
             })?;
             let udp_addr = udp.local_addr()?;
@@ -299,7 +310,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             ));
             if w == 0 {
                 if let Some((udp, qtls, _)) = quic.take() {
-                    plan.quic.push((udp, qtls, shared));
+                    plan.quic.push((udp, qtls, l.quic.clone(), shared));
                 }
             }
         }

@@ -6,6 +6,7 @@
 //! through [`proxy::handle`], and the response streams back as HTTP/3 frames.
 
 use crate::body::{client_body, BoxError, ClientBody};
+use crate::config::{QuicConfig, RetryPolicy};
 use crate::proxy::{self, ConnInfo, ProxyShared};
 use crate::tls::QuicTls;
 use bytes::Bytes;
@@ -23,17 +24,16 @@ use tokio_quiche::http3::driver::{
 };
 use tokio_quiche::http3::settings::Http3Settings;
 use tokio_quiche::metrics::DefaultMetrics;
-use tokio_quiche::quic::ConnectionHook;
+use tokio_quiche::quic::{ConnectionHook, SimpleConnectionIdGenerator};
 use tokio_quiche::quiche::h3::{Header, NameValue};
+use tokio_quiche::quiche::ConnectionId;
 use tokio_quiche::settings::{CertificateKind, Hooks, QuicSettings, TlsCertificatePaths};
+use tokio_quiche::socket::QuicListener;
+use tokio_quiche::{ConnectionIdGenerator, QuicResult};
 use tokio_quiche::{ConnectionParams, ServerH3Driver};
 
-/// Socket buffer size asked for the UDP socket: bursts of Initial packets overflow the
-/// kernel's default (~208 KiB) and handshakes then take seconds.
-pub const UDP_BUFFER: usize = 4 << 20;
-
 /// Binds the UDP socket of a QUIC listener, with large buffers (warning when capped).
-pub fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+pub fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<std::net::UdpSocket> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -53,11 +53,11 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
             socket2::Socket::send_buffer_size,
         ),
     ] {
-        set(&sock, UDP_BUFFER)?;
+        set(&sock, buffer)?;
         // Linux reports twice the granted size.
         let got = get(&sock)? / 2;
-        if got < UDP_BUFFER {
-            tracing::warn!(%addr, asked = UDP_BUFFER, got, "UDP {name} buffer capped by the kernel (raise net.core.{}mem_max)", if name == "receive" { "r" } else { "w" });
+        if got < buffer {
+            tracing::warn!(%addr, asked = buffer, got, "UDP {name} buffer capped by the kernel (raise net.core.{}mem_max)", if name == "receive" { "r" } else { "w" });
         }
     }
     sock.set_nonblocking(true)?;
@@ -84,10 +84,49 @@ impl ConnectionHook for Hook {
     }
 }
 
+/// Connection IDs that carry this server's QUIC-LB server ID.
+struct QuicLbIds {
+    encoder: quiclb::Encoder,
+    decoder: quiclb::Decoder,
+    server_id: Vec<u8>,
+}
+
+impl ConnectionIdGenerator<'static> for QuicLbIds {
+    fn new_connection_id(&self) -> ConnectionId<'static> {
+        ConnectionId::from_vec(self.encoder.generate())
+    }
+
+    fn verify_connection_id(&self, cid: &ConnectionId<'_>) -> QuicResult<()> {
+        match self.decoder.server_id(cid) {
+            Some(sid) if sid == self.server_id => Ok(()),
+            _ => Err("connection ID does not carry this server's QUIC-LB server ID".into()),
+        }
+    }
+}
+
+fn cid_generator(cfg: &QuicConfig) -> Arc<dyn ConnectionIdGenerator<'static>> {
+    if let Some(Ok((lb, server_id))) = cfg.lb.as_ref().map(|lb| lb.build()) {
+        // tokio-quiche routes short-header packets by 20-byte connection IDs.
+        if let (Ok(encoder), Ok(decoder)) = (
+            quiclb::Encoder::new(lb.clone(), &server_id)
+                .and_then(|e| e.padded_to(quiclb::MAX_CID_LEN)),
+            quiclb::Decoder::new(vec![lb]),
+        ) {
+            return Arc::new(QuicLbIds {
+                encoder,
+                decoder,
+                server_id,
+            });
+        }
+    }
+    Arc::new(SimpleConnectionIdGenerator)
+}
+
 /// Serves HTTP/3 on `socket` until `stop` turns true. Runs on the calling runtime.
 pub async fn serve(
     socket: std::net::UdpSocket,
     tls: QuicTls,
+    cfg: QuicConfig,
     shared: Arc<ProxyShared>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -96,6 +135,27 @@ pub async fn serve(
     settings.alpn = vec![b"h3".to_vec()];
     settings.enable_pacing = true;
     settings.max_idle_timeout = Some(shared.limits.idle_timeout);
+    settings.cc_algorithm = cfg.congestion_control.clone();
+    settings.initial_max_data = cfg.initial_max_data;
+    settings.initial_max_stream_data_bidi_local = cfg.initial_max_stream_data;
+    settings.initial_max_stream_data_bidi_remote = cfg.initial_max_stream_data;
+    settings.initial_max_stream_data_uni = cfg.initial_max_stream_data;
+    settings.initial_max_streams_bidi = cfg.max_concurrent_streams;
+    settings.disable_client_ip_validation = cfg.retry == RetryPolicy::Never;
+    let socket = match tokio::net::UdpSocket::from_std(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "QUIC socket");
+            return;
+        }
+    };
+    let mut listener = QuicListener {
+        socket,
+        cid_generator: cid_generator(&cfg),
+        capabilities: Default::default(),
+    };
+    // GSO, GRO and the like, where the kernel supports them.
+    listener.apply_max_capabilities();
     let hooks = Hooks {
         connection_hook: Some(Arc::new(Hook { tls })),
     };
@@ -110,13 +170,14 @@ pub async fn serve(
         },
         hooks,
     );
-    let mut streams = match tokio_quiche::listen([socket], params, DefaultMetrics) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "QUIC listener failed to start");
-            return;
-        }
-    };
+    let mut streams =
+        match tokio_quiche::listen_with_capabilities([listener], params, DefaultMetrics) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "QUIC listener failed to start");
+                return;
+            }
+        };
     let mut conns = streams.remove(0);
     loop {
         let next = tokio::select! {

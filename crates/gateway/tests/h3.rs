@@ -77,3 +77,100 @@ async fn h3_large_download_and_upload_stream() {
     );
     assert_eq!(r[0]["body_len"], 8 * 1024 * 1024);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_lb_connection_ids_carry_the_server_id() {
+    let key = "8f95f09245765f80256934e50c66207f";
+    let fx = start(
+        "",
+        &format!("{QUIC}\n[listeners.quic.lb]\nrotation = 1\nserver_id = \"0a0b0c\"\nnonce_len = 8\nkey = \"{key}\""),
+    )
+    .await;
+    let r = json_lines(&run(h3(&fx, &["--print-cid", "--path", "/"])).await);
+    assert_eq!(r[0]["status"], 200);
+    let cid: Vec<u8> = (0..r[0]["server_cid"].as_str().unwrap().len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&r[0]["server_cid"].as_str().unwrap()[i..i + 2], 16).unwrap())
+        .collect();
+    // The balancer's view: decode with the shared configuration.
+    let cfg = quiclb::Config {
+        rotation: 1,
+        server_id_len: 3,
+        nonce_len: 8,
+        key: Some(
+            (0..16)
+                .map(|i| u8::from_str_radix(&key[2 * i..2 * i + 2], 16).unwrap())
+                .collect::<Vec<_>>()
+                .try_into()
+                .unwrap(),
+        ),
+        self_encode_length: true,
+    };
+    let decoder = quiclb::Decoder::new(vec![cfg]).unwrap();
+    assert_eq!(
+        cid.len(),
+        20,
+        "padded to the 20 bytes tokio-quiche routes by"
+    );
+    assert_eq!(cid[0] >> 5, 1, "config rotation bits");
+    assert_eq!(decoder.server_id(&cid), Some(vec![0x0a, 0x0b, 0x0c]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_datagrams_and_unknown_versions_disturb_nothing() {
+    let fx = start("", QUIC).await;
+    let server = fx.gw().quic_listeners[0].1;
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    // Random datagrams of assorted sizes.
+    let mut x = 0x9e3779b97f4a7c15u64;
+    for i in 0..200 {
+        let len = 1 + (i * 37) % 1400;
+        let d: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        sock.send_to(&d, server).await.unwrap();
+    }
+    // A truncated Initial: long header, version 1, lengths that run past the datagram.
+    sock.send_to(
+        &[0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9],
+        server,
+    )
+    .await
+    .unwrap();
+    // An unknown version (reserved 0x?a?a?a?a): answered with Version Negotiation.
+    let mut pkt = vec![0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 8];
+    pkt.extend_from_slice(&[0x11; 8]);
+    pkt.push(8);
+    pkt.extend_from_slice(&[0x22; 8]);
+    pkt.resize(1200, 0);
+    sock.send_to(&pkt, server).await.unwrap();
+    // Random datagrams that look like long headers may get their own negotiation packets:
+    // find the one answering ours (it echoes our SCID as its DCID).
+    let mut buf = [0u8; 1500];
+    let found = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+        loop {
+            let (n, _) = sock.recv_from(&mut buf).await.unwrap();
+            if n >= 14
+                && buf[0] & 0x80 != 0
+                && buf[1..5] == [0, 0, 0, 0]
+                && buf[5] == 8
+                && buf[6..14] == [0x22; 8]
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        found.is_ok(),
+        "no Version Negotiation answered the unknown version"
+    );
+    // Everything still works.
+    let r = json_lines(&run(h3(&fx, &["--path", "/"])).await);
+    assert_eq!(r[0]["status"], 200);
+}

@@ -57,6 +57,7 @@ async def main():
     p.add_argument("--path", action="append", default=[])
     p.add_argument("--body-size", type=int)
     p.add_argument("--header", action="append", default=[])
+    p.add_argument("--print-cid", action="store_true", help="print the server's connection ID (hex)")
     args = p.parse_args()
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args.host)
     config.verify_mode = ssl.CERT_NONE
@@ -70,6 +71,9 @@ async def main():
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"])}
             if len(r["body"]) <= 4096:
                 out["body"] = r["body"].decode("utf-8", "replace")
+            if args.print_cid:
+                # aioquic keeps the peer's current connection ID in a private field.
+                out["server_cid"] = client._quic._peer_cid.cid.hex()
             print(json.dumps(out), flush=True)
 
 

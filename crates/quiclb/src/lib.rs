@@ -210,6 +210,8 @@ pub struct Encoder {
     cfg: Config,
     server_id: Vec<u8>,
     crypto: Option<Crypto>,
+    /// Total id length when the server appends bytes of its own (same on every id).
+    total_len: usize,
 }
 
 impl Encoder {
@@ -224,8 +226,21 @@ impl Encoder {
         Ok(Encoder {
             crypto: cfg.key.as_ref().map(Crypto::new),
             server_id: server_id.to_vec(),
+            total_len: cfg.cid_len(),
             cfg,
         })
+    }
+
+    /// Appends random bytes of the server's own so every id is `total` bytes (the draft allows
+    /// a fixed-length server-specific suffix; QUIC stacks that route short-header packets by a
+    /// fixed connection-ID length need it). The first octet's length bits then count the
+    /// whole id after it.
+    pub fn padded_to(mut self, total: usize) -> Result<Self, ConfigError> {
+        if total < self.cfg.cid_len() || total > MAX_CID_LEN {
+            return Err(ConfigError::TooLong(total));
+        }
+        self.total_len = total;
+        Ok(self)
     }
 
     pub fn config(&self) -> &Config {
@@ -249,11 +264,19 @@ impl Encoder {
         cid
     }
 
-    /// A fresh connection ID with a random nonce.
+    /// A fresh connection ID with a random nonce (and random suffix, when padded).
     pub fn generate(&self) -> Vec<u8> {
         let mut nonce = vec![0u8; self.cfg.nonce_len];
         fastrand::fill(&mut nonce);
-        self.encode(first_octet(&self.cfg), &nonce)
+        let first = if self.cfg.self_encode_length {
+            (self.cfg.rotation << 5) | ((self.total_len - 1) as u8 & 0x1F)
+        } else {
+            first_octet(&self.cfg)
+        };
+        let mut cid = self.encode(first, &nonce);
+        let extra = self.total_len - cid.len();
+        cid.extend((0..extra).map(|_| fastrand::u8(..)));
+        cid
     }
 }
 
@@ -400,6 +423,27 @@ mod tests {
         let b = e.generate();
         assert_ne!(a, b);
         assert!(!a.windows(4).any(|w| w == sid.as_slice()));
+    }
+
+    #[test]
+    fn padded_ids_keep_the_server_id_readable() {
+        let c = cfg(2, 3, 8, Some(KEY));
+        let sid = hex("0a0b0c");
+        let e = Encoder::new(c.clone(), &sid)
+            .unwrap()
+            .padded_to(20)
+            .unwrap();
+        let d = Decoder::new(vec![c]).unwrap();
+        for _ in 0..50 {
+            let cid = e.generate();
+            assert_eq!(cid.len(), 20);
+            assert_eq!(cid[0], (2 << 5) | 19);
+            assert_eq!(d.server_id(&cid), Some(sid.clone()));
+        }
+        assert!(Encoder::new(cfg(0, 3, 8, None), &sid)
+            .unwrap()
+            .padded_to(21)
+            .is_err());
     }
 
     #[test]
