@@ -17,6 +17,8 @@ pub struct AccessRecord {
     pub protocol: &'static str,
     pub tls_version: &'static str,
     pub tls_resumed: bool,
+    /// The request arrived in 0-RTT early data.
+    pub early_data: bool,
     pub sni: Option<String>,
     pub method: String,
     pub host: String,

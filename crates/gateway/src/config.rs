@@ -224,6 +224,9 @@ pub struct QuicConfig {
     pub retry: RetryPolicy,
     /// Routable connection IDs (QUIC-LB); absent: random 20-byte IDs.
     pub lb: Option<QuicLbConfig>,
+    /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
+    /// forwarded with `Early-Data: 1`; any other method in early data gets 425 Too Early.
+    pub early_data: bool,
 }
 
 impl Default for QuicConfig {
@@ -238,6 +241,7 @@ impl Default for QuicConfig {
             udp_buffer_bytes: 4 << 20,
             retry: RetryPolicy::Never,
             lb: None,
+            early_data: false,
         }
     }
 }

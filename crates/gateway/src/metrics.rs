@@ -15,6 +15,8 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
+    pub early_data_accepted: prometheus::IntCounter,
+    pub early_data_rejected: prometheus::IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -92,8 +94,24 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            early_data_accepted: prometheus::IntCounter::new(
+                "rampart_quic_early_data_requests_total",
+                "HTTP/3 requests answered from 0-RTT early data (safe methods)",
+            )
+            .unwrap(),
+            early_data_rejected: prometheus::IntCounter::new(
+                "rampart_quic_early_data_rejected_total",
+                "HTTP/3 requests in 0-RTT early data refused with 425 Too Early (unsafe methods)",
+            )
+            .unwrap(),
             registry,
         };
+        m.registry
+            .register(Box::new(m.early_data_accepted.clone()))
+            .unwrap();
+        m.registry
+            .register(Box::new(m.early_data_rejected.clone()))
+            .unwrap();
         for c in [
             &m.handshakes,
             &m.handshake_errors,
@@ -165,6 +183,7 @@ mod tests {
         m.upstream_errors.with_label_values(&["c", "connect"]).inc();
         m.open_connections.with_label_values(&["l"]).inc();
         m.rejected_connections.with_label_values(&["l"]).inc();
+        m.early_data_accepted.inc();
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
         let text = m.render();

@@ -163,6 +163,8 @@ pub async fn handle(
             },
             tls_version: conn.tls_version,
             tls_resumed: conn.resumed,
+            early_data: req.version() == Version::HTTP_3
+                && req.headers().get("early-data").is_some_and(|v| v == "1"),
             sni: conn.sni.clone(),
             method: req.method().to_string(),
             host: host.clone(),

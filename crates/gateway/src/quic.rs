@@ -142,6 +142,7 @@ pub async fn serve(
     settings.initial_max_stream_data_uni = cfg.initial_max_stream_data;
     settings.initial_max_streams_bidi = cfg.max_concurrent_streams;
     settings.disable_client_ip_validation = cfg.retry == RetryPolicy::Never;
+    settings.enable_early_data = cfg.early_data;
     let socket = match tokio::net::UdpSocket::from_std(socket) {
         Ok(s) => s,
         Err(e) => {
@@ -204,13 +205,16 @@ pub async fn serve(
         tokio::spawn(async move {
             while let Some(ev) = controller.event_receiver_mut().recv().await {
                 if let ServerH3Event::Headers {
-                    incoming_headers, ..
+                    incoming_headers,
+                    is_in_early_data,
+                    ..
                 } = ev
                 {
                     tokio::spawn(serve_request(
                         shared.clone(),
                         info.clone(),
                         incoming_headers,
+                        *is_in_early_data,
                     ));
                 }
             }
@@ -305,7 +309,24 @@ fn to_request(headers: Vec<Header>, body: ClientBody) -> Result<Request<ClientBo
     Ok(req)
 }
 
-async fn serve_request(shared: Arc<ProxyShared>, info: Arc<ConnInfo>, incoming: IncomingH3Headers) {
+async fn respond_local(send: &mut OutboundFrameSender, status: &'static [u8], body: &'static [u8]) {
+    let _ = send
+        .send(OutboundFrame::Headers(
+            vec![Header::new(b":status", status)],
+            None,
+        ))
+        .await;
+    let _ = send
+        .send(OutboundFrame::Body(Bytes::from_static(body), true))
+        .await;
+}
+
+async fn serve_request(
+    shared: Arc<ProxyShared>,
+    info: Arc<ConnInfo>,
+    incoming: IncomingH3Headers,
+    early_data: bool,
+) {
     let IncomingH3Headers {
         headers,
         mut send,
@@ -316,25 +337,25 @@ async fn serve_request(shared: Arc<ProxyShared>, info: Arc<ConnInfo>, incoming: 
     let body = H3RequestBody {
         rx: (!read_fin).then_some(recv),
     };
-    let req = match to_request(headers, client_body(body)) {
+    let mut req = match to_request(headers, client_body(body)) {
         Ok(r) => r,
         Err(why) => {
             tracing::debug!(why, "malformed HTTP/3 request");
-            let _ = send
-                .send(OutboundFrame::Headers(
-                    vec![Header::new(b":status", b"400")],
-                    None,
-                ))
-                .await;
-            let _ = send
-                .send(OutboundFrame::Body(
-                    Bytes::from_static(b"malformed request\n"),
-                    true,
-                ))
-                .await;
+            respond_local(&mut send, b"400", b"malformed request\n").await;
             return;
         }
     };
+    if early_data {
+        // RFC 8470: only requests that are safe to replay may be answered from early data.
+        if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+            shared.metrics.early_data_rejected.inc();
+            respond_local(&mut send, b"425", b"too early: retry after the handshake\n").await;
+            return;
+        }
+        shared.metrics.early_data_accepted.inc();
+        req.headers_mut()
+            .insert("early-data", HeaderValue::from_static("1"));
+    }
     let Ok(resp) = proxy::handle(shared, info, req).await;
     let (parts, mut body) = resp.into_parts();
     let mut out = Vec::with_capacity(parts.headers.len() + 1);

@@ -174,3 +174,55 @@ async fn bad_datagrams_and_unknown_versions_disturb_nothing() {
     let r = json_lines(&run(h3(&fx, &["--path", "/"])).await);
     assert_eq!(r[0]["status"], 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_rtt_get_is_answered_and_post_is_not_forwarded_early() {
+    let fx = start("", &format!("{QUIC}\nearly_data = true")).await;
+    let ticket = fx.dir.path().join("ticket.pickle");
+    let t = ticket.to_str().unwrap();
+    // A full handshake leaves a session ticket (and waits a moment for it to arrive).
+    let r = json_lines(&run(h3(&fx, &["--session-file", t, "--path", "/delay/200"])).await);
+    assert_eq!(r[0]["status"], 200);
+    assert!(ticket.exists(), "no session ticket was issued");
+    // Resumed with 0-RTT: a GET in early data is answered and marked upstream.
+    let r = json_lines(
+        &run(h3(
+            &fx,
+            &["--session-file", t, "--zero-rtt", "--path", "/headers"],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["status"], 200);
+    assert_eq!(r[0]["resumed"], true, "{:?}", r[0]);
+    assert_eq!(r[0]["early_data_accepted"], true, "{:?}", r[0]);
+    let seen: serde_json::Value = serde_json::from_str(r[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(seen["early-data"], "1", "forwarded from early data: {seen}");
+    // A POST in early data is not forwarded: 425 Too Early.
+    let r = json_lines(
+        &run(h3(
+            &fx,
+            &[
+                "--session-file",
+                t,
+                "--zero-rtt",
+                "--method",
+                "POST",
+                "--path",
+                "/echo",
+                "--body-size",
+                "10",
+            ],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["status"], 425, "{:?}", r[0]);
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_quic_early_data_requests_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_quic_early_data_rejected_total", &[]),
+        1.0
+    );
+}

@@ -6,6 +6,8 @@ Prints one JSON object per request: status, headers, body length and (if short) 
 import argparse
 import asyncio
 import json
+import os
+import pickle
 import ssl
 
 from aioquic.asyncio.client import connect
@@ -58,10 +60,23 @@ async def main():
     p.add_argument("--body-size", type=int)
     p.add_argument("--header", action="append", default=[])
     p.add_argument("--print-cid", action="store_true", help="print the server's connection ID (hex)")
+    p.add_argument("--session-file", help="save the session ticket here; with --zero-rtt, resume from it")
+    p.add_argument("--zero-rtt", action="store_true", help="send the requests as 0-RTT early data")
     args = p.parse_args()
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args.host)
     config.verify_mode = ssl.CERT_NONE
-    async with connect("127.0.0.1", args.port, configuration=config, create_protocol=Client) as client:
+    if args.zero_rtt:
+        with open(args.session_file, "rb") as f:
+            config.session_ticket = pickle.load(f)
+
+    def save_ticket(ticket):
+        if args.session_file and not args.zero_rtt:
+            with open(args.session_file, "wb") as f:
+                pickle.dump(ticket, f)
+
+    async with connect("127.0.0.1", args.port, configuration=config, create_protocol=Client,
+                       session_ticket_handler=save_ticket,
+                       wait_connected=not args.zero_rtt) as client:
         for path in args.path or ["/"]:
             body = b"b" * args.body_size if args.body_size is not None else None
             headers = [h.split(":", 1) for h in args.header]
@@ -71,6 +86,9 @@ async def main():
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"])}
             if len(r["body"]) <= 4096:
                 out["body"] = r["body"].decode("utf-8", "replace")
+            tls = client._quic.tls
+            out["resumed"] = bool(getattr(tls, "session_resumed", False))
+            out["early_data_accepted"] = bool(getattr(tls, "early_data_accepted", False))
             if args.print_cid:
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()

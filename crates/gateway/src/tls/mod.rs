@@ -159,6 +159,7 @@ fn cert_context(
     pair: &CertKeyPair,
     expected: KeyKind,
     engine: &Arc<KeyEngine>,
+    early_data: bool,
 ) -> anyhow::Result<SslContext> {
     let (leaf, intermediates, id) = load_chain(&pair.cert)?;
     let key = engine.key(&id).ok_or_else(|| {
@@ -188,6 +189,9 @@ fn cert_context(
         KeyKind::EcdsaP384 => "ecdsa_secp384r1_sha384",
     };
     b.set_sigalgs_list(sigalgs).context("signing algorithms")?;
+    if early_data {
+        enable_early_data(&mut b);
+    }
     // No set_private_key(): the key stays in the engine.
     b.set_async_private_key_method(EngineKeyMethod {
         engine: engine.clone(),
@@ -203,6 +207,7 @@ fn build_store(
     tickets: &Arc<TicketKeys>,
     alpn: &'static [u8],
     tls13: bool,
+    early_data: bool,
 ) -> anyhow::Result<Arc<CertStore>> {
     let tls = &listener.tls;
     let mut store = CertStore {
@@ -216,13 +221,23 @@ fn build_store(
         let rsa = c
             .rsa
             .as_ref()
-            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, engine))
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, engine, early_data))
             .transpose()
             .with_context(|| field("rsa"))?;
         let ecdsa = c
             .ecdsa
             .as_ref()
-            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::EcdsaP256, engine))
+            .map(|p| {
+                cert_context(
+                    tls,
+                    tickets,
+                    alpn,
+                    p,
+                    KeyKind::EcdsaP256,
+                    engine,
+                    early_data,
+                )
+            })
             .transpose()
             .with_context(|| field("ecdsa"))?;
         store.entries.push(CertEntry { rsa, ecdsa });
@@ -266,6 +281,7 @@ pub fn listener_tls(
         &tickets,
         alpn,
         tls.versions.contains(&TlsVersion::Tls13),
+        false,
     )?;
     let mut front = context_builder(tls, &tickets, alpn)?;
     install_selection(&mut front, store);
@@ -273,6 +289,15 @@ pub fn listener_tls(
         acceptor: front.build(),
         tickets,
     })
+}
+
+/// Lets resumed clients send 0-RTT early data. BoringSSL copies this setting from a context
+/// when `set_ssl_context` switches to it, so every per-name context of a listener that accepts
+/// early data needs it too (boring 5.4 has no safe wrapper).
+fn enable_early_data(b: &mut SslContextBuilder) {
+    // SAFETY: `b.as_ptr()` is a valid, exclusively borrowed SSL_CTX for this call;
+    // SSL_CTX_set_early_data_enabled only stores a flag on it.
+    unsafe { boring_sys::SSL_CTX_set_early_data_enabled(b.as_ptr(), 1) };
 }
 
 /// ALPN for HTTP/3.
@@ -293,7 +318,14 @@ impl QuicTls {
         tickets: &Arc<TicketKeys>,
     ) -> anyhow::Result<Self> {
         Ok(QuicTls {
-            store: build_store(listener, engine, tickets, ALPN_H3, true)?,
+            store: build_store(
+                listener,
+                engine,
+                tickets,
+                ALPN_H3,
+                true,
+                listener.quic.early_data,
+            )?,
             tickets: tickets.clone(),
         })
     }
