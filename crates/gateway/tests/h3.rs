@@ -226,3 +226,35 @@ async fn zero_rtt_get_is_answered_and_post_is_not_forwarded_early() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_survives_a_client_port_change_mid_transfer() {
+    let fx = start("", QUIC).await;
+    let big = format!("/bytes/{}", 5 * 1024 * 1024);
+    let r = json_lines(
+        &run(h3(
+            &fx,
+            &[
+                "--path",
+                "/",
+                "--path",
+                &big,
+                "--path",
+                "/headers",
+                "--migrate-after",
+                "1",
+            ],
+        ))
+        .await,
+    );
+    assert_eq!(r.len(), 3);
+    assert_ne!(
+        r[0]["local_port"], r[1]["local_port"],
+        "the client moved to a new port"
+    );
+    assert_eq!(
+        (r[1]["status"].clone(), r[1]["body_len"].clone()),
+        (200.into(), (5 * 1024 * 1024).into())
+    );
+    assert_eq!(r[2]["status"], 200);
+}

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import pickle
+import socket
 import ssl
 
 from aioquic.asyncio.client import connect
@@ -62,6 +63,8 @@ async def main():
     p.add_argument("--print-cid", action="store_true", help="print the server's connection ID (hex)")
     p.add_argument("--session-file", help="save the session ticket here; with --zero-rtt, resume from it")
     p.add_argument("--zero-rtt", action="store_true", help="send the requests as 0-RTT early data")
+    p.add_argument("--migrate-after", type=int, default=-1,
+                   help="after this many requests, move to a new UDP source port (path migration)")
     args = p.parse_args()
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args.host)
     config.verify_mode = ssl.CERT_NONE
@@ -77,7 +80,19 @@ async def main():
     async with connect("127.0.0.1", args.port, configuration=config, create_protocol=Client,
                        session_ticket_handler=save_ticket,
                        wait_connected=not args.zero_rtt) as client:
-        for path in args.path or ["/"]:
+        for i, path in enumerate(args.path or ["/"]):
+            if i == args.migrate_after:
+                # A new socket (new source port) for the same connection, as a phone moving
+                # from 4G to Wi-Fi would; the next packets arrive from the new address.
+                loop = asyncio.get_running_loop()
+                old = client._transport
+                # Same socket family as aioquic's own (dual-stack IPv6).
+                sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                sock.bind(("::", 0, 0, 0))
+                await loop.create_datagram_endpoint(lambda: client, sock=sock)
+                old.close()
+                client._quic.change_connection_id()
             body = b"b" * args.body_size if args.body_size is not None else None
             headers = [h.split(":", 1) for h in args.header]
             headers = [(k.strip().lower(), v.strip()) for k, v in headers]
@@ -86,6 +101,7 @@ async def main():
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"])}
             if len(r["body"]) <= 4096:
                 out["body"] = r["body"].decode("utf-8", "replace")
+            out["local_port"] = client._transport.get_extra_info("sockname")[1]
             tls = client._quic.tls
             out["resumed"] = bool(getattr(tls, "session_resumed", False))
             out["early_data_accepted"] = bool(getattr(tls, "early_data_accepted", False))
