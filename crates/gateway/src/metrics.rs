@@ -15,6 +15,7 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
+    pub quic_connections: IntCounterVec,
     pub early_data_accepted: prometheus::IntCounter,
     pub early_data_rejected: prometheus::IntCounter,
 }
@@ -94,6 +95,14 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            quic_connections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_quic_connections_total",
+                    "QUIC connections accepted",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             early_data_accepted: prometheus::IntCounter::new(
                 "rampart_quic_early_data_requests_total",
                 "HTTP/3 requests answered from 0-RTT early data (safe methods)",
@@ -106,6 +115,9 @@ impl Metrics {
             .unwrap(),
             registry,
         };
+        m.registry
+            .register(Box::new(m.quic_connections.clone()))
+            .unwrap();
         m.registry
             .register(Box::new(m.early_data_accepted.clone()))
             .unwrap();
@@ -184,6 +196,7 @@ mod tests {
         m.open_connections.with_label_values(&["l"]).inc();
         m.rejected_connections.with_label_values(&["l"]).inc();
         m.early_data_accepted.inc();
+        m.quic_connections.with_label_values(&["l"]).inc();
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
         let text = m.render();

@@ -193,6 +193,11 @@ pub async fn serve(
                 continue;
             }
         };
+        shared
+            .metrics
+            .quic_connections
+            .with_label_values(&[&shared.listener])
+            .inc();
         let info = Arc::new(ConnInfo {
             client: conn.peer_addr(),
             sni: None,
