@@ -148,8 +148,23 @@ impl Metrics {
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
             .expect("text encoding");
-        String::from_utf8(out).expect("utf-8")
+        let mut text = String::from_utf8(out).expect("utf-8");
+        if let Some(n) = udp_rcvbuf_errors() {
+            text += &format!(
+                "# HELP rampart_udp_receive_buffer_errors_total Datagrams the kernel dropped for a full UDP receive buffer since boot (all sockets; /proc/net/snmp RcvbufErrors)\n# TYPE rampart_udp_receive_buffer_errors_total counter\nrampart_udp_receive_buffer_errors_total {n}\n"
+            );
+        }
+        text
     }
+}
+
+/// `RcvbufErrors` from the `Udp:` lines of /proc/net/snmp.
+fn udp_rcvbuf_errors() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let idx = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(idx)?.parse().ok()
 }
 
 impl Default for Metrics {
@@ -210,6 +225,8 @@ mod tests {
             .collect();
         assert!(documented.len() >= 8, "{documented:?}");
         for name in documented {
+            // A series selector (`name{label="..."}`) names its metric before the brace.
+            let name = name.split('{').next().unwrap_or(name);
             assert!(
                 text.contains(name),
                 "{name} is documented but not registered"

@@ -205,10 +205,29 @@ pub async fn serve(
             resumed: false,
         });
         let (driver, mut controller) = ServerH3Driver::new(Http3Settings::default());
+        let stats = conn.audit_log_stats();
         conn.start(driver);
         let shared = shared.clone();
         tokio::spawn(async move {
+            let open = crate::metrics::GaugeGuard::new(
+                shared
+                    .metrics
+                    .open_connections
+                    .with_label_values(&[&format!("{}/quic", shared.listener)]),
+            );
+            let mut handshake_recorded = false;
             while let Some(ev) = controller.event_receiver_mut().recv().await {
+                if !handshake_recorded {
+                    let us = stats.transport_handshake_duration_us();
+                    if us > 0 {
+                        handshake_recorded = true;
+                        shared
+                            .metrics
+                            .handshake_seconds
+                            .with_label_values(&[&shared.listener, "quic", "unknown"])
+                            .observe(us as f64 / 1e6);
+                    }
+                }
                 if let ServerH3Event::Headers {
                     incoming_headers,
                     is_in_early_data,
@@ -223,6 +242,7 @@ pub async fn serve(
                     ));
                 }
             }
+            drop(open);
         });
     }
 }

@@ -50,6 +50,25 @@ async fn h3_get_and_post_through_the_gateway() {
     let out = stdout(&run(curl(&fx, &["-D", "-", "-o", "/dev/null", &fx.url("/")])).await);
     let port = fx.gw().quic_listeners[0].1.port();
     assert!(out.contains(&format!("alt-svc: h3=\":{port}\"")), "{out}");
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(&m, "rampart_quic_connections_total", &[]) >= 2.0,
+        "{m}"
+    );
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshake_duration_seconds_count",
+            &["protocol=\"quic\""]
+        ) >= 2.0,
+        "{m}"
+    );
+    assert!(
+        m.contains("rampart_udp_receive_buffer_errors_total "),
+        "{m}"
+    );
+    let h3_requests = metric_sum(&m, "rampart_http_requests_total", &["status=\"200\""]);
+    assert!(h3_requests >= 3.0, "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
