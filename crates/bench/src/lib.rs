@@ -5,6 +5,7 @@
 //! run is bounded by `--duration` and optionally `--requests`, and stops by itself.
 
 mod cpu;
+mod h3;
 pub mod sign;
 mod sign_load;
 mod stats;
@@ -34,6 +35,14 @@ pub enum Mode {
     Sign,
     /// Signing load through a key engine: in process, or on key servers (--engine remote).
     SignLoad,
+    /// A new QUIC connection per HTTP/3 request (`--resume`, `--early-data`).
+    H3Handshake,
+    /// Requests on kept-open HTTP/3 connections.
+    H3Requests,
+    /// Bulk HTTP/3 download (use a large /bytes/N): Gbit/s and server CPU s/GB.
+    H3Download,
+    /// Bulk HTTPS (HTTP/1.1 over TLS) download, the same figures for comparison.
+    HttpsDownload,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -59,9 +68,12 @@ pub struct BenchArgs {
     /// Stop after this many operations (in addition to --duration).
     #[arg(long, short = 'n')]
     pub requests: Option<u64>,
-    /// Resume TLS sessions with tickets (https-handshake).
+    /// Resume TLS sessions with tickets (https-handshake, h3-handshake).
     #[arg(long)]
     pub resume: bool,
+    /// h3-handshake: resume and send the request as 0-RTT early data.
+    #[arg(long)]
+    pub early_data: bool,
     /// HTTP version for https-requests.
     #[arg(long, value_enum, default_value = "h1")]
     pub http: HttpVersion,
@@ -237,13 +249,22 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                     let r = async {
                         let resp = sender.send_request(req).await?;
                         let status = resp.status();
-                        resp.into_body().collect().await?;
-                        anyhow::Ok(status)
+                        let mut body = resp.into_body();
+                        let mut n = 0u64;
+                        while let Some(frame) = body.frame().await {
+                            if let Some(d) = frame?.data_ref() {
+                                n += d.len() as u64;
+                            }
+                        }
+                        anyhow::Ok((status, n))
                     }
                     .await;
                     match r {
-                        Ok(st) if st.is_success() => rec.ok(start.elapsed()),
-                        Ok(st) => rec.error(&anyhow!("status {}", st.as_u16())),
+                        Ok((st, n)) if st.is_success() => {
+                            rec.bytes(n);
+                            rec.ok(start.elapsed())
+                        }
+                        Ok((st, _)) => rec.error(&anyhow!("status {}", st.as_u16())),
                         Err(e) => {
                             rec.error(&e);
                             continue 'reconnect;
@@ -362,7 +383,15 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     }
                     Ok(())
                 }
-                Mode::HttpsRequests => request_worker(t, args, rec).await,
+                Mode::HttpsRequests | Mode::HttpsDownload => request_worker(t, args, rec).await,
+                Mode::H3Handshake | Mode::H3Requests | Mode::H3Download => {
+                    let h3t = Arc::new(h3::H3Target {
+                        addr: t.addr,
+                        host: t.host.clone(),
+                        path: t.path.clone(),
+                    });
+                    h3::worker(h3t, args, rec).await
+                }
                 Mode::Sign | Mode::SignLoad => unreachable!("handled in run"),
             }
         }));

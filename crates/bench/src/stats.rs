@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 struct Inner {
     latencies_us: Vec<u32>,
     errors: BTreeMap<String, u64>,
+    bytes: u64,
 }
 
 /// One worker's results; cheap to clone (shared).
@@ -54,6 +55,11 @@ impl Recorder {
         self.inner.lock().unwrap().latencies_us.push(us);
     }
 
+    /// Counts response body bytes (download modes).
+    pub fn bytes(&self, n: u64) {
+        self.inner.lock().unwrap().bytes += n;
+    }
+
     pub fn error(&self, e: &anyhow::Error) {
         *self
             .inner
@@ -92,6 +98,11 @@ pub struct Summary {
     pub latency_ms_p99: f64,
     pub server_cpu_seconds: Option<f64>,
     pub server_cpu_us_per_op: Option<f64>,
+    /// Response body bytes received (download modes).
+    pub bytes: u64,
+    pub gbit_per_sec: f64,
+    /// Server CPU seconds per GB (10^9 bytes) of response body.
+    pub server_cpu_seconds_per_gb: Option<f64>,
 }
 
 impl Summary {
@@ -103,8 +114,10 @@ impl Summary {
     ) -> Self {
         let mut lat = Vec::new();
         let mut errors_by_kind = BTreeMap::new();
+        let mut bytes = 0;
         for r in recs {
             let i = r.inner.lock().unwrap();
+            bytes += i.bytes;
             lat.extend_from_slice(&i.latencies_us);
             for (k, v) in &i.errors {
                 *errors_by_kind.entry(k.clone()).or_default() += v;
@@ -134,6 +147,11 @@ impl Summary {
             latency_ms_p99: pct(0.99),
             server_cpu_seconds: server_cpu,
             server_cpu_us_per_op: server_cpu.filter(|_| ok > 0).map(|c| c * 1e6 / ok as f64),
+            bytes,
+            gbit_per_sec: bytes as f64 * 8.0 / secs / 1e9,
+            server_cpu_seconds_per_gb: server_cpu
+                .filter(|_| bytes > 0)
+                .map(|c| c / (bytes as f64 / 1e9)),
         }
     }
 
@@ -143,6 +161,15 @@ impl Summary {
             self.mode, self.url, self.concurrency, self.ok, self.errors, self.seconds, self.rate_per_sec,
             self.latency_ms_p50, self.latency_ms_p90, self.latency_ms_p99
         );
+        if self.bytes > 0 {
+            s += &format!(
+                "  {} bytes  →  {:.2} Gbit/s\n",
+                self.bytes, self.gbit_per_sec
+            );
+        }
+        if let Some(per_gb) = self.server_cpu_seconds_per_gb {
+            s += &format!("  server CPU {per_gb:.2} s per GB\n");
+        }
         if let (Some(c), Some(per)) = (self.server_cpu_seconds, self.server_cpu_us_per_op) {
             s += &format!("  server CPU {c:.2}s  →  {per:.1} µs per operation\n");
         }

@@ -129,6 +129,10 @@ threads = 1
 name = "https"
 listen = "{listen}"
 
+[listeners.quic]
+enabled = true
+early_data = true
+
 [[listeners.certificates]]
 server_names = ["localhost"]
 rsa = {{ cert = "certs/localhost-rsa.crt", key = "certs/localhost-rsa.key" }}
@@ -202,7 +206,7 @@ fn main() -> anyhow::Result<()> {
             let path = demo_config(&state_dir, listen, admin, upstream)?;
             let cfg = load(&path)?;
             eprintln!(
-                "\nrampart demo\n  gateway   https://localhost:{port}/  (self-signed RSA-2048 and ECDSA P-256 in {certs})\n  upstream  http://{upstream}/  (/, /bytes/N, /headers, POST /echo)\n  admin     http://{admin}/metrics  and /healthz\n  config    {cfg_path}\n\ntry:\n  curl -k https://localhost:{port}/headers\n  curl -k --http1.1 https://localhost:{port}/bytes/100\n  curl -k -d hello https://localhost:{port}/echo\n",
+                "\nrampart demo\n  gateway   https://localhost:{port}/  HTTPS and HTTP/3 (self-signed RSA-2048 and ECDSA P-256 in {certs})\n  upstream  http://{upstream}/  (/, /bytes/N, /headers, POST /echo)\n  admin     http://{admin}/metrics  and /healthz\n  config    {cfg_path}\n\ntry:\n  curl -k https://localhost:{port}/headers\n  curl -k --http1.1 https://localhost:{port}/bytes/100\n  curl -k -d hello https://localhost:{port}/echo\n  rampart bench h3-requests --url https://localhost:{port}/ -n 10   # HTTP/3\n",
                 port = listen.port(),
                 certs = state_dir.join("certs").display(),
                 cfg_path = path.display(),
