@@ -14,10 +14,15 @@ pub struct H3Target {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
+    pub sigalgs: Option<String>,
 }
 
-fn config() -> anyhow::Result<quiche::Config> {
-    let mut c = quiche::Config::new(quiche::PROTOCOL_VERSION)?;
+fn config(sigalgs: Option<&str>) -> anyhow::Result<quiche::Config> {
+    let mut b = boring::ssl::SslContextBuilder::new(boring::ssl::SslMethod::tls())?;
+    if let Some(s) = sigalgs {
+        b.set_verify_algorithm_prefs(&crate::parse_sigalgs(s)?)?;
+    }
+    let mut c = quiche::Config::with_boring_ssl_ctx_builder(quiche::PROTOCOL_VERSION, b)?;
     c.verify_peer(false);
     c.set_application_protos(quiche::h3::APPLICATION_PROTOCOL)?;
     c.set_max_idle_timeout(10_000);
@@ -53,7 +58,7 @@ impl H3Conn {
         let mut scid = [0u8; 16];
         boring::rand::rand_bytes(&mut scid)?;
         let scid = quiche::ConnectionId::from_ref(&scid);
-        let mut cfg = config()?;
+        let mut cfg = config(t.sigalgs.as_deref())?;
         let mut conn = quiche::connect(Some(&t.host), &scid, local, t.addr, &mut cfg)?;
         if let Some(s) = session {
             conn.set_session(s)?;
@@ -226,8 +231,11 @@ pub async fn worker(
                             bail!("not resumed");
                         }
                     }
-                    if let Some(s) = c.session() {
-                        session = Some(s);
+                    // Only resuming runs carry tickets forward; a full-handshake run must not.
+                    if args.resume || args.early_data {
+                        if let Some(s) = c.session() {
+                            session = Some(s);
+                        }
                     }
                     c.close().await;
                     anyhow::Ok(status)

@@ -389,6 +389,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                         addr: t.addr,
                         host: t.host.clone(),
                         path: t.path.clone(),
+                        sigalgs: args.sigalgs.clone(),
                     });
                     h3::worker(h3t, args, rec).await
                 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# HTTP/3 vs HTTPS on the same gateway, one run: full-handshake CPU (RSA-2048, ECDSA P-256) and
+# bulk-download CPU per GB. Gateway pinned to CPU 0, load generator and upstream to CPU 1.
+#   scripts/bench-h3.sh        # DURATION=8s by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-8s}
+OUT=${OUT:-target/bench-h3}
+BIN=./target/release/rampart
+[ -x "$BIN" ] || cargo build --release -p rampart
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+C="$OUT/certs"; mkdir -p "$C"
+if [ ! -f "$C/rsa.crt" ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$C/rsa.key" -out "$C/rsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$C/ecdsa.key" -out "$C/ecdsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
+fi
+UP=18080; GW=18443
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
+cat > "$OUT/rampart.toml" <<CFG
+[server]
+worker_threads = 1
+access_log = "off"
+[admin]
+listen = "127.0.0.1:19901"
+[key_engine]
+engines = ["inline"]
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:$GW"
+[listeners.quic]
+enabled = true
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "certs/rsa.crt", key = "certs/rsa.key" }
+ecdsa = { cert = "certs/ecdsa.crt", key = "certs/ecdsa.key" }
+[[routes]]
+cluster = "up"
+[[clusters]]
+name = "up"
+endpoints = ["127.0.0.1:$UP"]
+CFG
+taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!; pids+=($gw)
+wait_port $GW; wait_port $UP; sleep 0.5
+b() { local label=$1; shift; taskset -c 1 "$BIN" bench "$@" -d "$DURATION" --server-pid $gw --json > "$OUT/$label.json"; echo "$label: $(cut -c1-200 "$OUT/$label.json")" >&2; }
+U="https://localhost:$GW"
+b h3-rsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256
+b https-rsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256
+b h3-ecdsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
+b https-ecdsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
+b h3-download h3-download --url "$U/bytes/100000000" -c 2
+b https-download https-download --url "$U/bytes/100000000" -c 2
+python3 - "$OUT" <<'PY'
+import json, sys, os
+o = sys.argv[1]
+L = lambda n: json.load(open(os.path.join(o, n + ".json")))
+print("| measurement | HTTP/3 | HTTPS (TLS 1.3 / TCP) | HTTP/3 ÷ HTTPS |")
+print("|---|---|---|---|")
+for k, t in (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "full handshake, ECDSA P-256: server CPU µs")):
+    h, s = L("h3-" + k), L("https-" + k)
+    print(f"| {t} | {h['server_cpu_us_per_op']:.1f} ({h['rate_per_sec']:.0f}/s, {h['errors']} err) | {s['server_cpu_us_per_op']:.1f} ({s['rate_per_sec']:.0f}/s, {s['errors']} err) | {h['server_cpu_us_per_op']/s['server_cpu_us_per_op']:.2f} |")
+h, s = L("h3-download"), L("https-download")
+print(f"| bulk download 100 MB objects: server CPU s per GB | {h['server_cpu_seconds_per_gb']:.2f} ({h['gbit_per_sec']:.2f} Gbit/s) | {s['server_cpu_seconds_per_gb']:.2f} ({s['gbit_per_sec']:.2f} Gbit/s) | {h['server_cpu_seconds_per_gb']/s['server_cpu_seconds_per_gb']:.2f} |")
+PY
