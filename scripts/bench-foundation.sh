@@ -6,6 +6,7 @@
 #   scripts/bench-foundation.sh            # DURATION=10s CONC=32 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 DURATION=${DURATION:-10s}
 CONC=${CONC:-32}
 OUT=${OUT:-target/bench-foundation}
@@ -14,16 +15,9 @@ BIN=./target/release/rampart
 command -v nginx >/dev/null || { echo "nginx not installed (WITH_BENCH_TOOLS=1 scripts/install-deps.sh)"; exit 1; }
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 CERTS="$OUT/certs"
-mkdir -p "$CERTS"
-if [ ! -f "$CERTS/rsa.crt" ]; then
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$CERTS/rsa.key" -out "$CERTS/rsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$CERTS/ecdsa.key" -out "$CERTS/ecdsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
-fi
+bench_site_certs "$CERTS"
 
 UP_PORT=18080; GW_PORT=18443; NGX_PORT=18444
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 
 taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP_PORT 2>/dev/null &
 pids+=($!)
@@ -76,7 +70,6 @@ http {
 }
 CFG
 
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
 
 bench() { # $1=label $2=pid $3=port, rest = bench args
   local label=$1 pid=$2 port=$3; shift 3

@@ -4,22 +4,16 @@
 #   scripts/bench-keyless.sh        # DURATION=8s by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 DURATION=${DURATION:-8s}
 OUT=${OUT:-target/bench-keyless}
 BIN=./target/release/rampart
 [ -x "$BIN" ] || cargo build --release -p rampart
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 scripts/issue-keyless-pki.sh "$OUT/pki" >/dev/null
-C="$OUT/certs"; mkdir -p "$C"
-if [ ! -f "$C/rsa.crt" ]; then
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$C/rsa.key" -out "$C/rsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$C/ecdsa.key" -out "$C/ecdsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
-fi
+C="$OUT/certs"
+bench_site_certs "$C"
 KS=127.0.0.1:12407; UP=18080; GW=18443
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
 REMOTE=(--ca "$OUT/pki/ca.crt" --client-cert "$OUT/pki/gateway.crt" --client-key "$OUT/pki/gateway.key" --keyserver $KS)
 j() { python3 -c "import json,sys; d=json.load(open('$1')); print(d$2)"; }
 

@@ -7,10 +7,10 @@ use boring::bn::{BigNum, MsbOption};
 use boring::ec::{EcGroup, EcKey};
 use boring::hash::MessageDigest;
 use boring::nid::Nid;
-use boring::pkey::PKey;
+use boring::pkey::{PKey, Private};
 use boring::rsa::Rsa;
 use boring::x509::extension::SubjectAlternativeName;
-use boring::x509::{X509Name, X509};
+use boring::x509::{X509Builder, X509Name, X509};
 use bytes::Bytes;
 use futures_util::stream;
 use http::{header, Method, Request, Response, StatusCode};
@@ -31,66 +31,24 @@ pub enum CertKind {
     EcdsaP256,
 }
 
-/// Writes a self-signed certificate for `names` and its PKCS#8 key (mode 0600) as
-/// `<stem>.crt` / `<stem>.key` in `dir`, unless both already exist. Returns their paths.
-pub fn ensure_self_signed(
-    dir: &Path,
-    stem: &str,
-    kind: CertKind,
-    names: &[&str],
-) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let cert_path = dir.join(format!("{stem}.crt"));
-    let key_path = dir.join(format!("{stem}.key"));
-    if cert_path.is_file() && key_path.is_file() {
-        return Ok((cert_path, key_path));
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let key = match kind {
+fn generate_key(kind: CertKind) -> anyhow::Result<PKey<Private>> {
+    Ok(match kind {
         CertKind::Rsa2048 => PKey::from_rsa(Rsa::generate(2048)?)?,
         CertKind::EcdsaP256 => {
             let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
             PKey::from_ec_key(EcKey::generate(&group)?)?
         }
-    };
-    let mut name = X509Name::builder()?;
-    name.append_entry_by_nid(Nid::COMMONNAME, names[0])?;
-    let name = name.build();
-    let mut b = X509::builder()?;
-    b.set_version(2)?;
-    let mut serial = BigNum::new()?;
-    serial.rand(64, MsbOption::MAYBE_ZERO, false)?;
-    let serial = serial.to_asn1_integer()?;
-    b.set_serial_number(&serial)?;
-    b.set_subject_name(&name)?;
-    b.set_issuer_name(&name)?;
-    b.set_pubkey(&key)?;
-    let not_before = Asn1Time::days_from_now(0)?;
-    let not_after = Asn1Time::days_from_now(365)?;
-    b.set_not_before(&not_before)?;
-    b.set_not_after(&not_after)?;
-    let mut san = SubjectAlternativeName::new();
-    for n in names {
-        san.dns(n);
-    }
-    let san = san.build(&b.x509v3_context(None, None))?;
-    b.append_extension(&san)?;
-    b.sign(&key, MessageDigest::sha256())?;
-    let cert = b.build();
-    std::fs::write(&cert_path, cert.to_pem()?)?;
-    write_private(&key_path, &key.private_key_to_pem_pkcs8()?)?;
-    Ok((cert_path, key_path))
+    })
 }
 
-/// A certificate authority for the key-server link (mutual TLS): `<stem>.crt`/`<stem>.key`.
-pub fn ensure_ca(dir: &Path, stem: &str, common_name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let cert_path = dir.join(format!("{stem}.crt"));
-    let key_path = dir.join(format!("{stem}.key"));
-    if cert_path.is_file() && key_path.is_file() {
-        return Ok((cert_path, key_path));
-    }
-    std::fs::create_dir_all(dir)?;
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
+/// A certificate builder with version 3, a random serial, subject `CN=common_name`, `key`'s
+/// public half and `days` of validity. Returns it with the subject name; the caller sets the
+/// issuer and extensions and signs.
+fn cert_builder(
+    common_name: &str,
+    key: &PKey<Private>,
+    days: u32,
+) -> anyhow::Result<(X509Builder, X509Name)> {
     let mut name = X509Name::builder()?;
     name.append_entry_by_nid(Nid::COMMONNAME, common_name)?;
     let name = name.build();
@@ -101,12 +59,70 @@ pub fn ensure_ca(dir: &Path, stem: &str, common_name: &str) -> anyhow::Result<(P
     let serial = serial.to_asn1_integer()?;
     b.set_serial_number(&serial)?;
     b.set_subject_name(&name)?;
-    b.set_issuer_name(&name)?;
-    b.set_pubkey(&key)?;
+    b.set_pubkey(key)?;
     let not_before = Asn1Time::days_from_now(0)?;
-    let not_after = Asn1Time::days_from_now(3650)?;
+    let not_after = Asn1Time::days_from_now(days)?;
     b.set_not_before(&not_before)?;
     b.set_not_after(&not_after)?;
+    Ok((b, name))
+}
+
+/// `<stem>.crt` and `<stem>.key` in `dir`, and whether both exist already.
+fn pair_paths(dir: &Path, stem: &str) -> (PathBuf, PathBuf, bool) {
+    let cert = dir.join(format!("{stem}.crt"));
+    let key = dir.join(format!("{stem}.key"));
+    let exists = cert.is_file() && key.is_file();
+    (cert, key, exists)
+}
+
+fn write_pair(
+    cert_path: &Path,
+    key_path: &Path,
+    cert: &X509,
+    key: &PKey<Private>,
+) -> anyhow::Result<()> {
+    std::fs::write(cert_path, cert.to_pem()?)?;
+    write_private(key_path, &key.private_key_to_pem_pkcs8()?)?;
+    Ok(())
+}
+
+/// Writes a self-signed certificate for `names` and its PKCS#8 key (mode 0600) as
+/// `<stem>.crt` / `<stem>.key` in `dir`, unless both already exist. Returns their paths.
+pub fn ensure_self_signed(
+    dir: &Path,
+    stem: &str,
+    kind: CertKind,
+    names: &[&str],
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let (cert_path, key_path, exists) = pair_paths(dir, stem);
+    if exists {
+        return Ok((cert_path, key_path));
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key = generate_key(kind)?;
+    let (mut b, name) = cert_builder(names[0], &key, 365)?;
+    b.set_issuer_name(&name)?;
+    let mut san = SubjectAlternativeName::new();
+    for n in names {
+        san.dns(n);
+    }
+    let san = san.build(&b.x509v3_context(None, None))?;
+    b.append_extension(&san)?;
+    b.sign(&key, MessageDigest::sha256())?;
+    write_pair(&cert_path, &key_path, &b.build(), &key)?;
+    Ok((cert_path, key_path))
+}
+
+/// A certificate authority for the key-server link (mutual TLS): `<stem>.crt`/`<stem>.key`.
+pub fn ensure_ca(dir: &Path, stem: &str, common_name: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let (cert_path, key_path, exists) = pair_paths(dir, stem);
+    if exists {
+        return Ok((cert_path, key_path));
+    }
+    std::fs::create_dir_all(dir)?;
+    let key = generate_key(CertKind::EcdsaP256)?;
+    let (mut b, name) = cert_builder(common_name, &key, 3650)?;
+    b.set_issuer_name(&name)?;
     let bc = boring::x509::extension::BasicConstraints::new()
         .critical()
         .ca()
@@ -119,8 +135,7 @@ pub fn ensure_ca(dir: &Path, stem: &str, common_name: &str) -> anyhow::Result<(P
         .build()?;
     b.append_extension(&ku)?;
     b.sign(&key, MessageDigest::sha256())?;
-    std::fs::write(&cert_path, b.build().to_pem()?)?;
-    write_private(&key_path, &key.private_key_to_pem_pkcs8()?)?;
+    write_pair(&cert_path, &key_path, &b.build(), &key)?;
     Ok((cert_path, key_path))
 }
 
@@ -133,28 +148,12 @@ pub fn issue_signed(
     ca_key: &Path,
     names: &[&str],
 ) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let cert_path = dir.join(format!("{stem}.crt"));
-    let key_path = dir.join(format!("{stem}.key"));
+    let (cert_path, key_path, _) = pair_paths(dir, stem);
     let ca = X509::from_pem(&std::fs::read(ca_cert)?)?;
     let ca_pkey = PKey::private_key_from_pem(&std::fs::read(ca_key)?)?;
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
-    let mut name = X509Name::builder()?;
-    name.append_entry_by_nid(Nid::COMMONNAME, names[0])?;
-    let name = name.build();
-    let mut b = X509::builder()?;
-    b.set_version(2)?;
-    let mut serial = BigNum::new()?;
-    serial.rand(64, MsbOption::MAYBE_ZERO, false)?;
-    let serial = serial.to_asn1_integer()?;
-    b.set_serial_number(&serial)?;
-    b.set_subject_name(&name)?;
+    let key = generate_key(CertKind::EcdsaP256)?;
+    let (mut b, _) = cert_builder(names[0], &key, 365)?;
     b.set_issuer_name(ca.subject_name())?;
-    b.set_pubkey(&key)?;
-    let not_before = Asn1Time::days_from_now(0)?;
-    let not_after = Asn1Time::days_from_now(365)?;
-    b.set_not_before(&not_before)?;
-    b.set_not_after(&not_after)?;
     let mut san = SubjectAlternativeName::new();
     for n in names {
         san.dns(n);
@@ -162,8 +161,7 @@ pub fn issue_signed(
     let san = san.build(&b.x509v3_context(Some(&ca), None))?;
     b.append_extension(&san)?;
     b.sign(&ca_pkey, MessageDigest::sha256())?;
-    std::fs::write(&cert_path, b.build().to_pem()?)?;
-    write_private(&key_path, &key.private_key_to_pem_pkcs8()?)?;
+    write_pair(&cert_path, &key_path, &b.build(), &key)?;
     Ok((cert_path, key_path))
 }
 

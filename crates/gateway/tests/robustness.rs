@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use keyengine::testing::{DelayEngine, FaultyEngine};
+use keyengine::testing::FaultyEngine;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -104,35 +104,6 @@ async fn idle_connections_opened_and_dropped_leak_no_descriptors() {
         0.0
     );
     assert!(curl_ok(&fx).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handshakes_wait_for_a_slow_engine_without_blocking() {
-    let engine: Arc<dyn keyengine::Engine> = Arc::new(DelayEngine::new(Duration::from_millis(50)));
-    let fx = start_engine("", "", Some(vec![engine])).await;
-    let addr = fx.addr();
-    let t = Instant::now();
-    let tasks: Vec<_> = (0..200)
-        .map(|_| tokio::spawn(async move { tls_handshake(addr, "localhost").await }))
-        .collect();
-    for task in tasks {
-        task.await.unwrap().expect("handshake");
-    }
-    let took = t.elapsed();
-    // Serialised, 200 x 50 ms would be 10 s.
-    assert!(
-        took < Duration::from_millis(900),
-        "200 handshakes with a 50 ms engine took {took:?}"
-    );
-    let m = fx.gw().metrics.render();
-    assert_eq!(
-        metric_sum(
-            &m,
-            "rampart_keyengine_operations_total",
-            &["engine=\"delay\"", "result=\"ok\""]
-        ),
-        200.0
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -266,3 +266,50 @@ pub fn rss_kib() -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap()
 }
+
+/// One QUIC handshake with quiche as the client (ALPN h3); returns its duration.
+pub async fn quic_handshake(server: std::net::SocketAddr) -> Result<std::time::Duration, String> {
+    use tokio_quiche::quiche;
+    let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).map_err(|e| e.to_string())?;
+    cfg.verify_peer(false);
+    cfg.set_application_protos(&[b"h3"])
+        .map_err(|e| e.to_string())?;
+    cfg.set_initial_max_data(1 << 20);
+    cfg.set_initial_max_stream_data_bidi_local(1 << 16);
+    cfg.set_initial_max_streams_bidi(10);
+    cfg.set_max_idle_timeout(5000);
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let local = sock.local_addr().unwrap();
+    let mut scid = [0u8; 16];
+    fastrand::fill(&mut scid);
+    let scid = quiche::ConnectionId::from_ref(&scid);
+    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut cfg)
+        .map_err(|e| e.to_string())?;
+    let start = std::time::Instant::now();
+    let (mut out, mut buf) = ([0u8; 1500], [0u8; 65535]);
+    loop {
+        while let Ok((n, info)) = conn.send(&mut out) {
+            sock.send_to(&out[..n], info.to)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if conn.is_established() {
+            return Ok(start.elapsed());
+        }
+        if conn.is_closed() || start.elapsed() > std::time::Duration::from_secs(10) {
+            return Err(format!("handshake failed: {:?}", conn.peer_error()));
+        }
+        let wait = conn
+            .timeout()
+            .unwrap_or(std::time::Duration::from_millis(100));
+        tokio::select! {
+            r = sock.recv_from(&mut buf) => {
+                let (n, from) = r.map_err(|e| e.to_string())?;
+                let _ = conn.recv(&mut buf[..n], quiche::RecvInfo { from, to: local });
+            }
+            _ = tokio::time::sleep(wait) => conn.on_timeout(),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+# Shared by the bench-*.sh scripts (sourced, not run).
+
+# RSA-2048 and ECDSA P-256 certificates for localhost in $1 (rsa.crt/.key, ecdsa.crt/.key).
+bench_site_certs() {
+  local dir=$1
+  mkdir -p "$dir"
+  [ -f "$dir/rsa.crt" ] && return 0
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/rsa.key" -out "$dir/rsa.crt" -days 30 \
+    -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$dir/ecdsa.key" \
+    -out "$dir/ecdsa.crt" -days 30 -subj /CN=localhost -addext subjectAltName=DNS:localhost 2>/dev/null
+}
+
+# Processes to stop on exit: append their pids to `pids`.
+pids=()
+bench_cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap bench_cleanup EXIT
+
+# Waits (up to 10 s) until a TCP port on 127.0.0.1 accepts connections.
+wait_port() {
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done
+  echo "port $1 never opened" >&2; exit 1
+}
