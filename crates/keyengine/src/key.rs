@@ -169,15 +169,14 @@ impl PublicKey {
 
 /// A private key held in process. `Debug` prints only the key's id and kind.
 pub struct PrivateKey {
-    id: KeyId,
     inner: Inner,
-    public: Vec<u8>,
+    public: PublicKey,
 }
 
 impl fmt::Debug for PrivateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PrivateKey")
-            .field("id", &self.id)
+            .field("id", &self.public.id)
             .field("kind", &self.kind())
             .finish_non_exhaustive()
     }
@@ -249,40 +248,40 @@ impl PrivateKey {
                 .or_else(|_| ec(der))
                 .map_err(|e| rejected(e.to_string()))?,
         };
-        let public = match &inner {
+        let bits = match &inner {
             Inner::Rsa(k) => k.public_key().as_ref().to_vec(),
             Inner::Ecdsa { pair, .. } => pair.public_key().as_ref().to_vec(),
         };
+        let kind = match &inner {
+            Inner::Rsa(_) => KeyKind::Rsa,
+            Inner::Ecdsa { kind, .. } => *kind,
+        };
         Ok(PrivateKey {
-            id: KeyId::from_public_key_bits(&public),
+            public: PublicKey {
+                id: KeyId::from_public_key_bits(&bits),
+                kind,
+                bits,
+            },
             inner,
-            public,
         })
     }
 
     pub fn id(&self) -> KeyId {
-        self.id
+        self.public.id
     }
 
     pub fn kind(&self) -> KeyKind {
-        match &self.inner {
-            Inner::Rsa(_) => KeyKind::Rsa,
-            Inner::Ecdsa { kind, .. } => *kind,
-        }
+        self.public.kind
     }
 
     /// The SubjectPublicKey bit string contents (PKCS#1 RSAPublicKey or EC point).
     pub fn public_key_bits(&self) -> &[u8] {
-        &self.public
+        &self.public.bits
     }
 
     /// The public half.
     pub fn public_key(&self) -> PublicKey {
-        PublicKey {
-            id: self.id,
-            kind: self.kind(),
-            bits: self.public.clone(),
-        }
+        self.public.clone()
     }
 
     /// Signature length for RSA (the modulus length), maximum DER length for ECDSA.
@@ -328,8 +327,7 @@ impl PrivateKey {
         digest: &[u8],
         signature: &[u8],
     ) -> bool {
-        self.public_key()
-            .verify_digest(algorithm, digest, signature)
+        self.public.verify_digest(algorithm, digest, signature)
     }
 }
 

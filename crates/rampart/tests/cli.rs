@@ -7,6 +7,22 @@ fn rampart() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rampart"))
 }
 
+/// `rampart check --config PATH` must succeed; returns its stdout.
+fn check_ok(path: &Path) -> String {
+    let out = rampart()
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// A directory laid out like the repository: config/ beside state/certs/.
 fn repo_like() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -48,29 +64,9 @@ fn repo_like() -> tempfile::TempDir {
 #[test]
 fn keyless_example_configs_check_ok() {
     let dir = repo_like();
-    let out = rampart()
-        .args(["check", "--config"])
-        .arg(dir.path().join("config/keyserver.example.toml"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = check_ok(&dir.path().join("config/keyserver.example.toml"));
     assert!(stdout.contains("ok (key server, 2 keys)"), "{stdout}");
-    let out = rampart()
-        .args(["check", "--config"])
-        .arg(dir.path().join("config/gateway-keyless.example.toml"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = check_ok(&dir.path().join("config/gateway-keyless.example.toml"));
     assert!(
         stdout.contains("2 keys, 0 held here"),
         "the keyless gateway holds no private key: {stdout}"
@@ -80,17 +76,7 @@ fn keyless_example_configs_check_ok() {
 #[test]
 fn example_config_checks_ok() {
     let dir = repo_like();
-    let out = rampart()
-        .args(["check", "--config"])
-        .arg(dir.path().join("config/rampart.toml"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = check_ok(&dir.path().join("config/rampart.toml"));
     assert!(
         stdout.contains("ok (1 listeners, 2 routes, 1 clusters, 2 keys, 2 held here)"),
         "{stdout}"
