@@ -265,6 +265,9 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         let acceptor = Arc::new(tls.acceptor);
         // The first socket fixes the port (when 0 was asked for); the others share it.
         let mut addr = l.listen;
+        server::ensure_port_free(addr).with_context(|| {
+            format!("listeners[{i}].listen: {addr} is already in use (another gateway running?)")
+        })?;
         let mut socks = Vec::with_capacity(workers);
         for w in 0..workers {
             let sock = server::bind(addr)

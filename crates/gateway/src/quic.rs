@@ -39,7 +39,6 @@ pub fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<std::net::Ud
         socket2::Type::DGRAM,
         Some(socket2::Protocol::UDP),
     )?;
-    sock.set_reuse_address(true)?;
     for (name, set, get) in [
         (
             "receive",

@@ -28,6 +28,22 @@ pub struct TcpListenerTask {
     pub handshake_timeout: Duration,
 }
 
+/// Fails if another process already listens on `addr`. Worker sockets share their port with
+/// SO_REUSEPORT, which would otherwise let a second gateway started by mistake silently take
+/// half of the connections. (Port 0 asks for a fresh port and needs no check.)
+pub fn ensure_port_free(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())
+}
+
 /// Binds a non-blocking listening socket with a deep backlog, SO_REUSEADDR and SO_REUSEPORT
 /// (so every worker can hold its own socket on the same port).
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {

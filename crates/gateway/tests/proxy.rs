@@ -315,3 +315,27 @@ async fn access_log_writes_one_json_line_per_request() {
     assert_eq!(second["bytes_out"], 10);
     assert!(second["duration_ms"].as_f64().unwrap() >= 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_gateway_on_the_same_port_is_refused() {
+    let fx = start("", "").await;
+    let port = fx.port();
+    let text = config_text(&[fx.upstream], "", "").replace(
+        "name = \"https\"\nlisten = \"127.0.0.1:0\"",
+        &format!("name = \"https\"\nlisten = \"127.0.0.1:{port}\""),
+    );
+    assert!(text.contains(&format!("127.0.0.1:{port}")));
+    let path = fx.dir.path().join("second.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = gateway::config::Config::load(&path).unwrap();
+    let err = gateway::start(cfg, Default::default())
+        .await
+        .err()
+        .expect("second gateway must not start");
+    assert!(format!("{err:#}").contains("already in use"), "{err:#}");
+    // The first keeps serving every connection.
+    for _ in 0..10 {
+        let code = curl_status(&fx, &[&fx.url("/")]).await;
+        assert_eq!(code, "200");
+    }
+}
