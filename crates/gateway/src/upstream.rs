@@ -103,6 +103,16 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Runs an upstream connection's I/O until it closes; its errors surface on the requests.
+fn drive<C>(conn: C)
+where
+    C: std::future::Future + Send + 'static,
+{
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+}
+
 fn describe(e: &hyper::Error) -> String {
     use std::error::Error;
     let mut msg = e.to_string();
@@ -238,9 +248,7 @@ impl Cluster {
             .handshake(io)
             .await
             .map_err(|e| UpstreamError::Exchange(ep.addr, describe(&e)))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        drive(conn);
         Ok(sender)
     }
 
@@ -263,9 +271,7 @@ impl Cluster {
             .handshake(io)
             .await
             .map_err(|e| UpstreamError::Exchange(ep.addr, describe(&e)))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        drive(conn);
         *ep.h2.lock().expect("pool lock") = Some(sender.clone());
         Ok(sender)
     }

@@ -90,7 +90,10 @@ impl KeyEngine {
                 digest,
             };
             let digest_for_check = algorithm.is_rsa().then(|| request.digest.clone());
-            let fallback = entry.private.is_some().then(|| request.clone());
+            // A copy for failing over is only worth making when another engine could take it.
+            let can_fail_over =
+                entry.private.is_some() && this.scheduler.engines().nth(1).is_some();
+            let fallback = can_fail_over.then(|| request.clone());
             let fut = engine.submit(request);
             m.queue_depth
                 .with_label_values(&[name])
@@ -160,9 +163,17 @@ mod tests {
     use crate::{Engine, InlineEngine, SchedulerPolicy, SignRequest};
 
     fn engine_with(e: Arc<dyn Engine>) -> (Arc<KeyEngine>, KeyId) {
+        engines_with(vec![e], &SchedulerPolicy::default())
+    }
+
+    /// A key engine over `engines` holding one fresh RSA key.
+    fn engines_with(
+        engines: Vec<Arc<dyn Engine>>,
+        policy: &SchedulerPolicy,
+    ) -> (Arc<KeyEngine>, KeyId) {
         let mut reg = KeyRegistry::new();
         let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", &generate_rsa_pkcs8()).unwrap());
-        let sched = Scheduler::new(vec![e], &SchedulerPolicy::default()).unwrap();
+        let sched = Scheduler::new(engines, policy).unwrap();
         (
             KeyEngine::new(reg, sched, EngineMetrics::unregistered()),
             id,
@@ -237,13 +248,9 @@ mod tests {
 
     #[tokio::test]
     async fn unavailable_engine_fails_over_to_a_local_engine_when_the_key_is_held() {
-        let mut reg = KeyRegistry::new();
-        let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", &generate_rsa_pkcs8()).unwrap());
         let mut policy = SchedulerPolicy::default();
         policy.pins.insert(crate::KeyKind::Rsa, "down".into());
-        let sched =
-            Scheduler::new(vec![Arc::new(DownEngine), Arc::new(InlineEngine)], &policy).unwrap();
-        let ke = KeyEngine::new(reg, sched, EngineMetrics::unregistered());
+        let (ke, id) = engines_with(vec![Arc::new(DownEngine), Arc::new(InlineEngine)], &policy);
         let alg = SignatureAlgorithm::RsaPssSha256;
         let sig = ke.sign(&id, alg, alg.hash().digest(b"m")).await.unwrap();
         assert!(ke
