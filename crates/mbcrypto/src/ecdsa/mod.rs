@@ -1,0 +1,1 @@
+//! ECDSA P-256 signing from a pool of precomputed nonces.

@@ -1,0 +1,487 @@
+//! RSA private-key operations over several requests at once.
+//!
+//! [`RsaKey::from_der`] prepares a 2048-, 3072- or 4096-bit key (two primes of half the modulus
+//! size) for the kernel: limbs, Montgomery constants, CRT exponents. [`sign_batch`] encodes
+//! each request (PKCS#1 v1.5 or PSS), fills the backend's lanes, runs one blinded CRT pass, then
+//! checks every signature with the public exponent before returning it: a lane whose result
+//! does not verify comes back as [`RsaError::FaultDetected`], never as a signature.
+
+use crate::bignum::{
+    bit_len, bytes_to_limbs, bytes_to_words, limbs_to_bytes, neg_inv52, pow2_mod, sub_small,
+};
+use crate::mont::{self, CrtInputs, Half};
+use crate::padding::{self, Hash, PaddingError};
+use crate::Backend;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use zeroize::Zeroize;
+
+/// Blinding pairs per key. A pass holds one per lane; more slots than
+/// `crypto threads × lanes` means a pass never waits for another to release one.
+const BLINDING_SLOTS: usize = 64;
+
+/// Why a key was not prepared or a signature not produced. Never carries key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RsaError {
+    #[error("not an RSA private key (PKCS#1 or PKCS#8 DER)")]
+    NotRsa,
+    #[error("RSA-{0} is not supported by the batch path (2048, 3072 or 4096 bits with two equal-size primes and e below 2^64)")]
+    Unsupported(usize),
+    #[error(transparent)]
+    Padding(#[from] PaddingError),
+    #[error("signature failed verification with the public key (fault detected)")]
+    FaultDetected,
+}
+
+/// The signature encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    Pkcs1(Hash),
+    Pss(Hash),
+}
+
+struct Prime {
+    m: Vec<u64>,
+    k0: u64,
+    rrr: Vec<u64>,
+    one: Vec<u64>,
+    /// The CRT exponent (d mod (m-1)), words with a spare zero word.
+    exp: Vec<u64>,
+    /// m - 2, for inversion by Fermat when blinding is set up.
+    m_minus_2: Vec<u64>,
+}
+
+impl Drop for Prime {
+    fn drop(&mut self) {
+        self.m.zeroize();
+        self.rrr.zeroize();
+        self.one.zeroize();
+        self.exp.zeroize();
+        self.m_minus_2.zeroize();
+    }
+}
+
+struct BlindPair {
+    /// r^e·R mod n.
+    blind: Vec<u64>,
+    /// r⁻¹·R mod n.
+    unblind: Vec<u64>,
+}
+
+impl Drop for BlindPair {
+    fn drop(&mut self) {
+        self.blind.zeroize();
+        self.unblind.zeroize();
+    }
+}
+
+/// An RSA private key prepared for the multi-buffer kernel. `Debug` shows only the size.
+pub struct RsaKey {
+    bits: usize,
+    len: usize,
+    /// Limbs per prime (20, 30 or 40).
+    half: usize,
+    n: Vec<u64>,
+    n_k0: u64,
+    n_rr: Vec<u64>,
+    e: u64,
+    p: Prime,
+    q: Prime,
+    /// q⁻¹·R mod p.
+    qinv: Vec<u64>,
+    exp_bits: usize,
+    blinding: OnceLock<Vec<Mutex<BlindPair>>>,
+    next_slot: AtomicUsize,
+    fault_next: AtomicBool,
+}
+
+impl fmt::Debug for RsaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RsaKey(RSA-{})", self.bits)
+    }
+}
+
+impl Drop for RsaKey {
+    fn drop(&mut self) {
+        self.qinv.zeroize();
+    }
+}
+
+/// a·b·R⁻¹ mod m (fully reduced) for one-lane numbers of 20, 30, 40, 60 or 80 limbs.
+fn mont_mul(a: &[u64], b: &[u64], m: &[u64], k0: u64) -> Vec<u64> {
+    match m.len() {
+        20 => mont::prep::mont_mul::<20>(a, b, m, k0),
+        30 => mont::prep::mont_mul::<30>(a, b, m, k0),
+        40 => mont::prep::mont_mul::<40>(a, b, m, k0),
+        60 => mont::prep::mont_mul::<60>(a, b, m, k0),
+        80 => mont::prep::mont_mul::<80>(a, b, m, k0),
+        _ => unreachable!("limb counts are checked at key load"),
+    }
+}
+
+impl RsaKey {
+    /// Prepares a PKCS#1 RSAPrivateKey or a PKCS#8 PrivateKeyInfo holding one.
+    pub fn from_der(der: &[u8]) -> Result<Self, RsaError> {
+        let f = crate::der::rsa_private_key(der).ok_or(RsaError::NotRsa)?;
+        let bits = bit_len(f.n);
+        let half = match bits {
+            2048 => 20,
+            3072 => 30,
+            4096 => 40,
+            _ => return Err(RsaError::Unsupported(bits)),
+        };
+        let equal_primes = bit_len(f.p) == bits / 2 && bit_len(f.q) == bits / 2;
+        let odd = |x: &[u8]| x.last().is_some_and(|b| b & 1 == 1);
+        if !equal_primes || !odd(f.p) || !odd(f.q) || bit_len(f.e) > 64 || !odd(f.e) {
+            return Err(RsaError::Unsupported(bits));
+        }
+        let exp_bits = (bits / 2).div_ceil(5) * 5;
+        let words = exp_bits.div_ceil(64) + 1;
+        let prime = |m: &[u8], d: &[u8]| {
+            let limbs = bytes_to_limbs(m, half);
+            let k0 = neg_inv52(limbs[0]);
+            let rr = pow2_mod(2 * 52 * half, &limbs);
+            let rrr = mont_mul(&rr, &rr, &limbs, k0);
+            let mut unit = vec![0u64; half];
+            unit[0] = 1;
+            let one = mont_mul(&rr, &unit, &limbs, k0);
+            let mut m2 = sub_small(m, 2);
+            let prime = Prime {
+                exp: bytes_to_words(d, words),
+                m_minus_2: bytes_to_words(&m2, words),
+                m: limbs,
+                k0,
+                rrr,
+                one,
+            };
+            m2.zeroize();
+            (prime, rr)
+        };
+        let (p, mut p_rr) = prime(f.p, f.dp);
+        let (q, mut q_rr) = prime(f.q, f.dq);
+        q_rr.zeroize();
+        let mut qinv_plain = bytes_to_limbs(f.qinv, half);
+        let qinv = mont_mul(&qinv_plain, &p_rr, &p.m, p.k0);
+        qinv_plain.zeroize();
+        p_rr.zeroize();
+        let n = bytes_to_limbs(f.n, 2 * half);
+        let n_k0 = neg_inv52(n[0]);
+        let n_rr = pow2_mod(2 * 52 * 2 * half, &n);
+        let e = bytes_to_words(f.e, 1)[0];
+        Ok(RsaKey {
+            bits,
+            len: bits / 8,
+            half,
+            n,
+            n_k0,
+            n_rr,
+            e,
+            p,
+            q,
+            qinv,
+            exp_bits,
+            blinding: OnceLock::new(),
+            next_slot: AtomicUsize::new(0),
+            fault_next: AtomicBool::new(false),
+        })
+    }
+
+    /// Modulus size in bits.
+    pub fn bits(&self) -> usize {
+        self.bits
+    }
+
+    /// Signature length in bytes.
+    pub fn signature_len(&self) -> usize {
+        self.len
+    }
+
+    /// Test hook: corrupt this key's next signature after the kernel and before verification,
+    /// as a hardware fault would. Verification must catch it.
+    #[doc(hidden)]
+    pub fn inject_fault_once(&self) {
+        self.fault_next.store(true, Ordering::SeqCst);
+    }
+
+    /// The blinding slots, set up on first use: r random, r^e by the public operation, r⁻¹ by
+    /// the CRT kernel itself with exponents p-2 and q-2 (Fermat), then slot i holds r^(i+1).
+    fn blinding(&self) -> &[Mutex<BlindPair>] {
+        self.blinding.get_or_init(|| {
+            let wide = 2 * self.half;
+            let mut r_bytes = vec![0u8; self.len];
+            loop {
+                aws_lc_rs::rand::fill(&mut r_bytes[1..]).expect("system randomness");
+                if r_bytes.iter().any(|&b| b != 0) {
+                    break;
+                }
+            }
+            let r = bytes_to_limbs(&r_bytes, wide);
+            r_bytes.zeroize();
+            let mut r_e = vec![0u64; wide];
+            // SAFETY: the portable backend needs no CPU feature; every buffer has one lane of
+            // the limb counts the pass expects.
+            unsafe {
+                mont::public_fn(Backend::Portable, self.half)(
+                    &r,
+                    &self.n,
+                    &[self.n_k0],
+                    &self.n_rr,
+                    &[self.e],
+                    &mut r_e,
+                )
+            };
+            let mut unit = vec![0u64; wide];
+            unit[0] = 1;
+            let one = mont_mul(&self.n_rr, &unit, &self.n, self.n_k0);
+            let mut r_inv = vec![0u64; wide];
+            let mut id_blind = one.clone();
+            let mut id_unblind = one;
+            let mut io = CrtInputs {
+                msg: &r,
+                n: &self.n,
+                n_k0: &[self.n_k0],
+                blind: &mut id_blind,
+                unblind: &mut id_unblind,
+                p: self.half_inputs(&self.p, [&self.p.m_minus_2[..]; 8]),
+                q: self.half_inputs(&self.q, [&self.q.m_minus_2[..]; 8]),
+                qinv: &self.qinv,
+            };
+            // SAFETY: as above.
+            unsafe { mont::crt_fn(Backend::Portable, self.half)(&mut io, &mut r_inv) };
+            let base = BlindPair {
+                blind: mont_mul(&r_e, &self.n_rr, &self.n, self.n_k0),
+                unblind: mont_mul(&r_inv, &self.n_rr, &self.n, self.n_k0),
+            };
+            r_inv.zeroize();
+            let mut slots = Vec::with_capacity(BLINDING_SLOTS);
+            let mut cur = BlindPair {
+                blind: base.blind.clone(),
+                unblind: base.unblind.clone(),
+            };
+            for _ in 0..BLINDING_SLOTS {
+                let next = BlindPair {
+                    blind: mont_mul(&cur.blind, &base.blind, &self.n, self.n_k0),
+                    unblind: mont_mul(&cur.unblind, &base.unblind, &self.n, self.n_k0),
+                };
+                slots.push(Mutex::new(cur));
+                cur = next;
+            }
+            slots
+        })
+    }
+
+    fn half_inputs<'a>(&'a self, prime: &'a Prime, exp: [&'a [u64]; 8]) -> Half<'a> {
+        Half {
+            m: &prime.m,
+            k0: std::slice::from_ref(&prime.k0),
+            rrr: &prime.rrr,
+            one: &prime.one,
+            exp,
+            exp_bits: self.exp_bits,
+        }
+    }
+
+    /// A free blinding slot (one per lane in flight).
+    fn take_slot(&self) -> MutexGuard<'_, BlindPair> {
+        let slots = self.blinding();
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        for i in 0..slots.len() {
+            if let Ok(g) = slots[(start + i) % slots.len()].try_lock() {
+                return g;
+            }
+        }
+        slots[start % slots.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn encode(&self, scheme: Scheme, digest: &[u8]) -> Result<Vec<u8>, RsaError> {
+        Ok(match scheme {
+            Scheme::Pkcs1(h) => padding::pkcs1_v15(h, digest, self.len)?,
+            Scheme::Pss(h) => padding::pss(h, digest, self.bits)?,
+        })
+    }
+}
+
+/// One request: sign `digest` with `key` under `scheme`.
+#[derive(Clone, Copy)]
+pub struct SignJob<'a> {
+    pub key: &'a RsaKey,
+    pub scheme: Scheme,
+    pub digest: &'a [u8],
+}
+
+/// Interleaves per-lane numbers of `limbs` limbs into limb-major lane layout.
+fn interleave(values: &[&[u64]], lanes: usize, limbs: usize) -> Vec<u64> {
+    let mut out = vec![0u64; limbs * lanes];
+    for (lane, v) in values.iter().enumerate() {
+        for j in 0..limbs {
+            out[j * lanes + lane] = v[j];
+        }
+    }
+    out
+}
+
+fn lane_of(buf: &[u64], lanes: usize, lane: usize) -> Vec<u64> {
+    buf.iter().skip(lane).step_by(lanes).copied().collect()
+}
+
+/// Signs every job, `backend.lanes()` at a time. Jobs may mix keys and sizes (a pass holds one
+/// size). Results come back in job order; each `Ok` has been verified with the public key.
+pub fn sign_batch(backend: Backend, jobs: &[SignJob]) -> Vec<Result<Vec<u8>, RsaError>> {
+    assert!(
+        backend.available(),
+        "backend {backend} is not available on this CPU"
+    );
+    let mut results: Vec<Option<Result<Vec<u8>, RsaError>>> = vec![None; jobs.len()];
+    let mut ready: Vec<(usize, Vec<u8>)> = Vec::with_capacity(jobs.len());
+    for (i, job) in jobs.iter().enumerate() {
+        match job.key.encode(job.scheme, job.digest) {
+            Ok(em) => ready.push((i, em)),
+            Err(e) => results[i] = Some(Err(e)),
+        }
+    }
+    for half in [20, 30, 40] {
+        let same: Vec<&(usize, Vec<u8>)> = ready
+            .iter()
+            .filter(|(i, _)| jobs[*i].key.half == half)
+            .collect();
+        for chunk in same.chunks(backend.lanes()) {
+            let out = sign_pass(backend, jobs, chunk);
+            for ((i, _), r) in chunk.iter().zip(out) {
+                results[*i] = Some(r);
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every job answered"))
+        .collect()
+}
+
+/// One kernel pass over up to `lanes` encoded jobs of the same size; spare lanes repeat lane 0
+/// and their results are dropped.
+fn sign_pass(
+    backend: Backend,
+    jobs: &[SignJob],
+    chunk: &[&(usize, Vec<u8>)],
+) -> Vec<Result<Vec<u8>, RsaError>> {
+    let lanes = backend.lanes();
+    let keys: Vec<&RsaKey> = (0..lanes)
+        .map(|l| jobs[chunk[l.min(chunk.len() - 1)].0].key)
+        .collect();
+    let first = keys[0];
+    let (half, wide) = (first.half, 2 * first.half);
+    let msgs: Vec<Vec<u64>> = chunk
+        .iter()
+        .map(|(_, em)| bytes_to_limbs(em, wide))
+        .collect();
+    let msg_refs: Vec<&[u64]> = (0..lanes)
+        .map(|l| msgs[l.min(chunk.len() - 1)].as_slice())
+        .collect();
+    let mut slots: Vec<MutexGuard<BlindPair>> =
+        keys[..chunk.len()].iter().map(|k| k.take_slot()).collect();
+    let mut blind = {
+        let v: Vec<&[u64]> = (0..lanes)
+            .map(|l| slots[l.min(chunk.len() - 1)].blind.as_slice())
+            .collect();
+        interleave(&v, lanes, wide)
+    };
+    let mut unblind = {
+        let v: Vec<&[u64]> = (0..lanes)
+            .map(|l| slots[l.min(chunk.len() - 1)].unblind.as_slice())
+            .collect();
+        interleave(&v, lanes, wide)
+    };
+    let per_lane = |f: &dyn Fn(&RsaKey) -> &[u64], limbs: usize| {
+        let v: Vec<&[u64]> = keys.iter().map(|k| f(k)).collect();
+        interleave(&v, lanes, limbs)
+    };
+    let msg = interleave(&msg_refs, lanes, wide);
+    let n = per_lane(&|k| &k.n, wide);
+    let n_rr = per_lane(&|k| &k.n_rr, wide);
+    let n_k0: Vec<u64> = keys.iter().map(|k| k.n_k0).collect();
+    let e: Vec<u64> = keys.iter().map(|k| k.e).collect();
+    let mut pm = per_lane(&|k| &k.p.m, half);
+    let mut qm = per_lane(&|k| &k.q.m, half);
+    let mut prrr = per_lane(&|k| &k.p.rrr, half);
+    let mut qrrr = per_lane(&|k| &k.q.rrr, half);
+    let mut pone = per_lane(&|k| &k.p.one, half);
+    let mut qone = per_lane(&|k| &k.q.one, half);
+    let mut qinv = per_lane(&|k| &k.qinv, half);
+    let pk0: Vec<u64> = keys.iter().map(|k| k.p.k0).collect();
+    let qk0: Vec<u64> = keys.iter().map(|k| k.q.k0).collect();
+    let mut dp: [&[u64]; 8] = [&[]; 8];
+    let mut dq: [&[u64]; 8] = [&[]; 8];
+    for (l, k) in keys.iter().enumerate() {
+        dp[l] = &k.p.exp;
+        dq[l] = &k.q.exp;
+    }
+    let mut sig = vec![0u64; wide * lanes];
+    {
+        let mut io = CrtInputs {
+            msg: &msg,
+            n: &n,
+            n_k0: &n_k0,
+            blind: &mut blind,
+            unblind: &mut unblind,
+            p: Half {
+                m: &pm,
+                k0: &pk0,
+                rrr: &prrr,
+                one: &pone,
+                exp: dp,
+                exp_bits: first.exp_bits,
+            },
+            q: Half {
+                m: &qm,
+                k0: &qk0,
+                rrr: &qrrr,
+                one: &qone,
+                exp: dq,
+                exp_bits: first.exp_bits,
+            },
+            qinv: &qinv,
+        };
+        // SAFETY: `sign_batch` checked the backend is available; every buffer was built above
+        // with the limb counts and lane count the pass expects for this key size.
+        unsafe { mont::crt_fn(backend, half)(&mut io, &mut sig) };
+    }
+    for (l, slot) in slots.iter_mut().enumerate() {
+        slot.blind = lane_of(&blind, lanes, l);
+        slot.unblind = lane_of(&unblind, lanes, l);
+    }
+    drop(slots);
+    for (l, k) in keys[..chunk.len()].iter().enumerate() {
+        if k.fault_next.swap(false, Ordering::SeqCst) {
+            sig[l] ^= 1 << 7;
+        }
+    }
+    let mut check = vec![0u64; wide * lanes];
+    // SAFETY: as above; the public pass takes the same lane layout.
+    unsafe { mont::public_fn(backend, half)(&sig, &n, &n_k0, &n_rr, &e, &mut check) };
+    let results = (0..chunk.len())
+        .map(|l| {
+            if lane_of(&check, lanes, l) == msgs[l] {
+                Ok(limbs_to_bytes(&lane_of(&sig, lanes, l), first.len))
+            } else {
+                Err(RsaError::FaultDetected)
+            }
+        })
+        .collect();
+    for buf in [
+        &mut blind,
+        &mut unblind,
+        &mut pm,
+        &mut qm,
+        &mut prrr,
+        &mut qrrr,
+        &mut pone,
+        &mut qone,
+        &mut qinv,
+    ] {
+        buf.zeroize();
+    }
+    results
+}
