@@ -68,7 +68,8 @@ impl SignError {
 /// The future an engine returns. It must not block the thread that polls it.
 pub type SignFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, SignError>> + Send>>;
 
-/// A signing backend. Engines never verify: the [`crate::KeyEngine`] facade does, for all.
+/// A signing backend. The [`crate::KeyEngine`] facade verifies RSA signatures of engines that
+/// do not verify their own ([`Engine::verifies_signatures`]).
 pub trait Engine: Send + Sync + 'static {
     /// A stable name, used in configuration, metrics and logs.
     fn name(&self) -> &'static str;
@@ -90,6 +91,20 @@ pub trait Engine: Send + Sync + 'static {
     /// sign elsewhere, by key id).
     fn needs_private_key(&self) -> bool {
         true
+    }
+
+    /// The engine's own estimate of how long a request of `kind` submitted now would take to
+    /// finish, for engines whose cost is not `queue / parallelism × service time` (batching
+    /// engines: a pass costs about the same for one request as for a full set of lanes).
+    /// `None` lets the scheduler use that generic estimate.
+    fn expected_completion(&self, _kind: KeyKind) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Whether the engine checks every RSA signature against the public key itself before
+    /// returning it (the facade then does not check again).
+    fn verifies_signatures(&self) -> bool {
+        false
     }
 
     /// Engine-specific metrics in Prometheus text format (e.g. per key server), appended to

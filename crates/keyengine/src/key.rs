@@ -109,8 +109,13 @@ pub enum KeyLoadError {
 }
 
 enum Inner {
-    Rsa(RsaKeyPair),
-    Ecdsa { pair: EcdsaKeyPair, kind: KeyKind },
+    /// The aws-lc key for single operations and, for the sizes the multi-buffer kernel
+    /// handles, the same key prepared for it.
+    Rsa(RsaKeyPair, Option<mbcrypto::rsa::RsaKey>),
+    Ecdsa {
+        pair: EcdsaKeyPair,
+        kind: KeyKind,
+    },
 }
 
 /// The public half of a key: enough to identify it and to verify its signatures. A gateway
@@ -222,7 +227,7 @@ impl PrivateKey {
             } else {
                 RsaKeyPair::from_der(der)
             };
-            r.map(Inner::Rsa)
+            r.map(|k| Inner::Rsa(k, mbcrypto::rsa::RsaKey::from_der(der).ok()))
         };
         let ec = |der: &[u8]| {
             EcdsaKeyPair::from_private_key_der(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, der)
@@ -249,11 +254,11 @@ impl PrivateKey {
                 .map_err(|e| rejected(e.to_string()))?,
         };
         let bits = match &inner {
-            Inner::Rsa(k) => k.public_key().as_ref().to_vec(),
+            Inner::Rsa(k, _) => k.public_key().as_ref().to_vec(),
             Inner::Ecdsa { pair, .. } => pair.public_key().as_ref().to_vec(),
         };
         let kind = match &inner {
-            Inner::Rsa(_) => KeyKind::Rsa,
+            Inner::Rsa(..) => KeyKind::Rsa,
             Inner::Ecdsa { kind, .. } => *kind,
         };
         Ok(PrivateKey {
@@ -287,7 +292,7 @@ impl PrivateKey {
     /// Signature length for RSA (the modulus length), maximum DER length for ECDSA.
     pub fn max_signature_len(&self) -> usize {
         match &self.inner {
-            Inner::Rsa(k) => k.public_modulus_len(),
+            Inner::Rsa(k, _) => k.public_modulus_len(),
             Inner::Ecdsa { kind, .. } => match kind {
                 KeyKind::EcdsaP384 => 104,
                 _ => 72,
@@ -307,7 +312,7 @@ impl PrivateKey {
         }
         let d = import_digest(algorithm, digest)?;
         match &self.inner {
-            Inner::Rsa(k) => {
+            Inner::Rsa(k, _) => {
                 let mut sig = vec![0u8; k.public_modulus_len()];
                 k.sign_digest(rsa_encoding(algorithm), &d, &mut sig)
                     .map_err(|_| SignError::Crypto("RSA signing failed".into()))?;
@@ -317,6 +322,15 @@ impl PrivateKey {
                 .sign_digest(&d)
                 .map(|s| s.as_ref().to_vec())
                 .map_err(|_| SignError::Crypto("ECDSA signing failed".into())),
+        }
+    }
+
+    /// This key prepared for the multi-buffer RSA kernel (2048/3072/4096-bit keys), if it is
+    /// one.
+    pub fn batch_rsa(&self) -> Option<&mbcrypto::rsa::RsaKey> {
+        match &self.inner {
+            Inner::Rsa(_, mb) => mb.as_ref(),
+            _ => None,
         }
     }
 

@@ -3,12 +3,13 @@
 //! A TLS handshake that needs a signature hands a *digest* to [`KeyEngine::sign`] and awaits
 //! the result; it never learns which engine computed it. Engines ([`Engine`]) are pluggable:
 //! `inline` signs on the caller's thread, `threads` on dedicated crypto threads behind a bounded
-//! queue. The [`KeyEngine`] facade routes each request with a [`Scheduler`], verifies every RSA
+//! queue, `batch` on the multi-buffer kernel several requests per pass. The [`KeyEngine`] facade routes each request with a [`Scheduler`], verifies every RSA
 //! signature against the public key before releasing it (fault attacks) and records metrics.
 //!
 //! This crate knows nothing of TLS, sockets or configuration files.
 
 mod algorithm;
+mod batch;
 mod engine;
 mod facade;
 mod inline;
@@ -21,10 +22,13 @@ pub mod testing;
 mod threads;
 
 pub use algorithm::{HashAlgorithm, KeyKind, SignatureAlgorithm};
+pub use batch::{BatchConfig, BatchEngine};
 pub use engine::{Engine, SignError, SignFuture, SignRequest};
 pub use facade::KeyEngine;
 pub use inline::InlineEngine;
 pub use key::{KeyId, KeyLoadError, PrivateKey, PublicKey};
+/// The multi-buffer kernel's lane types (which one the `batch` engine runs).
+pub use mbcrypto::Backend as KernelBackend;
 pub use metrics::EngineMetrics;
 pub use registry::{KeyEntry, KeyRegistry};
 pub use scheduler::{Scheduler, SchedulerPolicy, UnknownEngine};

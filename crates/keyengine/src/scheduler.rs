@@ -112,6 +112,9 @@ impl Scheduler {
             .enumerate()
             .filter(|(i, s)| eligible(*i, s))
             .min_by_key(|(_, s)| {
+                if let Some(d) = s.engine.expected_completion(kind) {
+                    return d.as_nanos().min(u64::MAX as u128) as u64;
+                }
                 let depth = s.engine.queue_depth() as u64 + 1;
                 let par = s.engine.parallelism().max(1) as u64;
                 depth.div_ceil(par) * s.service_ns[k].load(Ordering::Relaxed)

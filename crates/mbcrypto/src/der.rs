@@ -82,6 +82,7 @@ pub(crate) fn rsa_private_key(der: &[u8]) -> Option<RsaFields<'_>> {
 }
 
 /// The private scalar of a SEC1 ECPrivateKey, or one wrapped in PKCS#8.
+#[allow(dead_code)] // used by the P-256 module
 pub(crate) fn ec_private_scalar(der: &[u8]) -> Option<&[u8]> {
     let (tag, seq, _) = tlv(der)?;
     if tag != 0x30 {

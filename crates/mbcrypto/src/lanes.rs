@@ -100,7 +100,7 @@ impl Backend {
     /// docs/benchmarks.md), or the portable one.
     pub fn best() -> Backend {
         if ifma_detected() {
-            Backend::Ifma256
+            Backend::Ifma512
         } else {
             Backend::Portable
         }

@@ -439,32 +439,6 @@ pub(crate) mod prep {
             out
         }
     }
-
-    /// base^exp mod m (constant time in exp), for a secret exponent of `bits` bits (multiple
-    /// of 5). `base` is a plain (non-Montgomery) value below m.
-    pub(crate) fn pow<const L: usize, const L2: usize>(
-        base: &[u64],
-        exp: &[u64],
-        bits: usize,
-        m: &[u64],
-        k0: u64,
-        rr: &[u64],
-    ) -> Vec<u64> {
-        let base_m = mont_mul::<L>(base, rr, m, k0);
-        let mut unit = vec![0u64; L];
-        unit[0] = 1;
-        let one = mont_mul::<L>(rr, &unit, m, k0);
-        // SAFETY: as `mont_mul`.
-        unsafe {
-            let b: [Scalar; L] = load(&base_m);
-            let mm: [Scalar; L] = load(m);
-            let o: [Scalar; L] = load(&one);
-            let x = pow_window::<Scalar, L, L2>(&b, &[exp], bits, &mm, Scalar::splat(k0), &o);
-            let mut out = vec![0; L];
-            store(&x, &mut out);
-            mont_mul::<L>(&out, &unit, m, k0)
-        }
-    }
 }
 
 /// The lane type to run a pass on.

@@ -10,7 +10,8 @@ use crate::bignum::{
     bit_len, bytes_to_limbs, bytes_to_words, limbs_to_bytes, neg_inv52, pow2_mod, sub_small,
 };
 use crate::mont::{self, CrtInputs, Half};
-use crate::padding::{self, Hash, PaddingError};
+pub use crate::padding::PaddingError;
+use crate::padding::{self, Hash};
 use crate::Backend;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
