@@ -5,6 +5,7 @@
 //! run is bounded by `--duration` and optionally `--requests`, and stops by itself.
 
 mod cpu;
+pub mod engine;
 mod h3;
 pub mod sign;
 mod sign_load;
@@ -43,6 +44,8 @@ pub enum Mode {
     H3Download,
     /// Bulk HTTPS (HTTP/1.1 over TLS) download, the same figures for comparison.
     HttpsDownload,
+    /// In-process signs/s and latency per key engine, algorithm and concurrency (no server).
+    Engine,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -112,6 +115,13 @@ pub struct BenchArgs {
     pub client_cert: Option<std::path::PathBuf>,
     #[arg(long)]
     pub client_key: Option<std::path::PathBuf>,
+    /// engine: engines to measure, comma-separated (inline, threads, batch, batch:ifma512,
+    /// batch:ifma256, batch:portable, boringssl).
+    #[arg(long, default_value = "boringssl,inline,threads,batch")]
+    pub engines: String,
+    /// engine: concurrency levels, comma-separated.
+    #[arg(long, default_value = "1,8,64,512")]
+    pub levels: String,
     /// sign-load --engine remote: connections per key server.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
@@ -292,6 +302,10 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.mode == Mode::Engine {
+        engine::run(&args)?;
+        return Ok(());
+    }
     if args.mode == Mode::Sign {
         let rates = sign::measure(args.duration)?;
         for r in &rates {
@@ -393,7 +407,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     });
                     h3::worker(h3t, args, rec).await
                 }
-                Mode::Sign | Mode::SignLoad => unreachable!("handled in run"),
+                Mode::Sign | Mode::SignLoad | Mode::Engine => unreachable!("handled in run"),
             }
         }));
     }

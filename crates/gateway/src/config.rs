@@ -88,6 +88,7 @@ impl Default for AdminConfig {
 pub enum EngineKind {
     Inline,
     Threads,
+    Batch,
     Remote,
 }
 
@@ -96,6 +97,7 @@ impl EngineKind {
         match self {
             EngineKind::Inline => "inline",
             EngineKind::Threads => "threads",
+            EngineKind::Batch => "batch",
             EngineKind::Remote => "remote",
         }
     }
@@ -112,8 +114,54 @@ pub struct KeyEngineConfig {
     pub queue_capacity: usize,
     /// Pin a key kind to an engine: `rsa`, `ecdsa` → engine name.
     pub pin: PinConfig,
+    /// The `batch` engine: the multi-buffer kernel.
+    pub batch: BatchEngineConfig,
     /// The `remote` engine: key servers speaking the keyless protocol.
     pub remote: Option<RemoteEngineConfig>,
+}
+
+/// `[key_engine.batch]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchEngineConfig {
+    /// Crypto threads cutting batches from the engine's one queue.
+    pub threads: usize,
+    /// Bounded queue; a full queue fails new handshakes fast.
+    pub queue_capacity: usize,
+    /// Kernel lane type: "auto" (fastest this CPU runs), "ifma512", "ifma256", "portable".
+    pub kernel: String,
+    /// Sign at once on the event loop when the engine is idle (no hand-off at light load).
+    pub inline_when_idle: bool,
+}
+
+impl Default for BatchEngineConfig {
+    fn default() -> Self {
+        BatchEngineConfig {
+            threads: 1,
+            queue_capacity: 4096,
+            kernel: "auto".into(),
+            inline_when_idle: true,
+        }
+    }
+}
+
+impl BatchEngineConfig {
+    /// The kernel backend named by `kernel`, checked against this CPU.
+    pub fn backend(&self) -> Result<keyengine::KernelBackend, String> {
+        use keyengine::KernelBackend;
+        let b = match self.kernel.as_str() {
+            "auto" => KernelBackend::best(),
+            name => KernelBackend::from_name(name).ok_or_else(|| {
+                format!("\"auto\", \"ifma512\", \"ifma256\" or \"portable\", not {name:?}")
+            })?,
+        };
+        if !b.available() {
+            return Err(format!(
+                "kernel {b} needs AVX-512 IFMA, which this CPU lacks (use \"auto\" or \"portable\")"
+            ));
+        }
+        Ok(b)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -175,6 +223,7 @@ impl Default for KeyEngineConfig {
             threads: 1,
             queue_capacity: 1024,
             pin: PinConfig::default(),
+            batch: BatchEngineConfig::default(),
             remote: None,
         }
     }
@@ -520,7 +569,7 @@ impl Config {
         if ke.engines.is_empty() {
             return err(
                 "key_engine.engines".into(),
-                "at least one engine (\"inline\", \"threads\" or \"remote\")".into(),
+                "at least one engine (\"inline\", \"threads\", \"batch\" or \"remote\")".into(),
             );
         }
         for (field, pin) in [("rsa", ke.pin.rsa), ("ecdsa", ke.pin.ecdsa)] {
@@ -574,6 +623,15 @@ impl Config {
                 "key_engine.threads".into(),
                 "threads and queue_capacity must be at least 1".into(),
             );
+        }
+        if ke.batch.threads == 0 || ke.batch.queue_capacity == 0 {
+            return err(
+                "key_engine.batch".into(),
+                "threads and queue_capacity must be at least 1".into(),
+            );
+        }
+        if let Err(e) = ke.batch.backend() {
+            return err("key_engine.batch.kernel".into(), e);
         }
         if self.listeners.is_empty() {
             return err("listeners".into(), "at least one listener".into());
@@ -884,7 +942,7 @@ impl KeyServerConfig {
         {
             return Err(fail(
                 "key_engine.engines".into(),
-                "local engines only (\"inline\", \"threads\")".into(),
+                "local engines only (\"inline\", \"threads\", \"batch\")".into(),
             ));
         }
         if let Some(a) = cfg.admin.listen {

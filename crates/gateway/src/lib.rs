@@ -61,6 +61,19 @@ pub fn start_engines(cfg: &config::KeyEngineConfig) -> anyhow::Result<Vec<Arc<dy
                 EngineKind::Threads => {
                     Arc::new(ThreadsEngine::new(cfg.threads, cfg.queue_capacity))
                 }
+                EngineKind::Batch => {
+                    let b = &cfg.batch;
+                    let backend = b
+                        .backend()
+                        .map_err(|e| anyhow::anyhow!("key_engine.batch.kernel: {e}"))?;
+                    tracing::info!(kernel = %backend, threads = b.threads, "batch engine");
+                    Arc::new(keyengine::BatchEngine::new(keyengine::BatchConfig {
+                        threads: b.threads,
+                        queue_capacity: b.queue_capacity,
+                        backend,
+                        inline_when_idle: b.inline_when_idle,
+                    })?)
+                }
                 EngineKind::Remote => {
                     let r = cfg.remote.as_ref().context("key_engine.remote: missing")?;
                     let connector =

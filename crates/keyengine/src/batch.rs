@@ -7,10 +7,11 @@
 //! measured costs: a kernel pass costs about the same for one request as for a full set of
 //! lanes, so a group goes to the kernel only when one pass beats signing its requests one by
 //! one on the single-operation path (aws-lc); smaller groups, and everything the kernel does
-//! not handle, take that path. When the engine is idle (nothing queued or in flight), a request
-//! is signed at once on the submitting thread, like the `inline` engine (opportunistic, as in
-//! SSLShader): at light load there is no hand-off at all. Batch size therefore follows the
-//! queue.
+//! not handle, take that path. When the engine is idle, a request is signed on the submitting
+//! thread, like the `inline` engine (opportunistic, as in SSLShader): the request first lets
+//! the event loop's other ready tasks run once, and if nothing else was submitted meanwhile it
+//! is signed there and then, with no hand-off; otherwise it joins the queue. Batch size
+//! therefore follows the queue.
 //!
 //! Every RSA signature is checked against the public key before it leaves the engine: the
 //! kernel checks its lanes; a lane that fails is re-signed on the single-operation path and
@@ -403,33 +404,42 @@ impl Engine for BatchEngine {
     }
 
     fn submit(&self, request: SignRequest) -> SignFuture {
-        let shared = &self.shared;
-        if shared.config.inline_when_idle && shared.depth.load(Ordering::Relaxed) == 0 {
-            let r = shared.sign_single(&request, "idle");
-            return Box::pin(std::future::ready(r));
-        }
-        let Some(tx) = &self.tx else {
+        let Some(tx) = self.tx.clone() else {
             return Box::pin(std::future::ready(Err(SignError::Stopped("batch"))));
         };
-        let (reply, rx) = oneshot::channel();
+        let shared = self.shared.clone();
+        // Counted at once, so that requests submitted together see each other.
         shared.depth.fetch_add(1, Ordering::Relaxed);
-        let job = Job {
-            request,
-            reply,
-            queued: Instant::now(),
-        };
-        if let Err(e) = tx.try_send(job) {
-            shared.depth.fetch_sub(1, Ordering::Relaxed);
-            let err = match e {
-                TrySendError::Full(_) => {
-                    shared.stats.overload.inc();
-                    SignError::Overloaded("batch")
+        Box::pin(async move {
+            if shared.config.inline_when_idle {
+                // Let the other ready tasks of this event loop run (and submit) first. If after
+                // that this request is still the only one, sign it here and now: the fastest
+                // path at light load. Otherwise it joins the queue and shares a batch.
+                tokio::task::yield_now().await;
+                if shared.depth.load(Ordering::Relaxed) == 1 {
+                    let r = shared.sign_single(&request, "idle");
+                    shared.depth.fetch_sub(1, Ordering::Relaxed);
+                    return r;
                 }
-                TrySendError::Disconnected(_) => SignError::Stopped("batch"),
+            }
+            let (reply, rx) = oneshot::channel();
+            let job = Job {
+                request,
+                reply,
+                queued: Instant::now(),
             };
-            return Box::pin(std::future::ready(Err(err)));
-        }
-        Box::pin(async move { rx.await.unwrap_or(Err(SignError::Stopped("batch"))) })
+            if let Err(e) = tx.try_send(job) {
+                shared.depth.fetch_sub(1, Ordering::Relaxed);
+                return Err(match e {
+                    TrySendError::Full(_) => {
+                        shared.stats.overload.inc();
+                        SignError::Overloaded("batch")
+                    }
+                    TrySendError::Disconnected(_) => SignError::Stopped("batch"),
+                });
+            }
+            rx.await.unwrap_or(Err(SignError::Stopped("batch")))
+        })
     }
 
     fn queue_depth(&self) -> usize {

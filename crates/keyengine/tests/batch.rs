@@ -65,10 +65,11 @@ async fn burst(
     let reqs: Vec<SignRequest> = (0..n)
         .map(|i| request(key, ALGS[i % 3], format!("msg {i}").as_bytes()))
         .collect();
-    let futs: Vec<_> = reqs.iter().map(|r| engine.submit(r.clone())).collect();
+    // Polled together, as concurrent handshakes on an event loop are.
+    let results =
+        futures_util::future::join_all(reqs.iter().map(|r| engine.submit(r.clone()))).await;
     let mut out = Vec::new();
-    for (r, f) in reqs.iter().zip(futs) {
-        let res = f.await;
+    for (r, res) in reqs.iter().zip(results) {
         if let Ok(sig) = &res {
             assert!(
                 key.verify_digest(r.algorithm, &r.digest, sig),

@@ -1,0 +1,254 @@
+//! `rampart bench engine`: in-process signing throughput and latency of each key engine, per
+//! algorithm and concurrency, beside the best single-operation implementations (the `inline`
+//! engine's aws-lc, and BoringSSL) in the same run.
+//!
+//! Each cell drives one engine through the [`KeyEngine`] facade (as the gateway does, so RSA
+//! results of engines that do not verify their own are verified here too) from a current-thread
+//! runtime with `concurrency` tasks, for `--duration`. Run it pinned to one core
+//! (`taskset -c 1`): signs per CPU-second is then signs per core-second.
+
+use crate::BenchArgs;
+use anyhow::{bail, Context as _};
+use boring::hash::MessageDigest;
+use boring::pkey::PKey;
+use boring::sign::Signer;
+use keyengine::testing::{generate_ecdsa_p256_pkcs8, generate_rsa_pkcs8};
+use keyengine::{
+    BatchConfig, BatchEngine, Engine, EngineMetrics, InlineEngine, KernelBackend, KeyEngine,
+    KeyRegistry, PrivateKey, Scheduler, SchedulerPolicy, SignatureAlgorithm, ThreadsEngine,
+};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One measured cell.
+#[derive(Debug, Serialize)]
+pub struct EngineRun {
+    pub engine: String,
+    pub algorithm: &'static str,
+    pub concurrency: usize,
+    pub operations: u64,
+    pub signs_per_sec: f64,
+    pub signs_per_cpu_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Set when the engine could not run here (e.g. no AVX-512 IFMA, no GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+/// This process's user + system CPU seconds (all threads).
+fn cpu_seconds() -> f64 {
+    crate::cpu::process_cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+fn make_engine(name: &str) -> Result<Arc<dyn Engine>, String> {
+    let batch = |backend: KernelBackend| -> Result<Arc<dyn Engine>, String> {
+        BatchEngine::new(BatchConfig {
+            backend,
+            ..BatchConfig::default()
+        })
+        .map(|e| Arc::new(e) as Arc<dyn Engine>)
+        .map_err(|e| e.to_string())
+    };
+    match name {
+        "inline" => Ok(Arc::new(InlineEngine)),
+        "threads" => Ok(Arc::new(ThreadsEngine::new(1, 65536))),
+        "batch" => batch(KernelBackend::best()),
+        other => match other.strip_prefix("batch:").and_then(KernelBackend::from_name) {
+            Some(b) if b.available() => batch(b),
+            Some(b) => Err(format!("kernel {b} needs AVX-512 IFMA, absent on this CPU")),
+            None => Err(format!(
+                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, boringssl"
+            )),
+        },
+    }
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64
+}
+
+/// Drives `engine` at `concurrency` for `duration` (and at most `max_ops`).
+fn run_cell(
+    engine: Arc<dyn Engine>,
+    der: &[u8],
+    algorithm: SignatureAlgorithm,
+    concurrency: usize,
+    duration: Duration,
+    max_ops: u64,
+) -> anyhow::Result<(u64, f64, f64, Vec<u32>)> {
+    let mut reg = KeyRegistry::new();
+    let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", der)?);
+    let facade = KeyEngine::new(
+        reg,
+        Scheduler::new(vec![engine], &SchedulerPolicy::default())?,
+        EngineMetrics::unregistered(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let digest = algorithm.hash().digest(b"rampart bench engine");
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let deadline = start + duration;
+    let per_task = max_ops.div_ceil(concurrency as u64).max(1);
+    let lat = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..concurrency {
+            let facade = facade.clone();
+            let digest = digest.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while Instant::now() < deadline && (lat.len() as u64) < per_task {
+                    let t = Instant::now();
+                    facade.sign(&id, algorithm, digest.clone()).await?;
+                    lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                }
+                anyhow::Ok(lat)
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await??);
+        }
+        anyhow::Ok(all)
+    })?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    Ok((lat.len() as u64, wall, cpu, lat))
+}
+
+fn boringssl_rate(
+    key: &PKey<boring::pkey::Private>,
+    duration: Duration,
+) -> anyhow::Result<(u64, f64, f64)> {
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < duration {
+        let mut s = Signer::new(MessageDigest::sha256(), key)?;
+        s.update(b"rampart bench engine")?;
+        s.sign_to_vec()?;
+        n += 1;
+    }
+    Ok((n, start.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
+}
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
+    let engines: Vec<String> = args
+        .engines
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let levels: Vec<usize> = args
+        .levels
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse::<usize>()
+                .context("--levels: comma-separated numbers")
+        })
+        .collect::<Result<_, _>>()?;
+    if levels.contains(&0) {
+        bail!("--levels: concurrency must be at least 1");
+    }
+    let rsa_der = generate_rsa_pkcs8();
+    let ec_der = generate_ecdsa_p256_pkcs8();
+    let keys = [
+        (
+            "rsa2048",
+            SignatureAlgorithm::RsaPkcs1Sha256,
+            rsa_der.clone(),
+            PKey::private_key_from_der(&rsa_der)?,
+        ),
+        (
+            "ecdsa_p256",
+            SignatureAlgorithm::EcdsaP256Sha256,
+            ec_der.clone(),
+            PKey::private_key_from_der(&ec_der)?,
+        ),
+    ];
+    let max_ops = args.requests.unwrap_or(u64::MAX);
+    let mut out = Vec::new();
+    for (alg_name, alg, key, boring_key) in &keys {
+        for name in &engines {
+            if name == "boringssl" {
+                let (n, wall, cpu) = boringssl_rate(boring_key, args.duration)?;
+                let r = EngineRun {
+                    engine: "boringssl".into(),
+                    algorithm: alg_name,
+                    concurrency: 1,
+                    operations: n,
+                    signs_per_sec: n as f64 / wall,
+                    signs_per_cpu_sec: n as f64 / cpu.max(1e-9),
+                    p50_us: wall * 1e6 / n.max(1) as f64,
+                    p99_us: 0.0,
+                    max_us: 0.0,
+                    unavailable: None,
+                };
+                report(args, &r)?;
+                out.push(r);
+                continue;
+            }
+            for &c in &levels {
+                let r = match make_engine(name) {
+                    Err(reason) => EngineRun {
+                        engine: name.clone(),
+                        algorithm: alg_name,
+                        concurrency: c,
+                        operations: 0,
+                        signs_per_sec: 0.0,
+                        signs_per_cpu_sec: 0.0,
+                        p50_us: 0.0,
+                        p99_us: 0.0,
+                        max_us: 0.0,
+                        unavailable: Some(reason),
+                    },
+                    Ok(engine) => {
+                        let (n, wall, cpu, mut lat) =
+                            run_cell(engine, key, *alg, c, args.duration, max_ops)?;
+                        lat.sort_unstable();
+                        EngineRun {
+                            engine: name.clone(),
+                            algorithm: alg_name,
+                            concurrency: c,
+                            operations: n,
+                            signs_per_sec: n as f64 / wall,
+                            signs_per_cpu_sec: n as f64 / cpu.max(1e-9),
+                            p50_us: percentile(&lat, 0.5),
+                            p99_us: percentile(&lat, 0.99),
+                            max_us: lat.last().copied().unwrap_or(0) as f64,
+                            unavailable: None,
+                        }
+                    }
+                };
+                report(args, &r)?;
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn report(args: &BenchArgs, r: &EngineRun) -> anyhow::Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string(r)?);
+    } else if let Some(why) = &r.unavailable {
+        println!(
+            "{:<16} {:<11} c={:<4} unavailable: {why}",
+            r.engine, r.algorithm, r.concurrency
+        );
+    } else {
+        println!(
+            "{:<16} {:<11} c={:<4} {:>9.0} signs/s {:>9.0} signs/cpu-s  p50 {:>7.0} us  p99 {:>7.0} us  max {:>7.0} us",
+            r.engine, r.algorithm, r.concurrency, r.signs_per_sec, r.signs_per_cpu_sec, r.p50_us, r.p99_us, r.max_us
+        );
+    }
+    Ok(())
+}
