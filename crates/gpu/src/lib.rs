@@ -1,0 +1,2 @@
+//! The `gpu` key engine (work in progress).
+pub mod host_core;
