@@ -228,7 +228,7 @@ pub struct Modulus {
 impl Modulus {
     /// From big-endian bytes; `limbs` fixes R = 2^(32·limbs). `None` if even or too large.
     pub fn new(be: &[u8], limbs: usize) -> Option<Self> {
-        if limbs == 0 || limbs > MAX_LIMBS || !be.last().is_some_and(|b| b & 1 == 1) {
+        if limbs == 0 || limbs > MAX_LIMBS || be.last().is_none_or(|b| b & 1 != 1) {
             return None;
         }
         let m = be_to_limbs(be, limbs)?;
