@@ -15,4 +15,16 @@ fn main() {
         .extra_warnings(true)
         .flag_if_supported("-Wno-unused-function")
         .compile("rsa_core_host");
+    // The CUDA entry points (rsa_kernel.cu) compiled for the host, for the simulated GPU.
+    println!("cargo:rerun-if-changed=kernels/rsa_kernel.cu");
+    println!("cargo:rerun-if-changed=kernels/emulate.cpp");
+    cc::Build::new()
+        .cpp(true)
+        .file("kernels/emulate.cpp")
+        .include("kernels")
+        .opt_level(3)
+        .warnings(true)
+        .extra_warnings(true)
+        .flag_if_supported("-Wno-unused-function")
+        .compile("rsa_kernel_emulated");
 }

@@ -6,10 +6,10 @@
 //!
 //! [`SimulatedGpu`] is a backend with a cost model (launch latency + per-item time, with the
 //! device's compute shared by all streams) that computes real results with the host build of the
-//! kernel core and can inject errors, deadline overruns and corrupted results. It drives the
+//! kernel (its CUDA entry point compiled for the host, [`crate::host_core::emulate_launch`]) and can inject errors, deadline overruns and corrupted results. It drives the
 //! engine's tests and the scheduler tests in CI, where no GPU exists.
 
-use crate::host_core::{crt_record, KeyLayout};
+use crate::host_core::{emulate_launch, KeyLayout};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -206,19 +206,18 @@ impl StreamRunner for SimRunner {
         // Launch latency overlaps with other streams; compute holds the device.
         std::thread::sleep(self.cost.launch.min(deadline));
         let (half, items) = (self.half, self.items);
-        let words = KeyLayout::words(half);
         {
             let _device = self.device.lock().unwrap_or_else(|e| e.into_inner());
             self.output.resize(items * 2 * half, 0);
-            for i in 0..items {
-                let k = self.key_index[i] as usize;
-                crt_record(
-                    &self.keys[k * words..(k + 1) * words],
-                    half,
-                    &self.input[i * 2 * half..(i + 1) * 2 * half],
-                    &mut self.output[i * 2 * half..(i + 1) * 2 * half],
-                );
-            }
+            // The kernel's entry point itself, thread by thread, on the host.
+            emulate_launch(
+                half,
+                128,
+                &self.keys,
+                &self.key_index,
+                &self.input,
+                &mut self.output,
+            );
             let remaining = modelled.saturating_sub(start.elapsed());
             let budget = deadline.saturating_sub(start.elapsed());
             std::thread::sleep(remaining.min(budget));

@@ -32,6 +32,16 @@ mod ffi {
             rr: *const u32,
             n: c_int,
         );
+        pub fn rsa_emulate_launch(
+            half: c_int,
+            grid: u32,
+            block: u32,
+            out: *mut u32,
+            input: *const u32,
+            keys: *const u32,
+            key_index: *const u32,
+            count: u32,
+        ) -> c_int;
     }
 }
 
@@ -214,6 +224,47 @@ pub fn crt_record(record: &[u32], half: usize, input: &[u32], out: &mut [u32]) {
             half as c_int,
         )
     };
+}
+
+/// Runs the CUDA kernel's entry point (`kernels/rsa_kernel.cu`, compiled for the host) over a
+/// whole grid: `count` requests of primes of `half` limbs in blocks of `block` threads, request
+/// `i` using key record `key_index[i]` of `keys`. What the device would compute, thread by
+/// thread. Panics if a buffer is too small or a key index out of range (which would make the
+/// kernel read out of bounds).
+pub fn emulate_launch(
+    half: usize,
+    block: u32,
+    keys: &[u32],
+    key_index: &[u32],
+    input: &[u32],
+    out: &mut [u32],
+) {
+    assert!(HALF_LIMBS.contains(&half), "unsupported limb count {half}");
+    let count = key_index.len();
+    let words = KeyLayout::words(half);
+    assert!(block > 0);
+    assert_eq!(keys.len() % words, 0);
+    assert!(key_index.iter().all(|&k| (k as usize) < keys.len() / words));
+    assert!(input.len() >= count * 2 * half && out.len() >= count * 2 * half);
+    let grid = (count as u32).div_ceil(block);
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: sizes checked above (every thread i < count reads input/out at i·2·half limbs and
+    // a key record at key_index[i]·words, all in bounds); the emulator's globals are guarded by
+    // ONE_AT_A_TIME.
+    let rc = unsafe {
+        ffi::rsa_emulate_launch(
+            half as c_int,
+            grid,
+            block,
+            out.as_mut_ptr(),
+            input.as_ptr(),
+            keys.as_ptr(),
+            key_index.as_ptr(),
+            count as u32,
+        )
+    };
+    assert_eq!(rc, 0);
 }
 
 /// An odd modulus prepared for Montgomery arithmetic (public values only).

@@ -90,3 +90,58 @@ fn corrupted_key_record_gives_a_wrong_answer() {
     let m = be_to_limbs(&[0x42; 200], 64).unwrap();
     assert_ne!(good.crt(&m), bad.crt(&m));
 }
+
+#[test]
+fn kernel_entry_point_emulated_on_the_host_matches_boringssl_across_keys() {
+    use gpu_engine::host_core::emulate_launch;
+    let keys: Vec<Rsa<boring::pkey::Private>> =
+        (0..2).map(|_| Rsa::generate(3072).unwrap()).collect();
+    let crts: Vec<CrtKey> = keys
+        .iter()
+        .map(|k| {
+            CrtKey::from_components(
+                3072,
+                &k.p().unwrap().to_vec(),
+                &k.q().unwrap().to_vec(),
+                &k.dmp1().unwrap().to_vec(),
+                &k.dmq1().unwrap().to_vec(),
+                &k.iqmp().unwrap().to_vec(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let half = 48;
+    let table: Vec<u32> = crts.iter().flat_map(|c| c.record().to_vec()).collect();
+    // 5 requests in blocks of 4: the second block has 3 idle threads that must write nothing.
+    let index = [1u32, 0, 0, 1, 1];
+    let mut rng = fastrand::Rng::with_seed(5);
+    let msgs: Vec<Vec<u8>> = (0..index.len())
+        .map(|_| {
+            let mut m: Vec<u8> = (0..384).map(|_| rng.u8(..)).collect();
+            m[0] = 0;
+            m
+        })
+        .collect();
+    let input: Vec<u32> = msgs
+        .iter()
+        .flat_map(|m| be_to_limbs(m, 2 * half).unwrap())
+        .collect();
+    let sentinel = 0xdead_beefu32;
+    let mut out = vec![sentinel; (index.len() + 3) * 2 * half];
+    emulate_launch(half, 4, &table, &index, &input, &mut out);
+    for (i, m) in msgs.iter().enumerate() {
+        let mut expect = vec![0u8; 384];
+        keys[index[i] as usize]
+            .private_encrypt(m, &mut expect, Padding::NONE)
+            .unwrap();
+        assert_eq!(
+            limbs_to_be(&out[i * 2 * half..(i + 1) * 2 * half], 384),
+            expect,
+            "request {i}"
+        );
+    }
+    assert!(
+        out[index.len() * 2 * half..].iter().all(|&w| w == sentinel),
+        "threads past count wrote"
+    );
+}
