@@ -15,7 +15,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,20 @@ fn driver(e: cudarc::driver::DriverError) -> GpuError {
 
 fn device(e: cudarc::driver::DriverError) -> BackendError {
     BackendError::Device(e.to_string())
+}
+
+/// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)`. Needs
+/// libnvrtc, not a device.
+pub fn compile_kernel((major, minor): (i32, i32)) -> Result<Ptx, GpuError> {
+    // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    let opts = CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+        ..Default::default()
+    };
+    compile_ptx_with_opts(kernel_source(), opts).map_err(|e| GpuError::Compile(e.to_string()))
 }
 
 /// Loads the driver and finds device 0, without compiling anything.
@@ -81,13 +95,7 @@ impl CudaBackend {
     /// Loads the driver, compiles the kernel for the device and loads it.
     pub fn new(streams: usize, max_batch: usize) -> Result<Self, GpuError> {
         let (ctx, info) = open_context()?;
-        let (major, minor) = info.compute_capability;
-        let opts = CompileOptions {
-            options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
-            ..Default::default()
-        };
-        let ptx = compile_ptx_with_opts(kernel_source(), opts)
-            .map_err(|e| GpuError::Compile(e.to_string()))?;
+        let ptx = compile_kernel(info.compute_capability)?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let f = |n: usize| {
             module
@@ -263,5 +271,25 @@ impl Drop for CudaRunner {
         // A runner dropped after a deadline may still have copies in flight into its pinned
         // buffers: wait for the stream before they are freed.
         let _ = self.stream.synchronize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Needs libnvrtc (no device): `LD_LIBRARY_PATH=<dir of libnvrtc.so.12> cargo test -p
+    /// gpu-engine -- --ignored nvrtc`. The pip wheel `nvidia-cuda-nvrtc-cu12` has it.
+    #[test]
+    #[ignore = "needs libnvrtc"]
+    fn nvrtc_compiles_the_kernel_for_hopper() {
+        let ptx = compile_kernel((9, 0)).unwrap().to_src();
+        for n in [32, 48, 64] {
+            assert!(
+                ptx.contains(&format!(".entry rsa_crt_batch_{n}")),
+                "entry {n}"
+            );
+        }
+        assert!(ptx.contains(".target sm_90"));
     }
 }
