@@ -1,0 +1,170 @@
+//! Batch-level measurements for `rampart bench engine`: throughput and latency of batches of a
+//! given size on a backend (every stream busy), and the crossover batch size where the GPU
+//! beats the CPU engines.
+
+use crate::backend::{BackendError, BatchBackend};
+use crate::error::GpuError;
+use crate::host_core::be_to_limbs;
+use crate::key::GpuKey;
+use std::time::{Duration, Instant};
+
+/// One batch size's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchBench {
+    pub batch: usize,
+    /// Private-key operations per second, all streams together.
+    pub signs_per_sec: f64,
+    /// Batch latency (copy in, compute, copy out): what each request in the batch waits on the
+    /// device, beyond CPU-side padding, blinding and verification.
+    pub p50: Duration,
+    pub p99: Duration,
+    pub batches: usize,
+}
+
+/// Error from [`bench_batch`].
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+}
+
+/// Runs batches of `batch` operations with `key` back to back on every stream of `backend` for
+/// about `duration`. The first batch is checked against the CPU build of the core (every
+/// result), so a miscompiled or faulty kernel fails the bench instead of reporting a number.
+pub fn bench_batch(
+    backend: &dyn BatchBackend,
+    key: &GpuKey,
+    batch: usize,
+    duration: Duration,
+) -> Result<BatchBench, BenchError> {
+    let batch = batch.clamp(1, backend.max_batch());
+    let half = key.half();
+    let mut rng_state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut input = Vec::with_capacity(batch * 2 * half);
+    for _ in 0..batch {
+        // Public random inputs below n: one byte shorter than the modulus.
+        let mut bytes = vec![0u8; key.bits() / 8];
+        for b in bytes[1..].iter_mut() {
+            rng_state ^= rng_state << 13;
+            rng_state ^= rng_state >> 7;
+            rng_state ^= rng_state << 17;
+            *b = rng_state as u8;
+        }
+        input.extend(be_to_limbs(&bytes, 2 * half).expect("fits"));
+    }
+    let deadline = Duration::from_secs(10);
+    let start = Instant::now();
+    let per_stream: Vec<Result<(Vec<Duration>, usize), BenchError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..backend.streams())
+            .map(|i| {
+                let input = &input;
+                s.spawn(move || -> Result<(Vec<Duration>, usize), BenchError> {
+                    let mut r = backend.open_stream(i)?;
+                    let mut lat = Vec::new();
+                    let mut done = 0;
+                    while lat.is_empty() || start.elapsed() < duration {
+                        let st = r.stage(half, 1, batch)?;
+                        st.keys.copy_from_slice(key.record());
+                        st.key_index.fill(0);
+                        st.input.copy_from_slice(input);
+                        let t = Instant::now();
+                        let out = r.run(deadline)?;
+                        lat.push(t.elapsed());
+                        if i == 0 && lat.len() == 1 {
+                            for (j, got) in out.chunks(2 * half).enumerate() {
+                                let want = key.crt().crt(&input[j * 2 * half..(j + 1) * 2 * half]);
+                                if got != want.as_slice() {
+                                    return Err(GpuError::SelfTest.into());
+                                }
+                            }
+                        }
+                        done += batch;
+                    }
+                    Ok((lat, done))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut lat = Vec::new();
+    let mut done = 0;
+    for r in per_stream {
+        let (l, d) = r?;
+        lat.extend(l);
+        done += d;
+    }
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+    Ok(BatchBench {
+        batch,
+        signs_per_sec: done as f64 / elapsed.as_secs_f64(),
+        p50: pct(0.50),
+        p99: pct(0.99),
+        batches: lat.len(),
+    })
+}
+
+/// The smallest measured batch size at which the GPU finishes a queue of that many requests
+/// sooner than CPU engines with `cpu_parallelism` workers taking `cpu_latency` per operation:
+/// GPU p50(b) < ceil(b / cpu_parallelism) × cpu_latency. `None` if the GPU never wins.
+pub fn crossover(
+    gpu: &[BatchBench],
+    cpu_latency: Duration,
+    cpu_parallelism: usize,
+) -> Option<usize> {
+    let mut sizes: Vec<&BatchBench> = gpu.iter().collect();
+    sizes.sort_by_key(|b| b.batch);
+    sizes
+        .into_iter()
+        .find(|b| {
+            let cpu = cpu_latency * (b.batch.div_ceil(cpu_parallelism.max(1)) as u32);
+            b.p50 < cpu
+        })
+        .map(|b| b.batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{CostModel, SimulatedGpu};
+    use crate::testkeys::rsa_der;
+
+    #[test]
+    fn bench_on_the_simulated_gpu_reports_its_cost_model() {
+        let cost = CostModel {
+            launch: Duration::from_millis(2),
+            per_item: Duration::from_micros(100),
+        };
+        let sim = SimulatedGpu::new(cost, 2, 1024);
+        let key = GpuKey::from_der(&rsa_der(2048)).unwrap();
+        let b = bench_batch(&sim, &key, 20, Duration::from_millis(100)).unwrap();
+        assert_eq!(b.batch, 20);
+        // 2 ms + 20 × 0.1 ms = 4 ms per batch (the host core's own time may add to it).
+        assert!(b.p50 >= Duration::from_millis(4), "{b:?}");
+        assert!(b.p99 >= b.p50);
+        assert!(b.signs_per_sec > 0.0 && b.batches >= 2, "{b:?}");
+    }
+
+    #[test]
+    fn crossover_is_the_first_size_where_the_gpu_wins() {
+        let ms = Duration::from_millis;
+        let at = |batch, p50| BatchBench {
+            batch,
+            signs_per_sec: 0.0,
+            p50,
+            p99: p50,
+            batches: 1,
+        };
+        // CPU: 4 workers at 1 ms. GPU: 5 ms + 0.01 ms per request.
+        let gpu = [at(1, ms(5)), at(16, ms(5)), at(64, ms(6)), at(4096, ms(46))];
+        // b=16: CPU 4 ms < 5 ms; b=64: CPU 16 ms > 6 ms.
+        assert_eq!(crossover(&gpu, ms(1), 4), Some(64));
+        assert_eq!(crossover(&gpu[..2], ms(1), 4), None);
+    }
+}

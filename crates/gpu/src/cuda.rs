@@ -1,0 +1,295 @@
+//! The CUDA backend: libcuda and NVRTC are loaded at run time (`cudarc` with dynamic loading),
+//! the kernel (`kernels/rsa_core.h` + `kernels/rsa_kernel.cu`) is compiled by NVRTC for the
+//! device found. Each runner owns a CUDA stream, pinned host buffers and device buffers sized
+//! for the largest batch; a batch is copy-in, one launch, copy-out on its stream, and the
+//! runner's thread polls an event until it completes or the deadline passes.
+//!
+//! Nothing here has run on a device yet: CI and the development machine have no GPU. The
+//! arithmetic is the host-tested core; what needs a device is listed in the crate README.
+
+use crate::backend::{BackendError, BatchBackend, Staging, StreamRunner};
+use crate::error::GpuError;
+use crate::host_core::KeyLayout;
+use crate::DeviceInfo;
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The kernel source NVRTC compiles: the core, then the entry points.
+pub fn kernel_source() -> String {
+    [
+        include_str!("../kernels/rsa_core.h"),
+        include_str!("../kernels/rsa_kernel.cu"),
+    ]
+    .concat()
+}
+
+fn driver(e: cudarc::driver::DriverError) -> GpuError {
+    GpuError::Driver(e.to_string())
+}
+
+fn device(e: cudarc::driver::DriverError) -> BackendError {
+    BackendError::Device(e.to_string())
+}
+
+/// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)`. Needs
+/// libnvrtc, not a device.
+pub fn compile_kernel((major, minor): (i32, i32)) -> Result<Ptx, GpuError> {
+    // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    let opts = CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+        ..Default::default()
+    };
+    compile_ptx_with_opts(kernel_source(), opts).map_err(|e| GpuError::Compile(e.to_string()))
+}
+
+/// Loads the driver and finds device 0, without compiling anything.
+fn open_context() -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
+    // SAFETY: only tries to dlopen the system's libcuda / libnvrtc (running their initializers,
+    // as any CUDA program does); no symbol is called.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    if CudaContext::device_count().map_err(driver)? < 1 {
+        return Err(GpuError::NoDevice);
+    }
+    let ctx = CudaContext::new(0).map_err(driver)?;
+    let info = DeviceInfo {
+        name: ctx.name().map_err(driver)?,
+        compute_capability: ctx.compute_capability().map_err(driver)?,
+        memory_bytes: ctx.total_mem().map_err(driver)?,
+        multiprocessors: ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver)?,
+    };
+    Ok((ctx, info))
+}
+
+/// Looks for a CUDA device: `Ok` with what was found, or why there is none.
+pub fn probe() -> Result<DeviceInfo, GpuError> {
+    open_context().map(|(_, info)| info)
+}
+
+/// The CUDA batch backend on device 0.
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    funcs: [CudaFunction; 3],
+    info: DeviceInfo,
+    streams: usize,
+    max_batch: usize,
+    block: u32,
+}
+
+impl CudaBackend {
+    /// Loads the driver, compiles the kernel for the device and loads it.
+    pub fn new(streams: usize, max_batch: usize) -> Result<Self, GpuError> {
+        let (ctx, info) = open_context()?;
+        let ptx = compile_kernel(info.compute_capability)?;
+        let module = ctx.load_module(ptx).map_err(driver)?;
+        let f = |n: usize| {
+            module
+                .load_function(&format!("rsa_crt_batch_{n}"))
+                .map_err(driver)
+        };
+        Ok(CudaBackend {
+            funcs: [f(32)?, f(48)?, f(64)?],
+            ctx,
+            info,
+            streams: streams.max(2),
+            max_batch: max_batch.max(1),
+            block: 128,
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+}
+
+impl BatchBackend for CudaBackend {
+    fn describe(&self) -> String {
+        self.info.to_string()
+    }
+
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    fn open_stream(&self, _index: usize) -> Result<Box<dyn StreamRunner>, BackendError> {
+        let ctx = &self.ctx;
+        let stream = ctx.new_stream().map_err(device)?;
+        let io_words = self.max_batch * 2 * 64;
+        let key_words = self.max_keys() * KeyLayout::words(64);
+        let pinned = |len: usize| -> Result<PinnedHostSlice<u32>, BackendError> {
+            // SAFETY: plain page-locked memory (flags 0: not write-combined, the CPU reads the
+            // outputs back); zero-filled at once so no uninitialized value is ever read.
+            let mut p = unsafe { ctx.alloc_pinned_with_flags::<u32>(len, 0) }.map_err(device)?;
+            p.as_mut_slice().map_err(device)?.fill(0);
+            Ok(p)
+        };
+        Ok(Box::new(CudaRunner {
+            h_keys: pinned(key_words)?,
+            h_index: pinned(self.max_batch)?,
+            h_in: pinned(io_words)?,
+            h_out: pinned(io_words)?,
+            d_keys: stream.alloc_zeros::<u32>(key_words).map_err(device)?,
+            d_index: stream.alloc_zeros::<u32>(self.max_batch).map_err(device)?,
+            d_in: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
+            d_out: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
+            funcs: self.funcs.clone(),
+            block: self.block,
+            staged: None,
+            stream,
+        }))
+    }
+}
+
+struct CudaRunner {
+    stream: Arc<CudaStream>,
+    funcs: [CudaFunction; 3],
+    block: u32,
+    h_keys: PinnedHostSlice<u32>,
+    h_index: PinnedHostSlice<u32>,
+    h_in: PinnedHostSlice<u32>,
+    h_out: PinnedHostSlice<u32>,
+    d_keys: CudaSlice<u32>,
+    d_index: CudaSlice<u32>,
+    d_in: CudaSlice<u32>,
+    d_out: CudaSlice<u32>,
+    /// (half, keys, items) of the staged batch.
+    staged: Option<(usize, usize, usize)>,
+}
+
+impl StreamRunner for CudaRunner {
+    fn stage(
+        &mut self,
+        half: usize,
+        keys: usize,
+        items: usize,
+    ) -> Result<Staging<'_>, BackendError> {
+        let kw = keys * KeyLayout::words(half);
+        let iw = items * 2 * half;
+        if kw > self.h_keys.len() || items > self.h_index.len() || iw > self.h_in.len() {
+            return Err(BackendError::Device(
+                "batch larger than the runner's buffers".into(),
+            ));
+        }
+        self.staged = Some((half, keys, items));
+        // The previous batch on this stream completed before `run` returned, so the host
+        // buffers are free.
+        Ok(Staging {
+            keys: &mut self.h_keys.as_mut_slice().map_err(device)?[..kw],
+            key_index: &mut self.h_index.as_mut_slice().map_err(device)?[..items],
+            input: &mut self.h_in.as_mut_slice().map_err(device)?[..iw],
+        })
+    }
+
+    fn run(&mut self, deadline: Duration) -> Result<&[u32], BackendError> {
+        let start = Instant::now();
+        let (half, keys, items) = self
+            .staged
+            .take()
+            .ok_or_else(|| BackendError::Device("nothing staged".into()))?;
+        let kw = keys * KeyLayout::words(half);
+        let iw = items * 2 * half;
+        let s = &self.stream;
+        s.memcpy_htod(
+            &self.h_keys.as_slice().map_err(device)?[..kw],
+            &mut self.d_keys.slice_mut(..kw),
+        )
+        .map_err(device)?;
+        s.memcpy_htod(
+            &self.h_index.as_slice().map_err(device)?[..items],
+            &mut self.d_index.slice_mut(..items),
+        )
+        .map_err(device)?;
+        s.memcpy_htod(
+            &self.h_in.as_slice().map_err(device)?[..iw],
+            &mut self.d_in.slice_mut(..iw),
+        )
+        .map_err(device)?;
+        let f = &self.funcs[match half {
+            32 => 0,
+            48 => 1,
+            _ => 2,
+        }];
+        let count = items as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (count.div_ceil(self.block), 1, 1),
+            block_dim: (self.block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = s.launch_builder(f);
+        b.arg(&mut self.d_out);
+        b.arg(&self.d_in);
+        b.arg(&self.d_keys);
+        b.arg(&self.d_index);
+        b.arg(&count);
+        // SAFETY: the kernel takes (out, in, keys, key_index, count) as pushed; every buffer
+        // holds at least `count` requests of `half` limbs (checked in `stage`), key indices are
+        // below `keys` (built by the engine), and threads with i >= count return at once.
+        unsafe { b.launch(cfg) }.map_err(device)?;
+        s.memcpy_dtoh(
+            &self.d_out.slice(..iw),
+            &mut self.h_out.as_mut_slice().map_err(device)?[..iw],
+        )
+        .map_err(device)?;
+        let done = s.record_event(None).map_err(device)?;
+        let mut spins = 0u32;
+        while !done.try_is_complete().map_err(device)? {
+            if start.elapsed() > deadline {
+                return Err(BackendError::Deadline(deadline));
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        Ok(&self.h_out.as_slice().map_err(device)?[..iw])
+    }
+}
+
+impl Drop for CudaRunner {
+    fn drop(&mut self) {
+        // A runner dropped after a deadline may still have copies in flight into its pinned
+        // buffers: wait for the stream before they are freed.
+        let _ = self.stream.synchronize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Needs libnvrtc (no device): `LD_LIBRARY_PATH=<dir of libnvrtc.so.12> cargo test -p
+    /// gpu-engine -- --ignored nvrtc`. The pip wheel `nvidia-cuda-nvrtc-cu12` has it.
+    #[test]
+    #[ignore = "needs libnvrtc"]
+    fn nvrtc_compiles_the_kernel_for_hopper() {
+        let ptx = compile_kernel((9, 0)).unwrap().to_src();
+        for n in [32, 48, 64] {
+            assert!(
+                ptx.contains(&format!(".entry rsa_crt_batch_{n}")),
+                "entry {n}"
+            );
+        }
+        assert!(ptx.contains(".target sm_90"));
+    }
+}

@@ -1,0 +1,826 @@
+//! [`GpuEngine`]: the `gpu` key engine.
+//!
+//! `submit` queues a request (bounded queue; full → `Overloaded`, so the facade fails over).
+//! One batching thread per stream takes whatever is queued, up to the backend's batch limit —
+//! the batch size follows the queue, there is no timer — pads and blinds every request on the
+//! CPU, launches the batch, then unblinds and verifies every result with the public key. Only
+//! verified signatures are released.
+//!
+//! A device error, a batch past its deadline or a result that fails verification marks the
+//! engine unhealthy and sends the batch's requests back to the CPU: to the fallback engine when
+//! one is set ([`GpuEngine::set_fallback`]), otherwise as `Unavailable`, which makes the
+//! facade re-run them on another engine. While unhealthy, requests go to the CPU at once; after
+//! a backoff (doubling up to a limit) the next request triggers a re-probe: a known-answer
+//! batch checked against the CPU build of the kernel core.
+//!
+//! Routing between the GPU and the CPU engines is the scheduler's: this engine reports its
+//! queue and a parallelism of `max_batch × streams`, so with the measured service time (a
+//! launch, several milliseconds) it is chosen only once the CPU engines' queues are deep enough
+//! that their expected completion is later — light load stays on the CPU (SSLShader's
+//! opportunistic offload).
+
+use crate::backend::{BackendError, BatchBackend, StreamRunner};
+use crate::error::GpuError;
+use crate::host_core::KeyLayout;
+use crate::key::{GpuKey, Prepared};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use keyengine::{Engine, KeyId, SignError, SignFuture, SignRequest};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+const NAME: &str = "gpu";
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct GpuConfig {
+    /// Requests queued at most (beyond: `Overloaded`).
+    pub queue_capacity: usize,
+    /// Most requests per launch (also capped by the backend).
+    pub max_batch: usize,
+    /// A batch not finished within `batch_deadline_base + batch_deadline_per_item × items`
+    /// is abandoned and re-run on the CPU.
+    pub batch_deadline_base: Duration,
+    pub batch_deadline_per_item: Duration,
+    /// First backoff before re-probing an unhealthy device; doubles per failed probe.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// CPU threads that pad/blind and unblind/verify a large batch (per batching thread).
+    pub cpu_threads: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            queue_capacity: 262_144,
+            max_batch: 65_536,
+            batch_deadline_base: Duration::from_millis(100),
+            batch_deadline_per_item: Duration::from_micros(5),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(30),
+            cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+enum Reply {
+    Done(Result<Vec<u8>, SignError>),
+    /// Not signed on the GPU; run it on the CPU.
+    Rerun(SignRequest, &'static str),
+}
+
+struct Job {
+    request: SignRequest,
+    key: Arc<GpuKey>,
+    reply: oneshot::Sender<Reply>,
+}
+
+enum Msg {
+    Sign(Job),
+    Probe,
+}
+
+#[derive(Default)]
+struct Counters {
+    submitted: AtomicU64,
+    batches: AtomicU64,
+    batch_items: AtomicU64,
+    batch_ns: AtomicU64,
+    gpu_signed: AtomicU64,
+    faults: AtomicU64,
+    device_errors: AtomicU64,
+    deadline_misses: AtomicU64,
+    cpu_reruns: AtomicU64,
+    not_on_gpu: AtomicU64,
+    probes: AtomicU64,
+    probe_failures: AtomicU64,
+    last_batch: AtomicU64,
+}
+
+struct HealthState {
+    failures: u32,
+    retry_at: Option<Instant>,
+    probe_pending: bool,
+    reason: String,
+}
+
+enum Admission {
+    Go,
+    ProbeThenGo,
+    Backoff,
+}
+
+struct Shared {
+    config: GpuConfig,
+    backend: Option<Arc<dyn BatchBackend>>,
+    unavailable: Option<String>,
+    keys: RwLock<HashMap<KeyId, Arc<GpuKey>>>,
+    depth: AtomicUsize,
+    healthy: AtomicBool,
+    health: Mutex<HealthState>,
+    counters: Counters,
+    fallback: OnceLock<Arc<dyn Engine>>,
+}
+
+/// The `gpu` engine. See the module docs.
+pub struct GpuEngine {
+    shared: Arc<Shared>,
+    tx: Option<Sender<Msg>>,
+    threads: Vec<JoinHandle<()>>,
+    streams: usize,
+    max_batch: usize,
+}
+
+impl GpuEngine {
+    /// The engine on the first CUDA device, or an unavailable engine (with the reason logged)
+    /// where there is no driver, no NVRTC or no device.
+    pub fn new(config: GpuConfig) -> Self {
+        match crate::cuda_backend(&config) {
+            Ok(b) => {
+                tracing::info!(device = %b.describe(), "gpu engine: device ready");
+                Self::with_backend(b, config)
+            }
+            Err(e) => {
+                tracing::warn!(reason = %e, "gpu engine unavailable; requests go to the CPU engines");
+                Self::unavailable(e.to_string())
+            }
+        }
+    }
+
+    /// An engine that reports itself unavailable: every request is answered `Unavailable`
+    /// at once (the facade fails over).
+    pub fn unavailable(reason: String) -> Self {
+        GpuEngine {
+            shared: Arc::new(Shared::new(GpuConfig::default(), None, Some(reason))),
+            tx: None,
+            threads: Vec::new(),
+            streams: 0,
+            max_batch: 1,
+        }
+    }
+
+    /// The engine over `backend`, one batching thread per stream.
+    pub fn with_backend(backend: Arc<dyn BatchBackend>, config: GpuConfig) -> Self {
+        let streams = backend.streams().max(1);
+        let max_batch = config.max_batch.min(backend.max_batch()).max(1);
+        let (tx, rx) = bounded::<Msg>(config.queue_capacity.max(1));
+        let shared = Arc::new(Shared::new(config, Some(backend), None));
+        let threads = (0..streams)
+            .map(|i| {
+                let shared = shared.clone();
+                let rx = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("rampart-gpu-{i}"))
+                    .spawn(move || batch_loop(&shared, i, &rx, max_batch))
+                    .expect("spawn gpu batching thread")
+            })
+            .collect();
+        GpuEngine {
+            shared,
+            tx: Some(tx),
+            threads,
+            streams,
+            max_batch,
+        }
+    }
+
+    /// Whether a device (or simulated device) backs this engine.
+    pub fn available(&self) -> bool {
+        self.shared.backend.is_some()
+    }
+
+    /// Why the engine is unavailable, if it is.
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        self.shared.unavailable.as_deref()
+    }
+
+    /// Whether the device is currently trusted (false after an error, until a re-probe passes).
+    pub fn healthy(&self) -> bool {
+        self.available() && self.shared.healthy.load(Ordering::SeqCst)
+    }
+
+    /// Where requests the GPU could not sign are re-run (e.g. the `threads` engine). Without
+    /// one, they are answered `Unavailable` and the facade re-runs them on another engine.
+    /// Only the first call has an effect.
+    pub fn set_fallback(&self, engine: Arc<dyn Engine>) {
+        let _ = self.shared.fallback.set(engine);
+    }
+
+    /// Prepares an RSA private key (PKCS#1 or PKCS#8 DER) for the GPU. Requests for keys not
+    /// added here are sent back to the CPU.
+    pub fn add_key(&self, der: &[u8]) -> Result<KeyId, GpuError> {
+        let key = Arc::new(GpuKey::from_der(der)?);
+        let id = key.id();
+        self.shared
+            .keys
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, key);
+        Ok(id)
+    }
+
+    fn key(&self, id: &KeyId) -> Option<Arc<GpuKey>> {
+        self.shared
+            .keys
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Signatures released from GPU results (verified).
+    pub fn gpu_signed(&self) -> u64 {
+        self.shared.counters.gpu_signed.load(Ordering::Relaxed)
+    }
+
+    /// Requests the GPU path handed back to the CPU (device errors, deadlines, faults,
+    /// unhealthy periods).
+    pub fn cpu_reruns(&self) -> u64 {
+        self.shared.counters.cpu_reruns.load(Ordering::Relaxed)
+    }
+
+    /// Batches launched.
+    pub fn batches(&self) -> u64 {
+        self.shared.counters.batches.load(Ordering::Relaxed)
+    }
+
+    /// Re-runs `request` on the CPU: through the fallback engine, or back to the facade.
+    fn rerun(shared: &Arc<Shared>, request: SignRequest, why: &'static str) -> SignFuture {
+        shared.counters.cpu_reruns.fetch_add(1, Ordering::Relaxed);
+        match shared.fallback.get() {
+            Some(f) => f.submit(request),
+            None => Box::pin(std::future::ready(Err(SignError::Unavailable(
+                NAME,
+                why.into(),
+            )))),
+        }
+    }
+}
+
+impl Shared {
+    fn new(
+        config: GpuConfig,
+        backend: Option<Arc<dyn BatchBackend>>,
+        unavailable: Option<String>,
+    ) -> Self {
+        Shared {
+            config,
+            backend,
+            unavailable,
+            keys: RwLock::default(),
+            depth: AtomicUsize::new(0),
+            healthy: AtomicBool::new(true),
+            health: Mutex::new(HealthState {
+                failures: 0,
+                retry_at: None,
+                probe_pending: false,
+                reason: String::new(),
+            }),
+            counters: Counters::default(),
+            fallback: OnceLock::new(),
+        }
+    }
+
+    fn admission(&self) -> Admission {
+        if self.healthy.load(Ordering::SeqCst) {
+            return Admission::Go;
+        }
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if h.probe_pending || h.retry_at.is_some_and(|t| Instant::now() < t) {
+            return Admission::Backoff;
+        }
+        h.probe_pending = true;
+        Admission::ProbeThenGo
+    }
+
+    fn mark_unhealthy(&self, reason: String) {
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        let first = self.healthy.swap(false, Ordering::SeqCst);
+        h.failures = if first {
+            1
+        } else {
+            h.failures.saturating_add(1)
+        };
+        let backoff = self
+            .config
+            .backoff_initial
+            .saturating_mul(1u32 << (h.failures - 1).min(20))
+            .min(self.config.backoff_max);
+        h.retry_at = Some(Instant::now() + backoff);
+        h.probe_pending = false;
+        if first {
+            tracing::error!(%reason, ?backoff, "gpu engine unhealthy; requests go to the CPU");
+        } else {
+            tracing::warn!(%reason, ?backoff, "gpu engine still unhealthy");
+        }
+        h.reason = reason;
+    }
+
+    fn mark_healthy(&self) {
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.healthy.swap(true, Ordering::SeqCst) {
+            tracing::info!(after = %h.reason, "gpu engine healthy again");
+        }
+        h.failures = 0;
+        h.retry_at = None;
+        h.probe_pending = false;
+    }
+
+    fn deadline(&self, items: usize) -> Duration {
+        self.config.batch_deadline_base + self.config.batch_deadline_per_item * items as u32
+    }
+
+    fn answer(&self, job: Job, reply: Reply) {
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        // The handshake may have gone away; nothing to do then.
+        let _ = job.reply.send(reply);
+    }
+
+    fn rerun_all(&self, jobs: Vec<Job>, why: &'static str) {
+        for mut job in jobs {
+            let req = std::mem::replace(&mut job.request, placeholder_request());
+            self.answer(job, Reply::Rerun(req, why));
+        }
+    }
+}
+
+/// Stands in for a request moved out of a job that is being answered.
+fn placeholder_request() -> SignRequest {
+    SignRequest {
+        key: KeyId([0; 20]),
+        kind: keyengine::KeyKind::Rsa,
+        private: None,
+        algorithm: keyengine::SignatureAlgorithm::RsaPssSha256,
+        digest: Vec::new(),
+    }
+}
+
+impl Engine for GpuEngine {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn submit(&self, request: SignRequest) -> SignFuture {
+        let shared = &self.shared;
+        shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
+        let (Some(tx), None) = (&self.tx, &shared.unavailable) else {
+            let why = shared.unavailable.clone().unwrap_or_default();
+            return Box::pin(std::future::ready(Err(SignError::Unavailable(NAME, why))));
+        };
+        let Some(key) = self.key(&request.key) else {
+            // ECDSA, or an RSA key not loaded on the GPU.
+            shared.counters.not_on_gpu.fetch_add(1, Ordering::Relaxed);
+            return Self::rerun(shared, request, "key not loaded on the GPU");
+        };
+        match shared.admission() {
+            Admission::Go => {}
+            Admission::Backoff => return Self::rerun(shared, request, "GPU unhealthy"),
+            Admission::ProbeThenGo => {
+                if tx.try_send(Msg::Probe).is_err() {
+                    shared
+                        .health
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .probe_pending = false;
+                    return Self::rerun(shared, request, "GPU unhealthy");
+                }
+            }
+        }
+        let (reply, rx) = oneshot::channel();
+        shared.depth.fetch_add(1, Ordering::Relaxed);
+        match tx.try_send(Msg::Sign(Job {
+            request,
+            key,
+            reply,
+        })) {
+            Ok(()) => {
+                let shared = shared.clone();
+                Box::pin(async move {
+                    match rx.await {
+                        Ok(Reply::Done(r)) => r,
+                        Ok(Reply::Rerun(req, why)) => GpuEngine::rerun(&shared, req, why).await,
+                        Err(_) => Err(SignError::Stopped(NAME)),
+                    }
+                })
+            }
+            Err(e) => {
+                shared.depth.fetch_sub(1, Ordering::Relaxed);
+                let err = match e {
+                    TrySendError::Full(_) => SignError::Overloaded(NAME),
+                    TrySendError::Disconnected(_) => SignError::Stopped(NAME),
+                };
+                Box::pin(std::future::ready(Err(err)))
+            }
+        }
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.shared.depth.load(Ordering::Relaxed)
+    }
+
+    fn parallelism(&self) -> usize {
+        (self.max_batch * self.streams).max(1)
+    }
+
+    fn metrics_text(&self) -> Option<String> {
+        Some(self.metrics())
+    }
+}
+
+impl GpuEngine {
+    fn metrics(&self) -> String {
+        let s = &self.shared;
+        let c = &s.counters;
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP rampart_gpu_{name} {help}");
+            let _ = writeln!(out, "# TYPE rampart_gpu_{name} {kind}");
+            let _ = writeln!(out, "rampart_gpu_{name} {value}");
+        };
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        metric(
+            "available",
+            "gauge",
+            "Whether a CUDA device backs the gpu engine (0: no driver, NVRTC or device).",
+            u8::from(self.available()).to_string(),
+        );
+        if !self.available() {
+            return out;
+        }
+        metric(
+            "healthy",
+            "gauge",
+            "Whether the gpu engine currently trusts its device.",
+            u8::from(self.healthy()).to_string(),
+        );
+        metric(
+            "queue_depth",
+            "gauge",
+            "Requests accepted by the gpu engine and not yet answered.",
+            self.queue_depth().to_string(),
+        );
+        metric(
+            "requests_total",
+            "counter",
+            "Requests submitted to the gpu engine.",
+            get(&c.submitted),
+        );
+        metric(
+            "batches_total",
+            "counter",
+            "Batches launched and completed.",
+            get(&c.batches),
+        );
+        metric(
+            "batch_requests_total",
+            "counter",
+            "Requests in completed batches.",
+            get(&c.batch_items),
+        );
+        metric(
+            "batch_seconds_total",
+            "counter",
+            "Time spent in completed batches (copy in, compute, copy out).",
+            format!("{:.6}", c.batch_ns.load(Ordering::Relaxed) as f64 / 1e9),
+        );
+        metric(
+            "last_batch_size",
+            "gauge",
+            "Requests in the last batch.",
+            get(&c.last_batch),
+        );
+        metric(
+            "signatures_total",
+            "counter",
+            "Signatures from GPU results that verified and were released.",
+            get(&c.gpu_signed),
+        );
+        metric(
+            "faults_total",
+            "counter",
+            "GPU results that failed verification (never released).",
+            get(&c.faults),
+        );
+        metric(
+            "device_errors_total",
+            "counter",
+            "Batches that failed with a device error.",
+            get(&c.device_errors),
+        );
+        metric(
+            "deadline_misses_total",
+            "counter",
+            "Batches abandoned past their deadline.",
+            get(&c.deadline_misses),
+        );
+        metric("cpu_reruns_total", "counter", "Requests handed back to the CPU (errors, deadlines, faults, unhealthy device, keys not on the GPU).", get(&c.cpu_reruns));
+        metric(
+            "not_on_gpu_total",
+            "counter",
+            "Requests for keys not loaded on the GPU (ECDSA, unsupported RSA).",
+            get(&c.not_on_gpu),
+        );
+        metric(
+            "probes_total",
+            "counter",
+            "Re-probes of an unhealthy device.",
+            get(&c.probes),
+        );
+        metric(
+            "probe_failures_total",
+            "counter",
+            "Re-probes that failed.",
+            get(&c.probe_failures),
+        );
+        out
+    }
+}
+
+impl Drop for GpuEngine {
+    fn drop(&mut self) {
+        self.tx.take(); // closes the queue; batching threads drain it and exit
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One batching thread: takes what is queued (up to `max_batch`), runs it, answers.
+fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch: usize) {
+    let backend = shared
+        .backend
+        .clone()
+        .expect("batching threads need a backend");
+    let mut runner: Option<Box<dyn StreamRunner>> = None;
+    let mut jobs: Vec<Job> = Vec::with_capacity(max_batch.min(4096));
+    while let Ok(first) = rx.recv() {
+        let mut probe = false;
+        let mut push = |m: Msg, jobs: &mut Vec<Job>| match m {
+            Msg::Sign(j) => jobs.push(j),
+            Msg::Probe => probe = true,
+        };
+        push(first, &mut jobs);
+        while jobs.len() < max_batch {
+            match rx.try_recv() {
+                Ok(m) => push(m, &mut jobs),
+                Err(_) => break,
+            }
+        }
+        if probe {
+            run_probe(shared, &*backend, index, &mut runner);
+        }
+        if jobs.is_empty() {
+            continue;
+        }
+        if !shared.healthy.load(Ordering::SeqCst) {
+            shared.rerun_all(std::mem::take(&mut jobs), "GPU unhealthy");
+            continue;
+        }
+        if runner.is_none() {
+            match backend.open_stream(index) {
+                Ok(r) => runner = Some(r),
+                Err(e) => {
+                    shared
+                        .counters
+                        .device_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.mark_unhealthy(format!("opening stream {index}: {e}"));
+                    shared.rerun_all(std::mem::take(&mut jobs), "GPU device error");
+                    continue;
+                }
+            }
+        }
+        run_jobs(shared, &*backend, &mut runner, std::mem::take(&mut jobs));
+    }
+}
+
+/// Re-probe: a one-request known-answer batch on a fresh runner, checked against the CPU
+/// build of the core. With no key loaded, opening the stream is the probe.
+fn run_probe(
+    shared: &Shared,
+    backend: &dyn BatchBackend,
+    index: usize,
+    runner: &mut Option<Box<dyn StreamRunner>>,
+) {
+    shared.counters.probes.fetch_add(1, Ordering::Relaxed);
+    let key = shared
+        .keys
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .next()
+        .cloned();
+    let result = (|| -> Result<(), String> {
+        *runner = None;
+        let mut r = backend.open_stream(index).map_err(|e| e.to_string())?;
+        if let Some(key) = key {
+            let half = key.half();
+            // A public test input: 0x5a5a.. below n (one byte shorter than the modulus).
+            let mut input = vec![0x5a5a_5a5au32; 2 * half];
+            input[2 * half - 1] = 0x005a_5a5a;
+            let expect = key.crt().crt(&input);
+            let st = r.stage(half, 1, 1).map_err(|e| e.to_string())?;
+            st.keys.copy_from_slice(key.record());
+            st.key_index[0] = 0;
+            st.input.copy_from_slice(&input);
+            let out = r.run(shared.deadline(1)).map_err(|e| e.to_string())?;
+            if out != expect.as_slice() {
+                return Err(GpuError::SelfTest.to_string());
+            }
+        }
+        *runner = Some(r);
+        Ok(())
+    })();
+    match result {
+        Ok(()) => shared.mark_healthy(),
+        Err(e) => {
+            shared
+                .counters
+                .probe_failures
+                .fetch_add(1, Ordering::Relaxed);
+            shared.mark_unhealthy(format!("re-probe failed: {e}"));
+        }
+    }
+}
+
+/// Runs `jobs` (any sizes, any keys) as one batch per key size (and per `max_keys` keys).
+fn run_jobs(
+    shared: &Shared,
+    backend: &dyn BatchBackend,
+    runner: &mut Option<Box<dyn StreamRunner>>,
+    jobs: Vec<Job>,
+) {
+    let mut by_size: [Vec<Job>; 3] = Default::default();
+    for j in jobs {
+        let slot = match j.key.half() {
+            32 => 0,
+            48 => 1,
+            _ => 2,
+        };
+        by_size[slot].push(j);
+    }
+    for group in by_size.into_iter().filter(|g| !g.is_empty()) {
+        let mut rest = group;
+        while !rest.is_empty() {
+            // Take requests while they use at most max_keys distinct keys.
+            let mut keys: Vec<KeyId> = Vec::new();
+            let mut cut = rest.len();
+            for (i, j) in rest.iter().enumerate() {
+                if !keys.contains(&j.key.id()) {
+                    if keys.len() == backend.max_keys() {
+                        cut = i;
+                        break;
+                    }
+                    keys.push(j.key.id());
+                }
+            }
+            let tail = rest.split_off(cut);
+            if runner.is_none() || !shared.healthy.load(Ordering::SeqCst) {
+                shared.rerun_all(rest, "GPU unhealthy");
+            } else {
+                run_batch(shared, runner, rest);
+            }
+            rest = tail;
+        }
+    }
+}
+
+/// Runs `f` over `items` split into up to `threads` chunks on scoped threads.
+fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    const MIN_CHUNK: usize = 32;
+    let chunks = threads.min(items.len().div_ceil(MIN_CHUNK)).max(1);
+    if chunks == 1 {
+        return items.iter().map(f).collect();
+    }
+    let size = items.len().div_ceil(chunks);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(size)
+            .map(|c| s.spawn(|| c.iter().map(&f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("cpu step panicked"))
+            .collect()
+    })
+}
+
+/// One launch: requests of one key size over at most `max_keys` keys.
+fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: Vec<Job>) {
+    let c = &shared.counters;
+    let threads = shared.config.cpu_threads.max(1);
+    let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, &jobs, |j| {
+        j.key.prepare(j.request.algorithm, &j.request.digest)
+    });
+    let mut ready: Vec<(Job, Prepared)> = Vec::with_capacity(jobs.len());
+    for (job, p) in jobs.into_iter().zip(prepared) {
+        match p {
+            Ok(p) => ready.push((job, p)),
+            Err(e) => shared.answer(job, Reply::Done(Err(e))),
+        }
+    }
+    if ready.is_empty() {
+        return;
+    }
+    let half = ready[0].0.key.half();
+    let mut keys: Vec<&Arc<GpuKey>> = Vec::new();
+    let index: Vec<u32> = ready
+        .iter()
+        .map(
+            |(j, _)| match keys.iter().position(|k| k.id() == j.key.id()) {
+                Some(i) => i as u32,
+                None => {
+                    keys.push(&j.key);
+                    (keys.len() - 1) as u32
+                }
+            },
+        )
+        .collect();
+    let r = runner.as_mut().expect("checked by the caller");
+    let deadline = shared.deadline(ready.len());
+    let outcome = launch(r.as_mut(), half, &keys, &index, &ready, deadline);
+    match outcome {
+        Ok((out, took)) => {
+            c.batches.fetch_add(1, Ordering::Relaxed);
+            c.batch_items
+                .fetch_add(ready.len() as u64, Ordering::Relaxed);
+            c.last_batch.store(ready.len() as u64, Ordering::Relaxed);
+            c.batch_ns
+                .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+            let sigs: Vec<Option<Vec<u8>>> = {
+                let indexed: Vec<(usize, &(Job, Prepared))> = ready.iter().enumerate().collect();
+                par_map(threads, &indexed, |(i, (j, p))| {
+                    j.key.finish(
+                        p,
+                        &out[i * 2 * half..(i + 1) * 2 * half],
+                        j.request.algorithm,
+                        &j.request.digest,
+                    )
+                })
+            };
+            let mut faults = 0;
+            for ((mut job, _), sig) in ready.into_iter().zip(sigs) {
+                match sig {
+                    Some(sig) => {
+                        c.gpu_signed.fetch_add(1, Ordering::Relaxed);
+                        shared.answer(job, Reply::Done(Ok(sig)));
+                    }
+                    None => {
+                        faults += 1;
+                        let req = std::mem::replace(&mut job.request, placeholder_request());
+                        shared.answer(job, Reply::Rerun(req, "GPU result failed verification"));
+                    }
+                }
+            }
+            if faults > 0 {
+                c.faults.fetch_add(faults, Ordering::Relaxed);
+                tracing::error!(
+                    faults,
+                    "gpu results failed verification; not released, re-run on the CPU"
+                );
+                *runner = None;
+                shared.mark_unhealthy(format!("{faults} results failed verification"));
+            }
+        }
+        Err(e) => {
+            match &e {
+                BackendError::Deadline(_) => c.deadline_misses.fetch_add(1, Ordering::Relaxed),
+                BackendError::Device(_) => c.device_errors.fetch_add(1, Ordering::Relaxed),
+            };
+            *runner = None;
+            shared.mark_unhealthy(e.to_string());
+            let why = match e {
+                BackendError::Deadline(_) => "GPU batch past its deadline",
+                BackendError::Device(_) => "GPU device error",
+            };
+            shared.rerun_all(ready.into_iter().map(|(j, _)| j).collect(), why);
+        }
+    }
+}
+
+/// Stages one batch into the runner's buffers and runs it.
+fn launch<'r>(
+    r: &'r mut dyn StreamRunner,
+    half: usize,
+    keys: &[&Arc<GpuKey>],
+    index: &[u32],
+    ready: &[(Job, Prepared)],
+    deadline: Duration,
+) -> Result<(&'r [u32], Duration), BackendError> {
+    let words = KeyLayout::words(half);
+    let st = r.stage(half, keys.len(), ready.len())?;
+    for (i, k) in keys.iter().enumerate() {
+        st.keys[i * words..(i + 1) * words].copy_from_slice(k.record());
+    }
+    st.key_index.copy_from_slice(index);
+    for (i, (_, p)) in ready.iter().enumerate() {
+        st.input[i * 2 * half..(i + 1) * 2 * half].copy_from_slice(&p.input);
+    }
+    let start = Instant::now();
+    let out = r.run(deadline)?;
+    Ok((out, start.elapsed()))
+}

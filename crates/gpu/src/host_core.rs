@@ -1,0 +1,429 @@
+//! The host build of the kernel's arithmetic core (`kernels/rsa_core.h`, compiled by
+//! `build.rs`), with safe wrappers: key records, the CRT private-key operation for one request,
+//! and Montgomery arithmetic modulo the public modulus (blinding, public checks).
+//!
+//! Numbers are little-endian `u32` limbs, as in the kernel. Limb counts are checked here, so the
+//! C code never reads or writes outside a buffer.
+
+use std::os::raw::c_int;
+use zeroize::Zeroize;
+
+mod ffi {
+    use std::os::raw::c_int;
+    extern "C" {
+        pub fn rsa_host_neg_inv32(m0: u32) -> u32;
+        pub fn rsa_host_pow2_mod(r: *mut u32, k: c_int, m: *const u32, n: c_int);
+        pub fn rsa_host_mont_mul(
+            r: *mut u32,
+            a: *const u32,
+            b: *const u32,
+            m: *const u32,
+            m0inv: u32,
+            n: c_int,
+        );
+        pub fn rsa_host_prep_key(key: *mut u32, n: c_int);
+        pub fn rsa_host_crt(out: *mut u32, input: *const u32, key: *const u32, n: c_int);
+        pub fn rsa_host_exp_public(
+            r: *mut u32,
+            a: *const u32,
+            e: u64,
+            m: *const u32,
+            m0inv: u32,
+            rr: *const u32,
+            n: c_int,
+        );
+        pub fn rsa_emulate_launch(
+            half: c_int,
+            grid: u32,
+            block: u32,
+            out: *mut u32,
+            input: *const u32,
+            keys: *const u32,
+            key_index: *const u32,
+            count: u32,
+        ) -> c_int;
+    }
+}
+
+/// Limbs per prime the core supports (RSA-2048, -3072, -4096).
+pub const HALF_LIMBS: [usize; 3] = [32, 48, 64];
+/// Largest modulus the generic helpers take (`RSA_MAX_LIMBS` in the C core).
+const MAX_LIMBS: usize = 128;
+
+/// The key record layout shared with the C core (`RSA_K_*` in `rsa_core.h`).
+pub struct KeyLayout;
+
+impl KeyLayout {
+    /// Words in a key record for primes of `half` limbs.
+    pub const fn words(half: usize) -> usize {
+        9 * half + 5
+    }
+    const fn p(_half: usize) -> usize {
+        0
+    }
+    const fn q(half: usize) -> usize {
+        half
+    }
+    const fn dp(half: usize) -> usize {
+        2 * half
+    }
+    const fn dq(half: usize) -> usize {
+        3 * half + 1
+    }
+    const fn qinv(half: usize) -> usize {
+        8 * half + 2
+    }
+}
+
+/// Big-endian bytes to `limbs` little-endian 32-bit limbs; `None` if the value does not fit.
+pub fn be_to_limbs(be: &[u8], limbs: usize) -> Option<Vec<u32>> {
+    let start = be.iter().position(|&b| b != 0).unwrap_or(be.len());
+    let be = &be[start..];
+    if be.len() > 4 * limbs {
+        return None;
+    }
+    let mut out = vec![0u32; limbs];
+    for (k, &b) in be.iter().rev().enumerate() {
+        out[k / 4] |= (b as u32) << (8 * (k % 4));
+    }
+    Some(out)
+}
+
+/// Limbs to `len` big-endian bytes (the value must fit; higher bytes are dropped).
+pub fn limbs_to_be(limbs: &[u32], len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    for (k, o) in out.iter_mut().rev().enumerate() {
+        *o = limbs.get(k / 4).map_or(0, |l| (l >> (8 * (k % 4))) as u8);
+    }
+    out
+}
+
+fn bit_len(be: &[u8]) -> usize {
+    match be.iter().position(|&b| b != 0) {
+        Some(i) => (be.len() - i) * 8 - be[i].leading_zeros() as usize,
+        None => 0,
+    }
+}
+
+/// Why key components were refused. Never carries key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoreKeyError {
+    #[error("RSA-{0} is not supported by the GPU core (2048, 3072 or 4096 bits with two equal-size odd primes)")]
+    Unsupported(usize),
+}
+
+/// A prepared CRT key record: what the kernel reads for each request of this key.
+/// Zeroized on drop; `Debug` shows only the size.
+pub struct CrtKey {
+    half: usize,
+    record: Vec<u32>,
+}
+
+impl std::fmt::Debug for CrtKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CrtKey({} limbs per prime)", self.half)
+    }
+}
+
+impl Drop for CrtKey {
+    fn drop(&mut self) {
+        self.record.zeroize();
+    }
+}
+
+impl CrtKey {
+    /// From the big-endian CRT components of a key whose modulus has `modulus_bits` bits.
+    pub fn from_components(
+        modulus_bits: usize,
+        p: &[u8],
+        q: &[u8],
+        dp: &[u8],
+        dq: &[u8],
+        qinv: &[u8],
+    ) -> Result<Self, CoreKeyError> {
+        let bad = || CoreKeyError::Unsupported(modulus_bits);
+        let half = match modulus_bits {
+            2048 | 3072 | 4096 => modulus_bits / 64,
+            _ => return Err(bad()),
+        };
+        let odd = |x: &[u8]| x.last().is_some_and(|b| b & 1 == 1);
+        if bit_len(p) != 32 * half || bit_len(q) != 32 * half || !odd(p) || !odd(q) {
+            return Err(bad());
+        }
+        let mut record = vec![0u32; KeyLayout::words(half)];
+        let mut put = |at: usize, v: &[u8], limbs: usize| -> Result<(), CoreKeyError> {
+            let mut l = be_to_limbs(v, limbs).ok_or_else(bad)?;
+            record[at..at + limbs].copy_from_slice(&l);
+            l.zeroize();
+            Ok(())
+        };
+        put(KeyLayout::p(half), p, half)?;
+        put(KeyLayout::q(half), q, half)?;
+        put(KeyLayout::dp(half), dp, half)?;
+        put(KeyLayout::dq(half), dq, half)?;
+        put(KeyLayout::qinv(half), qinv, half)?;
+        // SAFETY: the record has KeyLayout::words(half) words, the layout rsa_host_prep_key
+        // reads and writes for primes of `half` limbs; half is 32, 48 or 64 (≤ RSA_MAX_HALF).
+        unsafe { ffi::rsa_host_prep_key(record.as_mut_ptr(), half as c_int) };
+        Ok(CrtKey { half, record })
+    }
+
+    /// Limbs per prime (32, 48 or 64); requests have twice as many.
+    pub fn half(&self) -> usize {
+        self.half
+    }
+
+    /// The key record as the kernel reads it.
+    pub fn record(&self) -> &[u32] {
+        &self.record
+    }
+
+    /// The same key with the CRT exponents replaced (big-endian), e.g. p-2 and q-2 to invert
+    /// by Fermat.
+    pub fn with_exponents(&self, dp: &[u8], dq: &[u8]) -> Result<Self, CoreKeyError> {
+        let bad = || CoreKeyError::Unsupported(64 * self.half);
+        let half = self.half;
+        let mut record = self.record.clone();
+        let mut dpl = be_to_limbs(dp, half).ok_or_else(bad)?;
+        let mut dql = be_to_limbs(dq, half).ok_or_else(bad)?;
+        record[KeyLayout::dp(half)..KeyLayout::dp(half) + half].copy_from_slice(&dpl);
+        record[KeyLayout::dq(half)..KeyLayout::dq(half) + half].copy_from_slice(&dql);
+        dpl.zeroize();
+        dql.zeroize();
+        Ok(CrtKey { half, record })
+    }
+
+    /// The private-key operation on one request with the host build of the kernel core:
+    /// `input^d mod n`, `input` of `2·half` limbs and below the modulus.
+    pub fn crt(&self, input: &[u32]) -> Vec<u32> {
+        let mut out = vec![0u32; 2 * self.half];
+        self.crt_into(input, &mut out);
+        out
+    }
+
+    /// Like [`CrtKey::crt`], into `out` (`2·half` limbs).
+    pub fn crt_into(&self, input: &[u32], out: &mut [u32]) {
+        crt_record(&self.record, self.half, input, out);
+    }
+}
+
+/// The kernel's per-request body on the host, for a raw key record (as a backend sees it).
+/// Panics if the buffer sizes do not match `half`.
+pub fn crt_record(record: &[u32], half: usize, input: &[u32], out: &mut [u32]) {
+    assert!(HALF_LIMBS.contains(&half), "unsupported limb count {half}");
+    assert_eq!(record.len(), KeyLayout::words(half));
+    assert_eq!(input.len(), 2 * half);
+    assert_eq!(out.len(), 2 * half);
+    // SAFETY: sizes checked above: the record has the layout for `half`, input and out have
+    // 2·half limbs each and do not alias (distinct borrows).
+    unsafe {
+        ffi::rsa_host_crt(
+            out.as_mut_ptr(),
+            input.as_ptr(),
+            record.as_ptr(),
+            half as c_int,
+        )
+    };
+}
+
+/// Runs the CUDA kernel's entry point (`kernels/rsa_kernel.cu`, compiled for the host) over a
+/// whole grid: `count` requests of primes of `half` limbs in blocks of `block` threads, request
+/// `i` using key record `key_index[i]` of `keys`. What the device would compute, thread by
+/// thread. Panics if a buffer is too small or a key index out of range (which would make the
+/// kernel read out of bounds).
+pub fn emulate_launch(
+    half: usize,
+    block: u32,
+    keys: &[u32],
+    key_index: &[u32],
+    input: &[u32],
+    out: &mut [u32],
+) {
+    assert!(HALF_LIMBS.contains(&half), "unsupported limb count {half}");
+    let count = key_index.len();
+    let words = KeyLayout::words(half);
+    assert!(block > 0);
+    assert_eq!(keys.len() % words, 0);
+    assert!(key_index.iter().all(|&k| (k as usize) < keys.len() / words));
+    assert!(input.len() >= count * 2 * half && out.len() >= count * 2 * half);
+    let grid = (count as u32).div_ceil(block);
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: sizes checked above (every thread i < count reads input/out at i·2·half limbs and
+    // a key record at key_index[i]·words, all in bounds); the emulator's globals are guarded by
+    // ONE_AT_A_TIME.
+    let rc = unsafe {
+        ffi::rsa_emulate_launch(
+            half as c_int,
+            grid,
+            block,
+            out.as_mut_ptr(),
+            input.as_ptr(),
+            keys.as_ptr(),
+            key_index.as_ptr(),
+            count as u32,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+/// An odd modulus prepared for Montgomery arithmetic (public values only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Modulus {
+    m: Vec<u32>,
+    m0inv: u32,
+    /// R² mod m.
+    rr: Vec<u32>,
+}
+
+impl Modulus {
+    /// From big-endian bytes; `limbs` fixes R = 2^(32·limbs). `None` if even or too large.
+    pub fn new(be: &[u8], limbs: usize) -> Option<Self> {
+        if limbs == 0 || limbs > MAX_LIMBS || be.last().is_none_or(|b| b & 1 != 1) {
+            return None;
+        }
+        let m = be_to_limbs(be, limbs)?;
+        if m.iter().all(|&l| l == 0) || m == [1] {
+            return None;
+        }
+        // SAFETY: m has `limbs` ≤ RSA_MAX_LIMBS limbs.
+        let m0inv = unsafe { ffi::rsa_host_neg_inv32(m[0]) };
+        let mut rr = vec![0u32; limbs];
+        // SAFETY: rr and m have `limbs` limbs.
+        unsafe {
+            ffi::rsa_host_pow2_mod(
+                rr.as_mut_ptr(),
+                (64 * limbs) as c_int,
+                m.as_ptr(),
+                limbs as c_int,
+            )
+        };
+        Some(Modulus { m, m0inv, rr })
+    }
+
+    pub fn limbs(&self) -> usize {
+        self.m.len()
+    }
+
+    pub fn value(&self) -> &[u32] {
+        &self.m
+    }
+
+    /// R² mod m.
+    pub fn rr(&self) -> &[u32] {
+        &self.rr
+    }
+
+    /// a·b·R⁻¹ mod m, for a, b < m. Constant time.
+    pub fn mont_mul(&self, a: &[u32], b: &[u32]) -> Vec<u32> {
+        let n = self.m.len();
+        assert!(a.len() == n && b.len() == n, "operand sizes");
+        let mut r = vec![0u32; n];
+        // SAFETY: r, a, b and m all have n ≤ RSA_MAX_LIMBS limbs; the core allows aliasing of
+        // inputs, and r is a fresh buffer.
+        unsafe {
+            ffi::rsa_host_mont_mul(
+                r.as_mut_ptr(),
+                a.as_ptr(),
+                b.as_ptr(),
+                self.m.as_ptr(),
+                self.m0inv,
+                n as c_int,
+            )
+        };
+        r
+    }
+
+    /// a^e mod m for a public exponent (plain values, a < m).
+    pub fn pow_public(&self, a: &[u32], e: u64) -> Vec<u32> {
+        let n = self.m.len();
+        assert_eq!(a.len(), n, "operand size");
+        let mut r = vec![0u32; n];
+        // SAFETY: every buffer has n ≤ RSA_MAX_LIMBS limbs; r is distinct from a.
+        unsafe {
+            ffi::rsa_host_exp_public(
+                r.as_mut_ptr(),
+                a.as_ptr(),
+                e,
+                self.m.as_ptr(),
+                self.m0inv,
+                self.rr.as_ptr(),
+                n as c_int,
+            )
+        };
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limbs_round_trip() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for len in [1usize, 3, 4, 5, 128, 256, 384, 512] {
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            bytes[0] |= 1;
+            let limbs = be_to_limbs(&bytes, len.div_ceil(4)).unwrap();
+            assert_eq!(limbs_to_be(&limbs, len), bytes);
+        }
+        assert_eq!(be_to_limbs(&[1, 0, 0, 0, 0], 1), None, "does not fit");
+        assert_eq!(be_to_limbs(&[0, 0, 0, 0, 7], 1), Some(vec![7]));
+    }
+
+    /// Small moduli checked against u128 arithmetic.
+    #[test]
+    fn mont_mul_and_pow_match_u128() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for _ in 0..200 {
+            let m = (rng.u64(3..u64::MAX) | 1) as u128;
+            let mo = Modulus::new(&(m as u64).to_be_bytes(), 2).unwrap();
+            let a = rng.u64(..) as u128 % m;
+            let b = rng.u64(..) as u128 % m;
+            let al = be_to_limbs(&(a as u64).to_be_bytes(), 2).unwrap();
+            let bl = be_to_limbs(&(b as u64).to_be_bytes(), 2).unwrap();
+            // a·b·R⁻¹ · R² · R⁻¹ = a·b
+            let ab = mo.mont_mul(&mo.mont_mul(&al, &bl), mo.rr());
+            let expect = mulmod(a, b, m);
+            assert_eq!(limbs_to_be(&ab, 8), (expect as u64).to_be_bytes(), "m={m}");
+            let e = rng.u64(..);
+            let pw = mo.pow_public(&al, e);
+            let mut x = 1u128;
+            for bit in (0..64).rev() {
+                x = mulmod(x, x, m);
+                if e >> bit & 1 == 1 {
+                    x = mulmod(x, a, m);
+                }
+            }
+            assert_eq!(limbs_to_be(&pw, 8), (x as u64).to_be_bytes());
+        }
+    }
+
+    fn mulmod(a: u128, b: u128, m: u128) -> u128 {
+        // a, b < 2^64: schoolbook on halves avoids u128 overflow.
+        let mut r = 0u128;
+        let mut a = a % m;
+        let mut b = b;
+        while b > 0 {
+            if b & 1 == 1 {
+                r = (r + a) % m;
+            }
+            a = (a << 1) % m;
+            b >>= 1;
+        }
+        r
+    }
+
+    #[test]
+    fn unsupported_sizes_are_refused() {
+        let p = [0xffu8; 64];
+        assert_eq!(
+            CrtKey::from_components(1024, &p, &p, &p, &p, &p).unwrap_err(),
+            CoreKeyError::Unsupported(1024)
+        );
+        let mut even = [0xffu8; 128];
+        even[127] = 0xfe;
+        assert!(CrtKey::from_components(2048, &even, &p, &p, &p, &p).is_err());
+    }
+}
