@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The foundation benchmark: rampart (inline and threads engines) vs Debian nginx, in one run.
+# The foundation benchmark: rampart (one run per key engine) vs Debian nginx, in one run.
 # Gateway/nginx pinned to CPU 0; load generator and upstream pinned to CPU 1. Each load run is
 # bounded by DURATION. Prints a markdown table and leaves raw JSON in $OUT.
 #
 #   scripts/bench-foundation.sh            # DURATION=10s CONC=32 by default
+#   ENGINES="inline batch" SUITE=handshakes scripts/bench-foundation.sh   # the batch-engine run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 DURATION=${DURATION:-10s}
 CONC=${CONC:-32}
+ENGINES=${ENGINES:-inline threads}
+SUITE=${SUITE:-all}
 OUT=${OUT:-target/bench-foundation}
 BIN=./target/release/rampart
 [ -x "$BIN" ] || cargo build --release -p rampart
@@ -81,12 +84,13 @@ bench() { # $1=label $2=pid $3=port, rest = bench args
 run_suite() { # $1=server label $2=pid $3=port
   bench "$1-rsa-handshake" "$2" "$3" https-handshake --sigalgs rsa_pss_rsae_sha256
   bench "$1-ecdsa-handshake" "$2" "$3" https-handshake --sigalgs ecdsa_secp256r1_sha256
+  [ "$SUITE" = handshakes ] && return
   bench "$1-rsa-resumed" "$2" "$3" https-handshake --resume --sigalgs rsa_pss_rsae_sha256
   bench "$1-requests-h1" "$2" "$3" https-requests --http h1
   bench "$1-requests-h2" "$2" "$3" https-requests --http h2
 }
 
-for engine in inline threads; do
+for engine in $ENGINES; do
   rampart_config $engine
   taskset -c 0 "$BIN" run --config "$OUT/rampart-$engine.toml" 2>"$OUT/rampart-$engine.log" &
   pid=$!; pids+=($pid)
@@ -103,17 +107,19 @@ sleep 0.3
 wpid=$(pgrep -P $npid | head -1)
 run_suite nginx "$wpid" $NGX_PORT
 
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$SUITE" $ENGINES <<'PY'
 import json, sys, os
-out = sys.argv[1]
+out, suite, engines = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = [("TLS 1.3 full handshake, RSA-2048", "rsa-handshake"),
         ("TLS 1.3 full handshake, ECDSA P-256", "ecdsa-handshake"),
         ("TLS 1.3 resumed (ticket), RSA cert", "rsa-resumed"),
         ("keep-alive proxied request, HTTP/1.1", "requests-h1"),
         ("keep-alive proxied request, HTTP/2", "requests-h2")]
-servers = ["rampart-inline", "rampart-threads", "nginx"]
-print("| operation | " + " | ".join(f"{s} ops/s | {s} CPU µs/op" for s in servers) + " | inline/nginx CPU | threads/nginx CPU |")
-print("|---|" + "---|---|" * len(servers) + "---|---|")
+if suite == "handshakes":
+    rows = rows[:2]
+servers = [f"rampart-{e}" for e in engines] + ["nginx"]
+print("| operation | " + " | ".join(f"{s} ops/s | {s} CPU µs/op" for s in servers) + " | " + " | ".join(f"{e}/nginx CPU" for e in engines) + " |")
+print("|---|" + "---|---|" * len(servers) + "---|" * len(engines))
 for title, key in rows:
     cells, cpu = [], {}
     for s in servers:
@@ -121,5 +127,5 @@ for title, key in rows:
         cpu[s] = j["server_cpu_us_per_op"]
         err = f" ({j['errors']} err)" if j["errors"] else ""
         cells += [f"{j['rate_per_sec']:.0f}{err}", f"{cpu[s]:.1f}"]
-    print(f"| {title} | " + " | ".join(cells) + f" | {cpu['rampart-inline']/cpu['nginx']:.2f} | {cpu['rampart-threads']/cpu['nginx']:.2f} |")
+    print(f"| {title} | " + " | ".join(cells) + " | " + " | ".join(f"{cpu['rampart-' + e]/cpu['nginx']:.2f}" for e in engines) + " |")
 PY

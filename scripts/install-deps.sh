@@ -5,6 +5,7 @@ set -euo pipefail
 
 need=()
 command -v cc >/dev/null || need+=(build-essential)
+command -v c++ >/dev/null || need+=(g++)
 command -v cmake >/dev/null || need+=(cmake)
 command -v git >/dev/null || need+=(git)
 command -v curl >/dev/null || need+=(curl)

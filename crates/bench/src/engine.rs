@@ -252,3 +252,43 @@ fn report(args: &BenchArgs, r: &EngineRun) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `rampart bench ct-rsa`: the dudect timing-leak check of the RSA-2048 kernel.
+pub fn ct_rsa(args: &BenchArgs) -> anyhow::Result<()> {
+    let backend = match args.engines.strip_prefix("batch:") {
+        Some(name) => KernelBackend::from_name(name).context("--engines batch:KERNEL")?,
+        None => KernelBackend::best(),
+    };
+    if !backend.available() {
+        bail!("kernel {backend} needs AVX-512 IFMA, absent on this CPU");
+    }
+    let n = args.requests.unwrap_or(4000) as usize;
+    let key = mbcrypto::rsa::RsaKey::from_der(&generate_rsa_pkcs8())?;
+    let started = Instant::now();
+    let r = mbcrypto::rsa::dudect(backend, &key, n, 0x5eed);
+    let verdict = if r.max_abs_t() < 4.5 { "no leak detected" } else { "LEAK SUSPECTED" };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "kernel": backend.as_str(), "measurements": n, "fixed": r.fixed, "random": r.random,
+                "mean_ns_fixed": r.mean_ns[0], "mean_ns_random": r.mean_ns[1],
+                "t": r.t.iter().map(|(p, t)| serde_json::json!({"crop": p, "t": t})).collect::<Vec<_>>(),
+                "max_abs_t": r.max_abs_t(), "verdict": verdict,
+            })
+        );
+    } else {
+        println!(
+            "kernel {backend}: {} fixed-exponent and {} random-exponent passes in {:.1}s",
+            r.fixed,
+            r.random,
+            started.elapsed().as_secs_f64()
+        );
+        println!("mean pass: fixed {:.0} ns, random {:.0} ns", r.mean_ns[0], r.mean_ns[1]);
+        for (p, t) in &r.t {
+            println!("  crop {:>4.0}%: t = {t:+.2}", p * 100.0);
+        }
+        println!("max |t| = {:.2} (threshold 4.5): {verdict}", r.max_abs_t());
+    }
+    Ok(())
+}

@@ -46,6 +46,9 @@ pub enum Mode {
     HttpsDownload,
     /// In-process signs/s and latency per key engine, algorithm and concurrency (no server).
     Engine,
+    /// Timing-leak check (dudect) of the RSA kernel: fixed vs random exponent, Welch's t.
+    /// `-n` measurements (default 4000); `--engines batch:KERNEL` picks the kernel.
+    CtRsa,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -306,6 +309,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         engine::run(&args)?;
         return Ok(());
     }
+    if args.mode == Mode::CtRsa {
+        return engine::ct_rsa(&args);
+    }
     if args.mode == Mode::Sign {
         let rates = sign::measure(args.duration)?;
         for r in &rates {
@@ -407,7 +413,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     });
                     h3::worker(h3t, args, rec).await
                 }
-                Mode::Sign | Mode::SignLoad | Mode::Engine => unreachable!("handled in run"),
+                Mode::Sign | Mode::SignLoad | Mode::Engine | Mode::CtRsa => unreachable!("handled in run"),
             }
         }));
     }

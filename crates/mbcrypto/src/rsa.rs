@@ -349,7 +349,7 @@ pub fn sign_batch(backend: Backend, jobs: &[SignJob]) -> Vec<Result<Vec<u8>, Rsa
             .filter(|(i, _)| jobs[*i].key.half == half)
             .collect();
         for chunk in same.chunks(backend.lanes()) {
-            let out = sign_pass(backend, jobs, chunk);
+            let out = sign_pass(backend, jobs, chunk, None);
             for ((i, _), r) in chunk.iter().zip(out) {
                 results[*i] = Some(r);
             }
@@ -367,6 +367,7 @@ fn sign_pass(
     backend: Backend,
     jobs: &[SignJob],
     chunk: &[&(usize, Vec<u8>)],
+    exponents: Option<(&[u64], &[u64])>,
 ) -> Vec<Result<Vec<u8>, RsaError>> {
     let lanes = backend.lanes();
     let keys: Vec<&RsaKey> = (0..lanes)
@@ -416,8 +417,7 @@ fn sign_pass(
     let mut dp: [&[u64]; 8] = [&[]; 8];
     let mut dq: [&[u64]; 8] = [&[]; 8];
     for (l, k) in keys.iter().enumerate() {
-        dp[l] = &k.p.exp;
-        dq[l] = &k.q.exp;
+        (dp[l], dq[l]) = exponents.unwrap_or((&k.p.exp, &k.q.exp));
     }
     let mut sig = vec![0u64; wide * lanes];
     {
@@ -485,4 +485,104 @@ fn sign_pass(
         buf.zeroize();
     }
     results
+}
+
+/// Timing-leak check of the exponentiation kernel (dudect: Reparaz, Balasch, Verbauwhede,
+/// "Dude, is my code constant time?", 2017). Runs whole kernel passes of `key` with the CRT
+/// exponents replaced, in random order, by a fixed exponent (zero: every window selects table
+/// entry 0) or by a fresh random one, and compares the two timing distributions with Welch's
+/// t-test, raw and cropped at several percentiles. |t| above 4.5 is evidence of a leak.
+#[doc(hidden)]
+pub fn dudect(backend: Backend, key: &RsaKey, measurements: usize, seed: u64) -> DudectReport {
+    let words = key.p.exp.len();
+    let digest = [0x5au8; 32];
+    let em = key
+        .encode(Scheme::Pkcs1(Hash::Sha256), &digest)
+        .expect("fixed digest encodes");
+    let job = SignJob {
+        key,
+        scheme: Scheme::Pkcs1(Hash::Sha256),
+        digest: &digest,
+    };
+    let jobs = vec![job; backend.lanes()];
+    let encoded: Vec<(usize, Vec<u8>)> = (0..backend.lanes()).map(|i| (i, em.clone())).collect();
+    let chunk: Vec<&(usize, Vec<u8>)> = encoded.iter().collect();
+    let fixed = vec![0u64; words];
+    let mut state = seed | 1;
+    let mut next = move || {
+        // xorshift64*: test-input generation only.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let top_bits = key.bits / 2;
+    let mut samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..measurements {
+        let class = (next() & 1) as usize;
+        let random: Vec<u64> = (0..words)
+            .map(|w| {
+                let v = next();
+                match (w * 64).cmp(&top_bits) {
+                    std::cmp::Ordering::Less if (w + 1) * 64 > top_bits => v & ((1 << (top_bits - w * 64)) - 1),
+                    std::cmp::Ordering::Less => v,
+                    _ => 0,
+                }
+            })
+            .collect();
+        let exp: &[u64] = if class == 0 { &fixed } else { &random };
+        let start = std::time::Instant::now();
+        let _ = sign_pass(backend, &jobs, &chunk, Some((exp, exp)));
+        samples[class].push(start.elapsed().as_nanos() as f64);
+    }
+    DudectReport::from_samples(samples)
+}
+
+/// Result of [`dudect`].
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct DudectReport {
+    pub fixed: usize,
+    pub random: usize,
+    pub mean_ns: [f64; 2],
+    /// (percentile crop, t); `1.0` is the uncropped test.
+    pub t: Vec<(f64, f64)>,
+}
+
+impl DudectReport {
+    fn from_samples(samples: [Vec<f64>; 2]) -> Self {
+        let mut all: Vec<f64> = samples.iter().flatten().copied().collect();
+        all.sort_by(f64::total_cmp);
+        let welch = |limit: f64| {
+            let stats = |v: &Vec<f64>| {
+                let kept: Vec<f64> = v.iter().copied().filter(|x| *x <= limit).collect();
+                let n = kept.len() as f64;
+                let mean = kept.iter().sum::<f64>() / n.max(1.0);
+                let var = kept.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+                (n, mean, var)
+            };
+            let (n0, m0, v0) = stats(&samples[0]);
+            let (n1, m1, v1) = stats(&samples[1]);
+            (m0 - m1) / (v0 / n0.max(1.0) + v1 / n1.max(1.0)).sqrt().max(f64::MIN_POSITIVE)
+        };
+        let t = [1.0, 0.99, 0.95, 0.9, 0.75, 0.5]
+            .into_iter()
+            .map(|p| {
+                let limit = all[((all.len() as f64 - 1.0) * p) as usize];
+                (p, welch(limit))
+            })
+            .collect();
+        let mean = |v: &Vec<f64>| v.iter().sum::<f64>() / (v.len().max(1) as f64);
+        DudectReport {
+            fixed: samples[0].len(),
+            random: samples[1].len(),
+            mean_ns: [mean(&samples[0]), mean(&samples[1])],
+            t,
+        }
+    }
+
+    /// The largest |t| over the crops.
+    pub fn max_abs_t(&self) -> f64 {
+        self.t.iter().map(|(_, t)| t.abs()).fold(0.0, f64::max)
+    }
 }
