@@ -43,7 +43,7 @@ fn cpu_seconds() -> f64 {
     crate::cpu::process_cpu_seconds(std::process::id()).unwrap_or(0.0)
 }
 
-fn make_engine(name: &str) -> Result<Arc<dyn Engine>, String> {
+fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
     let batch = |backend: KernelBackend| -> Result<Arc<dyn Engine>, String> {
         BatchEngine::new(BatchConfig {
             backend,
@@ -56,11 +56,20 @@ fn make_engine(name: &str) -> Result<Arc<dyn Engine>, String> {
         "inline" => Ok(Arc::new(InlineEngine)),
         "threads" => Ok(Arc::new(ThreadsEngine::new(1, 65536))),
         "batch" => batch(KernelBackend::best()),
+        "gpu" => {
+            let gpu = gpu_engine::GpuEngine::new(gpu_engine::GpuConfig::default());
+            if !gpu.available() {
+                return Err(gpu.unavailable_reason().unwrap_or("no device").to_string());
+            }
+            // ECDSA keys are not GPU keys: their requests go back to the CPU (counted).
+            let _ = gpu.add_key(der);
+            Ok(Arc::new(gpu))
+        }
         other => match other.strip_prefix("batch:").and_then(KernelBackend::from_name) {
             Some(b) if b.available() => batch(b),
             Some(b) => Err(format!("kernel {b} needs AVX-512 IFMA, absent on this CPU")),
             None => Err(format!(
-                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, boringssl"
+                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, gpu, boringssl"
             )),
         },
     }
@@ -197,7 +206,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                 continue;
             }
             for &c in &levels {
-                let r = match make_engine(name) {
+                let r = match make_engine(name, key) {
                     Err(reason) => EngineRun {
                         engine: name.clone(),
                         algorithm: alg_name,
@@ -266,7 +275,11 @@ pub fn ct_rsa(args: &BenchArgs) -> anyhow::Result<()> {
     let key = mbcrypto::rsa::RsaKey::from_der(&generate_rsa_pkcs8())?;
     let started = Instant::now();
     let r = mbcrypto::rsa::dudect(backend, &key, n, 0x5eed);
-    let verdict = if r.max_abs_t() < 4.5 { "no leak detected" } else { "LEAK SUSPECTED" };
+    let verdict = if r.max_abs_t() < 4.5 {
+        "no leak detected"
+    } else {
+        "LEAK SUSPECTED"
+    };
     if args.json {
         println!(
             "{}",
@@ -284,7 +297,10 @@ pub fn ct_rsa(args: &BenchArgs) -> anyhow::Result<()> {
             r.random,
             started.elapsed().as_secs_f64()
         );
-        println!("mean pass: fixed {:.0} ns, random {:.0} ns", r.mean_ns[0], r.mean_ns[1]);
+        println!(
+            "mean pass: fixed {:.0} ns, random {:.0} ns",
+            r.mean_ns[0], r.mean_ns[1]
+        );
         for (p, t) in &r.t {
             println!("  crop {:>4.0}%: t = {t:+.2}", p * 100.0);
         }

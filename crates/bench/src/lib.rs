@@ -119,8 +119,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub client_key: Option<std::path::PathBuf>,
     /// engine: engines to measure, comma-separated (inline, threads, batch, batch:ifma512,
-    /// batch:ifma256, batch:portable, boringssl).
-    #[arg(long, default_value = "boringssl,inline,threads,batch")]
+    /// batch:ifma256, batch:portable, gpu, boringssl).
+    #[arg(long, default_value = "boringssl,inline,threads,batch,gpu")]
     pub engines: String,
     /// engine: concurrency levels, comma-separated.
     #[arg(long, default_value = "1,8,64,512")]
@@ -413,7 +413,9 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     });
                     h3::worker(h3t, args, rec).await
                 }
-                Mode::Sign | Mode::SignLoad | Mode::Engine | Mode::CtRsa => unreachable!("handled in run"),
+                Mode::Sign | Mode::SignLoad | Mode::Engine | Mode::CtRsa => {
+                    unreachable!("handled in run")
+                }
             }
         }));
     }

@@ -89,6 +89,7 @@ pub enum EngineKind {
     Inline,
     Threads,
     Batch,
+    Gpu,
     Remote,
 }
 
@@ -98,6 +99,7 @@ impl EngineKind {
             EngineKind::Inline => "inline",
             EngineKind::Threads => "threads",
             EngineKind::Batch => "batch",
+            EngineKind::Gpu => "gpu",
             EngineKind::Remote => "remote",
         }
     }
@@ -569,7 +571,8 @@ impl Config {
         if ke.engines.is_empty() {
             return err(
                 "key_engine.engines".into(),
-                "at least one engine (\"inline\", \"threads\", \"batch\" or \"remote\")".into(),
+                "at least one engine (\"inline\", \"threads\", \"batch\", \"gpu\" or \"remote\")"
+                    .into(),
             );
         }
         for (field, pin) in [("rsa", ke.pin.rsa), ("ecdsa", ke.pin.ecdsa)] {

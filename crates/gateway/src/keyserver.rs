@@ -70,7 +70,7 @@ pub async fn start(
         tracing::info!(key = %id, path = %path.display(), "serving key");
     }
     let metrics = Metrics::new();
-    let engine = assemble_key_engine(registry, &cfg.key_engine, &metrics, engines)?;
+    let engine = assemble_key_engine(registry, &cfg.key_engine, &metrics, engines, &k.keys)?;
     let acceptor =
         keyless::tls::server_acceptor(&k.cert, &k.key, &k.client_ca).context("keyserver TLS")?;
     let stats = Arc::new(ServerStats::default());

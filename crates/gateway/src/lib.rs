@@ -52,7 +52,11 @@ pub struct Running {
 }
 
 /// Starts the engines named in `cfg` (`inline`, `threads`, `remote`).
-pub fn start_engines(cfg: &config::KeyEngineConfig) -> anyhow::Result<Vec<Arc<dyn Engine>>> {
+/// `rsa_keys` are the DER private keys a `gpu` engine prepares for the device.
+pub fn start_engines(
+    cfg: &config::KeyEngineConfig,
+    rsa_keys: &[Vec<u8>],
+) -> anyhow::Result<Vec<Arc<dyn Engine>>> {
     cfg.engines
         .iter()
         .map(|k| -> anyhow::Result<Arc<dyn Engine>> {
@@ -73,6 +77,22 @@ pub fn start_engines(cfg: &config::KeyEngineConfig) -> anyhow::Result<Vec<Arc<dy
                         backend,
                         inline_when_idle: b.inline_when_idle,
                     })?)
+                }
+                EngineKind::Gpu => {
+                    let gpu = gpu_engine::GpuEngine::new(gpu_engine::GpuConfig::default());
+                    if gpu.available() {
+                        for der in rsa_keys {
+                            if let Err(e) = gpu.add_key(der) {
+                                tracing::warn!(error = %e, "gpu engine: key not loaded; it signs on the CPU engines");
+                            }
+                        }
+                    } else {
+                        tracing::warn!(
+                            reason = gpu.unavailable_reason().unwrap_or(""),
+                            "gpu engine unavailable: every signature goes to the other engines"
+                        );
+                    }
+                    Arc::new(gpu)
                 }
                 EngineKind::Remote => {
                     let r = cfg.remote.as_ref().context("key_engine.remote: missing")?;
@@ -103,10 +123,26 @@ pub fn assemble_key_engine(
     cfg: &config::KeyEngineConfig,
     metrics: &metrics::Metrics,
     engines: Option<Vec<Arc<dyn Engine>>>,
+    key_files: &[std::path::PathBuf],
 ) -> anyhow::Result<Arc<KeyEngine>> {
     let engines = match engines {
         Some(e) => e,
-        None => start_engines(cfg)?,
+        None => {
+            // Only a `gpu` engine needs the keys' DER (it prepares RSA keys for the device).
+            let mut rsa_keys = Vec::new();
+            if cfg.engines.contains(&EngineKind::Gpu) {
+                for path in key_files {
+                    let text = std::fs::read(path)
+                        .with_context(|| format!("{}: cannot read", path.display()))?;
+                    for block in pem::parse_many(&text).unwrap_or_default() {
+                        if block.tag().ends_with("PRIVATE KEY") && !block.tag().starts_with("EC") {
+                            rsa_keys.push(block.into_contents());
+                        }
+                    }
+                }
+            }
+            start_engines(cfg, &rsa_keys)?
+        }
     };
     let mut policy = SchedulerPolicy::default();
     if let Some(e) = cfg.pin.rsa {
@@ -129,16 +165,19 @@ pub fn build_key_engine(
     engines: Option<Vec<Arc<dyn Engine>>>,
 ) -> anyhow::Result<Arc<KeyEngine>> {
     let mut registry = KeyRegistry::new();
+    let mut key_files = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         for (j, c) in l.certificates.iter().enumerate() {
             for (kind, pair) in [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)] {
                 let Some(p) = pair else { continue };
                 let field = format!("listeners[{i}].certificates[{j}].{kind}");
                 match &p.key {
-                    Some(key) => registry
-                        .load_pem_file(key)
-                        .map(drop)
-                        .with_context(|| format!("{field}.key"))?,
+                    Some(key) => {
+                        registry
+                            .load_pem_file(key)
+                            .with_context(|| format!("{field}.key"))?;
+                        key_files.push(key.clone());
+                    }
                     None => {
                         let public = tls::certificate_public_key(&p.cert)
                             .with_context(|| format!("{field}.cert"))?;
@@ -148,7 +187,7 @@ pub fn build_key_engine(
             }
         }
     }
-    assemble_key_engine(registry, &cfg.key_engine, metrics, engines)
+    assemble_key_engine(registry, &cfg.key_engine, metrics, engines, &key_files)
 }
 
 /// One data-plane worker: a thread running a current-thread Tokio runtime with its own

@@ -426,6 +426,16 @@ impl Engine for GpuEngine {
         (self.max_batch * self.streams).max(1)
     }
 
+    fn available(&self) -> bool {
+        GpuEngine::available(self)
+    }
+
+    /// GPU results are verified before release; re-runs through a fallback engine are not,
+    /// so the facade checks those.
+    fn verifies_signatures(&self) -> bool {
+        self.shared.fallback.get().is_none()
+    }
+
     fn metrics_text(&self) -> Option<String> {
         Some(self.metrics())
     }

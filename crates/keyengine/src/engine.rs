@@ -101,6 +101,12 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Whether the engine can sign at all here (false for a GPU engine without a device). The
+    /// scheduler never routes to an unavailable engine; its metrics are still exported.
+    fn available(&self) -> bool {
+        true
+    }
+
     /// Whether the engine checks every RSA signature against the public key itself before
     /// returning it (the facade then does not check again).
     fn verifies_signatures(&self) -> bool {

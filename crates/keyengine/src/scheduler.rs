@@ -99,7 +99,9 @@ impl Scheduler {
         except: Option<usize>,
     ) -> Option<(usize, &Arc<dyn Engine>)> {
         let eligible = |i: usize, s: &Slot| {
-            Some(i) != except && (private_held || !s.engine.needs_private_key())
+            Some(i) != except
+                && s.engine.available()
+                && (private_held || !s.engine.needs_private_key())
         };
         if let Some(&i) = self.pins.get(&kind) {
             if eligible(i, &self.slots[i]) {

@@ -524,7 +524,9 @@ pub fn dudect(backend: Backend, key: &RsaKey, measurements: usize, seed: u64) ->
             .map(|w| {
                 let v = next();
                 match (w * 64).cmp(&top_bits) {
-                    std::cmp::Ordering::Less if (w + 1) * 64 > top_bits => v & ((1 << (top_bits - w * 64)) - 1),
+                    std::cmp::Ordering::Less if (w + 1) * 64 > top_bits => {
+                        v & ((1 << (top_bits - w * 64)) - 1)
+                    }
                     std::cmp::Ordering::Less => v,
                     _ => 0,
                 }
@@ -563,7 +565,10 @@ impl DudectReport {
             };
             let (n0, m0, v0) = stats(&samples[0]);
             let (n1, m1, v1) = stats(&samples[1]);
-            (m0 - m1) / (v0 / n0.max(1.0) + v1 / n1.max(1.0)).sqrt().max(f64::MIN_POSITIVE)
+            (m0 - m1)
+                / (v0 / n0.max(1.0) + v1 / n1.max(1.0))
+                    .sqrt()
+                    .max(f64::MIN_POSITIVE)
         };
         let t = [1.0, 0.99, 0.95, 0.9, 0.75, 0.5]
             .into_iter()
