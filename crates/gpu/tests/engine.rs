@@ -167,6 +167,17 @@ async fn corrupted_gpu_result_is_never_released() {
     assert!(gpu.cpu_reruns() >= 1);
 }
 
+/// Waits (up to 2 s, for loaded CI machines) until a probe has run to completion.
+async fn wait_metric(gpu: &GpuEngine, name: &str, value: u64) {
+    for _ in 0..400 {
+        if metric(gpu, name) >= value {
+            break;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(metric(gpu, name), value, "{name}");
+}
+
 #[tokio::test]
 async fn unhealthy_engine_reprobes_after_backoff_and_backoff_doubles() {
     let (gpu, control) = sim_engine(ms(2), config());
@@ -185,9 +196,8 @@ async fn unhealthy_engine_reprobes_after_backoff_and_backoff_doubles() {
     control.broken.store(true, Ordering::SeqCst);
     tokio::time::sleep(ms(130)).await;
     sign_many(&*gpu, &key, 1).await;
-    tokio::time::sleep(ms(20)).await;
+    wait_metric(&gpu, "probe_failures_total", 1).await;
     assert_eq!(metric(&gpu, "probes_total"), 1);
-    assert_eq!(metric(&gpu, "probe_failures_total"), 1);
     assert!(!gpu.healthy());
     control.broken.store(false, Ordering::SeqCst);
     tokio::time::sleep(ms(100)).await;
@@ -199,8 +209,13 @@ async fn unhealthy_engine_reprobes_after_backoff_and_backoff_doubles() {
     );
     tokio::time::sleep(ms(120)).await;
     sign_many(&*gpu, &key, 1).await; // triggers the probe, which passes
-    tokio::time::sleep(ms(20)).await;
-    assert_eq!(metric(&gpu, "probes_total"), 2);
+    wait_metric(&gpu, "probes_total", 2).await;
+    for _ in 0..400 {
+        if gpu.healthy() {
+            break;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
     assert!(gpu.healthy());
     let signed = gpu.gpu_signed();
     sign_many(&*gpu, &key, 5).await;
