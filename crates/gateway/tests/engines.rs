@@ -1,0 +1,111 @@
+//! Key engines configured by name: the `batch` engine signs real handshakes (RSA and ECDSA,
+//! curl and boring clients), and a `gpu` engine without a device is reported unavailable and
+//! never routed to.
+
+mod common;
+use boring::ssl::SslSignatureAlgorithm;
+use common::*;
+
+async fn start_with_engines(engines: &str) -> Fixture {
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let text = config_text(&[upstream], "", "").replace(
+        "engines = [\"threads\"]",
+        &format!("engines = {engines}\n[key_engine.batch]\nthreads = 1"),
+    );
+    assert!(text.contains("[key_engine.batch]"));
+    start_with(&text, dir, upstream, None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_engine_signs_concurrent_handshakes_and_gpu_is_skipped_without_a_device() {
+    let fx = start_with_engines(r#"["batch", "gpu"]"#).await;
+    // Real clients, both protocols.
+    for http in ["--http1.1", "--http2"] {
+        let status = curl_status(&fx, &[http, &fx.url("/")]).await;
+        assert_eq!(status, "200", "{http}");
+    }
+    // A burst of concurrent RSA and ECDSA handshakes: queued together, they share batches.
+    let addr = fx.addr();
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            tokio::spawn(async move {
+                let alg = if i % 4 == 3 {
+                    SslSignatureAlgorithm::ECDSA_SECP256R1_SHA256
+                } else {
+                    SslSignatureAlgorithm::RSA_PSS_RSAE_SHA256
+                };
+                tls_handshake_offering(addr, "localhost", Some(&[alg])).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().expect("handshake");
+    }
+    let m = fx.gw().metrics.render();
+    let batch_ok = metric_sum(
+        &m,
+        "rampart_keyengine_operations_total",
+        &["engine=\"batch\"", "result=\"ok\""],
+    );
+    assert!(batch_ok >= 50.0, "batch signed {batch_ok}\n{m}");
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_keyengine_operations_total",
+            &["engine=\"gpu\""]
+        ),
+        0.0,
+        "an unavailable engine is never routed to"
+    );
+    let engines = fx.gw().engine.engines_metrics_text();
+    assert!(
+        engines.contains("rampart_batch_operations_total"),
+        "{engines}"
+    );
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        return; // a real device: availability is the device's business
+    }
+    assert!(engines.contains("rampart_gpu_available 0"), "{engines}");
+}
+
+#[test]
+fn a_kernel_this_cpu_lacks_is_a_config_error_naming_the_field() {
+    if keyengine::KernelBackend::Ifma512.available() {
+        // Every kernel runs here; check the unknown-name error instead.
+        let dir = tempfile::tempdir().unwrap();
+        make_certs(dir.path());
+        let text = config_text(&["127.0.0.1:1".parse().unwrap()], "", "").replace(
+            "engines = [\"threads\"]",
+            "engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"avx2\"",
+        );
+        let path = dir.path().join("rampart.toml");
+        std::fs::write(&path, text).unwrap();
+        let err = gateway::config::Config::load(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key_engine.batch.kernel") && err.contains("\"avx2\""),
+            "{err}"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let text = config_text(&["127.0.0.1:1".parse().unwrap()], "", "").replace(
+        "engines = [\"threads\"]",
+        "engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"ifma512\"",
+    );
+    let path = dir.path().join("rampart.toml");
+    std::fs::write(&path, text).unwrap();
+    let err = gateway::config::Config::load(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("key_engine.batch.kernel") && err.contains("AVX-512 IFMA"),
+        "{err}"
+    );
+}
