@@ -152,6 +152,9 @@ mod tests {
         name: &'static str,
         depth: AtomicUsize,
         par: usize,
+        /// The engine's own completion estimate (µs), as a batching engine gives.
+        estimate_us: AtomicUsize,
+        available: bool,
     }
     impl Engine for Fake {
         fn name(&self) -> &'static str {
@@ -166,6 +169,15 @@ mod tests {
         fn parallelism(&self) -> usize {
             self.par
         }
+        fn expected_completion(&self, _: KeyKind) -> Option<Duration> {
+            match self.estimate_us.load(Ordering::Relaxed) {
+                0 => None,
+                us => Some(Duration::from_micros(us as u64)),
+            }
+        }
+        fn available(&self) -> bool {
+            self.available
+        }
     }
 
     fn fake(name: &'static str, depth: usize, par: usize) -> Arc<Fake> {
@@ -173,6 +185,8 @@ mod tests {
             name,
             depth: AtomicUsize::new(depth),
             par,
+            estimate_us: AtomicUsize::new(0),
+            available: true,
         })
     }
 
@@ -204,5 +218,37 @@ mod tests {
         policy.pins.insert(KeyKind::EcdsaP256, "gpu".into());
         let err = Scheduler::new(vec![a, b], &policy).err().unwrap();
         assert!(err.to_string().contains("'gpu'"), "{err}");
+    }
+
+    #[test]
+    fn an_engine_estimate_wins_when_it_is_sooner_and_unavailable_engines_are_skipped() {
+        let inline = fake("inline", 0, 1);
+        let batch = fake("batch", 0, 8);
+        let s = Scheduler::new(
+            vec![inline.clone(), batch.clone()],
+            &SchedulerPolicy::default(),
+        )
+        .unwrap();
+        s.record(0, KeyKind::Rsa, Duration::from_micros(280));
+        // Light load: a lone request costs the batch engine a single operation too.
+        batch.estimate_us.store(300, Ordering::Relaxed);
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 0);
+        // Deep queue on the event loop's inline path vs one more batch pass.
+        inline.depth.store(20, Ordering::Relaxed);
+        batch.estimate_us.store(1_500, Ordering::Relaxed);
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 1);
+        let gpu = Arc::new(Fake {
+            name: "gpu",
+            depth: AtomicUsize::new(0),
+            par: 65536,
+            estimate_us: AtomicUsize::new(1),
+            available: false,
+        });
+        let s = Scheduler::new(vec![gpu, inline], &SchedulerPolicy::default()).unwrap();
+        assert_eq!(
+            s.pick(KeyKind::Rsa, true).unwrap().0,
+            1,
+            "no device: never picked"
+        );
     }
 }
