@@ -107,12 +107,7 @@ fn base_mul_matches_boringssl() {
         let got = base_mul(backend, &scalars);
         assert_eq!(got.len(), scalars.len());
         for (i, (g, e)) in got.iter().zip(&expect).enumerate() {
-            assert_eq!(
-                &g[..],
-                &e[..],
-                "{backend}: scalar #{i} {:02x?}",
-                scalars[i]
-            );
+            assert_eq!(&g[..], &e[..], "{backend}: scalar #{i} {:02x?}", scalars[i]);
         }
     }
 }

@@ -251,8 +251,8 @@ unsafe fn fsub<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
         // Add 2p back where the difference went negative; the carry out of the top limb
         // cancels the borrow.
         let negative = borrow.eq_mask(V::splat(1));
-        for j in 0..NL {
-            d[j] = d[j].add(V::blend(negative, zero, c.two_p[j]));
+        for (dj, pj) in d.iter_mut().zip(&c.two_p) {
+            *dj = dj.add(V::blend(negative, zero, *pj));
         }
         carry(&mut d);
         d
@@ -539,10 +539,7 @@ pub(crate) fn mul_n(a: &[u64; NL], b: &[u64; NL]) -> [u64; NL] {
     // SAFETY: the scalar lane needs no CPU feature.
     unsafe {
         let n = sl(&k.n);
-        unsl(&csub(
-            &amm(&sl(a), &sl(b), &n, Scalar::splat(k.n_k0)),
-            &n,
-        ))
+        unsl(&csub(&amm(&sl(a), &sl(b), &n, Scalar::splat(k.n_k0)), &n))
     }
 }
 
@@ -653,7 +650,14 @@ unsafe fn nonce_ymm(k: &Consts, t: &[u64], d: &[u64], ks: &[u64], r: &mut [u64],
     unsafe { nonce_batch::<crate::lanes::Ymm>(k, t, d, ks, r, ki) }
 }
 
-unsafe fn nonce_scalar(k: &Consts, t: &[u64], d: &[u64], ks: &[u64], r: &mut [u64], ki: &mut [u64]) {
+unsafe fn nonce_scalar(
+    k: &Consts,
+    t: &[u64],
+    d: &[u64],
+    ks: &[u64],
+    r: &mut [u64],
+    ki: &mut [u64],
+) {
     unsafe { nonce_batch::<Scalar>(k, t, d, ks, r, ki) }
 }
 
@@ -720,13 +724,7 @@ mod tests {
         // SAFETY: the scalar lane needs no CPU feature.
         let inv = unsafe {
             let c = vconsts::<Scalar>(k);
-            unsl(&pow_public(
-                &sl(&a_m),
-                &k.n_minus_2,
-                &c.n,
-                c.k0_n,
-                &c.one_n,
-            ))
+            unsl(&pow_public(&sl(&a_m), &k.n_minus_2, &c.n, c.k0_n, &c.one_n))
         };
         // a_m · inv_m · R⁻¹ = R, then out of Montgomery form: 1.
         let prod = mul_n(&mul_n(&a_m, &inv), &[1, 0, 0, 0, 0]);
