@@ -355,6 +355,10 @@ unsafe fn batch_invert<V: Lanes>(
             inv = next;
         }
         vals[0] = inv;
+        for v in prefix.iter_mut() {
+            *v = [V::zero(); NL];
+        }
+        std::hint::black_box(&prefix);
     }
 }
 
@@ -498,7 +502,7 @@ unsafe fn nonce_batch<V: Lanes>(
         for v in xs.iter_mut().chain(zs.iter_mut()).chain(kms.iter_mut()) {
             *v = [V::zero(); NL];
         }
-        std::hint::black_box(&kms);
+        std::hint::black_box((&xs, &zs, &kms));
     }
 }
 
@@ -633,6 +637,83 @@ pub(crate) fn to_affine(x: &[u64; NL], y: &[u64; NL], z: &[u64; NL]) -> ([u64; N
     }
 }
 
+/// Two vectors side by side: every operation is issued for both halves, so two independent
+/// dependency chains interleave (the kernel is latency-bound with one vector).
+#[derive(Clone, Copy)]
+pub(crate) struct Pair<V>(V, V);
+
+impl<V: Lanes> Lanes for Pair<V> {
+    const LANES: usize = 2 * V::LANES;
+    type Mask = (V::Mask, V::Mask);
+
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        unsafe { Pair(V::zero(), V::zero()) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: u64) -> Self {
+        unsafe { Pair(V::splat(x), V::splat(x)) }
+    }
+    #[inline(always)]
+    unsafe fn load(src: *const u64) -> Self {
+        // SAFETY: the caller guarantees 2·V::LANES readable u64s at `src`.
+        unsafe { Pair(V::load(src), V::load(src.add(V::LANES))) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, dst: *mut u64) {
+        // SAFETY: the caller guarantees 2·V::LANES writable u64s at `dst`.
+        unsafe {
+            self.0.store(dst);
+            self.1.store(dst.add(V::LANES));
+        }
+    }
+    #[inline(always)]
+    unsafe fn madd_lo(self, a: Self, b: Self) -> Self {
+        unsafe { Pair(self.0.madd_lo(a.0, b.0), self.1.madd_lo(a.1, b.1)) }
+    }
+    #[inline(always)]
+    unsafe fn madd_hi(self, a: Self, b: Self) -> Self {
+        unsafe { Pair(self.0.madd_hi(a.0, b.0), self.1.madd_hi(a.1, b.1)) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, b: Self) -> Self {
+        unsafe { Pair(self.0.add(b.0), self.1.add(b.1)) }
+    }
+    #[inline(always)]
+    unsafe fn sub(self, b: Self) -> Self {
+        unsafe { Pair(self.0.sub(b.0), self.1.sub(b.1)) }
+    }
+    #[inline(always)]
+    unsafe fn and(self, b: Self) -> Self {
+        unsafe { Pair(self.0.and(b.0), self.1.and(b.1)) }
+    }
+    #[inline(always)]
+    unsafe fn shr52(self) -> Self {
+        unsafe { Pair(self.0.shr52(), self.1.shr52()) }
+    }
+    #[inline(always)]
+    unsafe fn shr63(self) -> Self {
+        unsafe { Pair(self.0.shr63(), self.1.shr63()) }
+    }
+    #[inline(always)]
+    unsafe fn shl1(self) -> Self {
+        unsafe { Pair(self.0.shl1(), self.1.shl1()) }
+    }
+    #[inline(always)]
+    unsafe fn eq_mask(self, b: Self) -> Self::Mask {
+        unsafe { (self.0.eq_mask(b.0), self.1.eq_mask(b.1)) }
+    }
+    #[inline(always)]
+    unsafe fn blend(mask: Self::Mask, a: Self, b: Self) -> Self {
+        unsafe { Pair(V::blend(mask.0, a.0, b.0), V::blend(mask.1, a.1, b.1)) }
+    }
+}
+
+/// Nonces per kernel group for a backend: two registers' worth (see [`Pair`]).
+pub(crate) fn group_lanes(backend: crate::Backend) -> usize {
+    2 * backend.lanes()
+}
+
 // ---- Entry points ----
 
 pub(crate) type NonceFn = unsafe fn(&Consts, &[u64], &[u64], &[u64], &mut [u64], &mut [u64]);
@@ -641,16 +722,29 @@ pub(crate) type CombFn = unsafe fn(&Consts, &[u64], &[u64], &mut [u64]);
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn nonce_zmm(k: &Consts, t: &[u64], d: &[u64], ks: &[u64], r: &mut [u64], ki: &mut [u64]) {
-    unsafe { nonce_batch::<crate::lanes::Zmm>(k, t, d, ks, r, ki) }
+    unsafe { nonce_batch::<Pair<crate::lanes::Zmm>>(k, t, d, ks, r, ki) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn nonce_ymm(k: &Consts, t: &[u64], d: &[u64], ks: &[u64], r: &mut [u64], ki: &mut [u64]) {
-    unsafe { nonce_batch::<crate::lanes::Ymm>(k, t, d, ks, r, ki) }
+    unsafe { nonce_batch::<Pair<crate::lanes::Ymm>>(k, t, d, ks, r, ki) }
 }
 
 unsafe fn nonce_scalar(
+    k: &Consts,
+    t: &[u64],
+    d: &[u64],
+    ks: &[u64],
+    r: &mut [u64],
+    ki: &mut [u64],
+) {
+    unsafe { nonce_batch::<Pair<Scalar>>(k, t, d, ks, r, ki) }
+}
+
+/// One nonce on the portable lane: for direct signing, where a wider pass would compute
+/// nonces nobody uses.
+pub(crate) unsafe fn nonce_single(
     k: &Consts,
     t: &[u64],
     d: &[u64],
@@ -664,17 +758,17 @@ unsafe fn nonce_scalar(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn comb_zmm(k: &Consts, t: &[u64], d: &[u64], xyz: &mut [u64]) {
-    unsafe { comb_batch::<crate::lanes::Zmm>(k, t, d, xyz) }
+    unsafe { comb_batch::<Pair<crate::lanes::Zmm>>(k, t, d, xyz) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn comb_ymm(k: &Consts, t: &[u64], d: &[u64], xyz: &mut [u64]) {
-    unsafe { comb_batch::<crate::lanes::Ymm>(k, t, d, xyz) }
+    unsafe { comb_batch::<Pair<crate::lanes::Ymm>>(k, t, d, xyz) }
 }
 
 unsafe fn comb_scalar(k: &Consts, t: &[u64], d: &[u64], xyz: &mut [u64]) {
-    unsafe { comb_batch::<Scalar>(k, t, d, xyz) }
+    unsafe { comb_batch::<Pair<Scalar>>(k, t, d, xyz) }
 }
 
 /// The nonce pipeline for a backend (the caller checks `backend.available()`).

@@ -68,14 +68,14 @@ impl P256Key {
             return Err(EcdsaError::NotP256);
         }
         let raw = crate::der::ec_private_scalar(der).ok_or(EcdsaError::NotP256)?;
-        let start = raw.iter().position(|&b| b != 0).unwrap_or(raw.len());
-        if raw.len() - start > 32 {
-            return Err(EcdsaError::NotP256);
-        }
+        // Up to 32 bytes, or more with leading zeros; checked without branching on the bytes.
+        let extra = raw.len().saturating_sub(32);
+        let high = raw[..extra].iter().fold(0u8, |acc, b| acc | b);
+        let tail = &raw[extra..];
         let mut be = Zeroizing::new([0u8; 32]);
-        be[32 - (raw.len() - start)..].copy_from_slice(&raw[start..]);
+        be[32 - tail.len()..].copy_from_slice(tail);
         let mut words = Zeroizing::new(be_to_words(&be));
-        let valid = scalar_in_range(&words);
+        let valid = scalar_in_range(&words) & (std::hint::black_box(high) == 0);
         let mut d = Zeroizing::new(kernel::words_to_limbs(*words));
         words.zeroize();
         if !valid {
@@ -115,7 +115,8 @@ pub struct PoolConfig {
     /// [`NoncePool::needs_refill`] answers true below this many.
     pub refill_below: usize,
     /// Nonces computed per kernel batch (rounded up to the backend's lanes). Larger batches
-    /// spread the two inversions further; 64 is past the knee.
+    /// spread the two inversions further (with 8 lanes: 5.3 µs per nonce at 32, 4.9 at 64,
+    /// 4.7 at 128, see `examples/ecdsa_rate.rs`), at the cost of a longer refill call.
     pub batch: usize,
 }
 
@@ -124,7 +125,7 @@ impl Default for PoolConfig {
         PoolConfig {
             capacity: 8192,
             refill_below: 4096,
-            batch: 64,
+            batch: 128,
         }
     }
 }
@@ -258,7 +259,7 @@ impl NoncePool {
     /// idle-time threads; several may refill at once. Stops early (returning what it added) if
     /// system randomness fails.
     pub fn refill(&self, max: usize) -> usize {
-        let lanes = self.backend.lanes();
+        let lanes = kernel::group_lanes(self.backend);
         let mut added = 0;
         while added < max {
             let free = self.capacity() - self.len();
@@ -266,7 +267,8 @@ impl NoncePool {
             if want == 0 {
                 break;
             }
-            let Ok(mut fresh) = generate(self.backend, want.div_ceil(lanes) * lanes) else {
+            let kind = Kernel::Batch(self.backend);
+            let Ok(mut fresh) = generate(kind, want.div_ceil(lanes) * lanes) else {
                 break;
             };
             let pushed = {
@@ -307,9 +309,25 @@ impl NoncePool {
     }
 }
 
-/// `count` fresh nonce pairs (a multiple of the backend's lanes).
-fn generate(backend: Backend, count: usize) -> Result<Vec<Nonce>, EcdsaError> {
-    let lanes = backend.lanes();
+/// Which nonce kernel runs: a backend's batch kernel, or the one-nonce portable one.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Batch(Backend),
+    Single,
+}
+
+impl Kernel {
+    fn lanes(self) -> usize {
+        match self {
+            Kernel::Batch(b) => kernel::group_lanes(b),
+            Kernel::Single => 1,
+        }
+    }
+}
+
+/// `count` fresh nonce pairs (a multiple of the kernel's lanes).
+fn generate(kind: Kernel, count: usize) -> Result<Vec<Nonce>, EcdsaError> {
+    let lanes = kind.lanes();
     debug_assert_eq!(count % lanes, 0);
     let groups = count / lanes;
     let fe = NL * lanes;
@@ -337,7 +355,10 @@ fn generate(backend: Backend, count: usize) -> Result<Vec<Nonce>, EcdsaError> {
     }
     let mut r = vec![0u64; groups * fe];
     let mut kinv = Zeroizing::new(vec![0u64; groups * fe]);
-    let f = kernel::nonce_fn(backend);
+    let f = match kind {
+        Kernel::Batch(b) => kernel::nonce_fn(b),
+        Kernel::Single => kernel::nonce_single,
+    };
     // SAFETY: callers only pass backends whose `available()` is true (checked when the pool
     // is built, or `Portable`); the buffers hold `groups` groups in the layout the kernel
     // documents.
@@ -427,10 +448,6 @@ pub fn sign(key: &P256Key, pool: &NoncePool, digest: &[u8]) -> Result<Vec<u8>, E
     }
 }
 
-/// The backend for one-off nonces: the portable path (a vector pass costs as much for one
-/// nonce as for a full register, see the benchmark example).
-const DIRECT_BACKEND: Backend = Backend::Portable;
-
 /// Signs `digest` with a nonce computed on the spot (no pool).
 pub fn sign_direct(key: &P256Key, digest: &[u8]) -> Result<Vec<u8>, EcdsaError> {
     if digest.is_empty() {
@@ -438,7 +455,9 @@ pub fn sign_direct(key: &P256Key, digest: &[u8]) -> Result<Vec<u8>, EcdsaError> 
     }
     let z = digest_scalar(digest);
     loop {
-        let mut nonces = generate(DIRECT_BACKEND, DIRECT_BACKEND.lanes())?;
+        // One nonce on the portable lane: a vector pass costs about as much for one nonce as
+        // for a full register (see examples/ecdsa_rate.rs).
+        let mut nonces = generate(Kernel::Single, 1)?;
         let sig = finish(key, &nonces[0], &z);
         for n in nonces.iter_mut() {
             n.wipe();
@@ -455,7 +474,7 @@ pub fn sign_direct(key: &P256Key, digest: &[u8]) -> Result<Vec<u8>, EcdsaError> 
 #[doc(hidden)]
 pub fn base_mul(backend: Backend, scalars: &[[u8; 32]]) -> Vec<[u8; 65]> {
     assert!(backend.available());
-    let lanes = backend.lanes();
+    let lanes = kernel::group_lanes(backend);
     let groups = scalars.len().div_ceil(lanes);
     let mut digits = vec![0u64; groups * NW * lanes];
     for g in 0..groups {
