@@ -20,6 +20,7 @@
 use crate::algorithm::{HashAlgorithm, SignatureAlgorithm};
 use crate::engine::{Engine, SignError, SignFuture, SignRequest};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use mbcrypto::ecdsa::NoncePool;
 use mbcrypto::rsa::{RsaError, Scheme, SignJob};
 use mbcrypto::{Backend, Hash};
 use prometheus::{
@@ -43,6 +44,10 @@ pub struct BatchConfig {
     pub backend: Backend,
     /// Sign on the submitting thread when the engine is idle (lowest latency at light load).
     pub inline_when_idle: bool,
+    /// ECDSA P-256 nonce pool (filled by the crypto threads in idle time and whenever it runs
+    /// low under load). Used only where AVX-512 IFMA generates nonces faster than aws-lc signs;
+    /// `None` disables it.
+    pub nonce_pool: Option<mbcrypto::ecdsa::PoolConfig>,
 }
 
 impl Default for BatchConfig {
@@ -52,6 +57,7 @@ impl Default for BatchConfig {
             queue_capacity: 4096,
             backend: Backend::best(),
             inline_when_idle: true,
+            nonce_pool: Some(mbcrypto::ecdsa::PoolConfig::default()),
         }
     }
 }
@@ -156,6 +162,8 @@ struct Shared {
     single_ns: [AtomicU64; 3],
     /// EWMA of one kernel pass, per size class (ns); 0 until measured.
     pass_ns: [AtomicU64; 3],
+    /// Precomputed ECDSA P-256 nonces, shared by every P-256 key.
+    pool: Option<NoncePool>,
     stats: Stats,
 }
 
@@ -208,8 +216,58 @@ impl Shared {
         Some(size_class(key.bits()))
     }
 
-    /// Signs on the single-operation path and checks RSA results against the public key.
+    /// The pool and pooled key for an ECDSA P-256 request, when nonces are pooled.
+    fn pooled<'a>(
+        &'a self,
+        r: &'a SignRequest,
+    ) -> Option<(&'a NoncePool, &'a mbcrypto::ecdsa::P256Key)> {
+        let pool = self.pool.as_ref()?;
+        if r.algorithm != SignatureAlgorithm::EcdsaP256Sha256 {
+            return None;
+        }
+        Some((pool, r.private.as_ref()?.pooled_p256()?))
+    }
+
+    /// Signs with a pooled nonce (the pool must not be empty, or this signs directly).
+    fn sign_pooled(
+        &self,
+        r: &SignRequest,
+        pool: &NoncePool,
+        key: &mbcrypto::ecdsa::P256Key,
+        path: &str,
+    ) -> Result<Vec<u8>, SignError> {
+        let expected = r.algorithm.hash().output_len();
+        if r.digest.len() != expected {
+            return Err(SignError::BadDigest {
+                expected,
+                got: r.digest.len(),
+            });
+        }
+        let sig = mbcrypto::ecdsa::sign(key, pool, &r.digest)
+            .map_err(|e| SignError::Crypto(e.to_string()))?;
+        self.stats
+            .operations
+            .with_label_values(&[path, r.algorithm.as_str()])
+            .inc();
+        Ok(sig)
+    }
+
+    /// Fills the nonce pool in idle time; returns whether it did any work.
+    fn refill_when_idle(&self) -> bool {
+        match &self.pool {
+            Some(p) if p.needs_refill() => p.refill(p.config().batch) > 0,
+            _ => false,
+        }
+    }
+
+    /// Signs on the single-operation path (or with a pooled nonce when one is ready) and checks
+    /// RSA results against the public key.
     fn sign_single(&self, r: &SignRequest, path: &str) -> Result<Vec<u8>, SignError> {
+        if let Some((pool, key)) = self.pooled(r) {
+            if !pool.is_empty() {
+                return self.sign_pooled(r, pool, key, path);
+            }
+        }
         let start = Instant::now();
         let sig = r.sign_locally()?;
         if let (true, Some(k)) = (r.algorithm.is_rsa(), &r.private) {
@@ -239,13 +297,30 @@ impl Shared {
     /// Signs one cut: kernel passes for groups worth one, the single path for the rest.
     fn process(&self, jobs: Vec<Job>) {
         let mut groups: [Vec<Job>; 3] = Default::default();
+        let mut pooled = Vec::new();
         for job in jobs {
+            if self.pooled(&job.request).is_some() {
+                pooled.push(job);
+                continue;
+            }
             match self.kernel_class(&job.request) {
                 Some(c) => groups[c].push(job),
                 None => {
                     let r = self.sign_single(&job.request, "single");
                     self.finish(job, r);
                 }
+            }
+        }
+        if let (Some(pool), false) = (&self.pool, pooled.is_empty()) {
+            // Under load the pool is refilled here, a batch at a time: generating nonces in
+            // a batch and signing with them beats signing each request from scratch.
+            if pool.len() < pooled.len() {
+                pool.refill(pool.config().batch.max(pooled.len()));
+            }
+            for job in pooled {
+                let (pool, key) = self.pooled(&job.request).expect("checked above");
+                let r = self.sign_pooled(&job.request, pool, key, "pool");
+                self.finish(job, r);
             }
         }
         for (class, group) in groups.into_iter().enumerate() {
@@ -344,7 +419,14 @@ impl BatchEngine {
         let lanes = config.backend.lanes();
         let stats = Stats::new(lanes).map_err(|e| SignError::Crypto(e.to_string()))?;
         let (tx, rx) = bounded::<Job>(config.queue_capacity.max(1));
+        // Pooled nonces pay only where IFMA generates them (~4 µs each vs ~14 µs for aws-lc's
+        // whole signature); the portable generator is slower than aws-lc.
+        let pool = match &config.nonce_pool {
+            Some(p) if Backend::Ifma512.available() => Some(NoncePool::new(*p, Backend::Ifma512)),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
+            pool,
             lanes,
             depth: AtomicUsize::new(0),
             single_ns: SINGLE_NS.map(AtomicU64::new),
@@ -378,7 +460,21 @@ impl BatchEngine {
 /// Takes whatever is pending (up to the lane width) after the first request, never waiting for
 /// more, and signs it.
 fn crypto_thread(shared: &Shared, rx: &Receiver<Job>) {
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.try_recv() {
+            Ok(j) => j,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                // Idle: turn the time into burst capacity, then look again.
+                if shared.refill_when_idle() {
+                    continue;
+                }
+                match rx.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                }
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return,
+        };
         let mut jobs = Vec::with_capacity(shared.lanes);
         jobs.push(first);
         while jobs.len() < shared.lanes {
@@ -483,7 +579,35 @@ impl Engine for BatchEngine {
         TextEncoder::new()
             .encode(&self.shared.stats.registry.gather(), &mut out)
             .ok()?;
-        String::from_utf8(out).ok()
+        let mut text = String::from_utf8(out).ok()?;
+        if let Some(p) = &self.shared.pool {
+            let s = p.stats();
+            for (name, kind, help, value) in [
+                (
+                    "nonce_pool_size",
+                    "gauge",
+                    "ECDSA P-256 nonces ready in the pool",
+                    p.len() as u64,
+                ),
+                (
+                    "nonces_generated_total",
+                    "counter",
+                    "ECDSA P-256 nonces precomputed",
+                    s.generated,
+                ),
+                (
+                    "nonce_fallbacks_total",
+                    "counter",
+                    "ECDSA signatures made without a pooled nonce (pool empty)",
+                    s.fallbacks,
+                ),
+            ] {
+                text.push_str(&format!(
+                    "# HELP rampart_batch_{name} {help}\n# TYPE rampart_batch_{name} {kind}\nrampart_batch_{name} {value}\n"
+                ));
+            }
+        }
+        Some(text)
     }
 }
 

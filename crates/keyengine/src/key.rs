@@ -112,9 +112,11 @@ enum Inner {
     /// The aws-lc key for single operations and, for the sizes the multi-buffer kernel
     /// handles, the same key prepared for it.
     Rsa(RsaKeyPair, Option<mbcrypto::rsa::RsaKey>),
+    /// For P-256, also the key prepared for signing with pooled nonces.
     Ecdsa {
         pair: EcdsaKeyPair,
         kind: KeyKind,
+        pooled: Option<mbcrypto::ecdsa::P256Key>,
     },
 }
 
@@ -234,6 +236,7 @@ impl PrivateKey {
                 .map(|pair| Inner::Ecdsa {
                     pair,
                     kind: KeyKind::EcdsaP256,
+                    pooled: mbcrypto::ecdsa::P256Key::from_der(der).ok(),
                 })
                 .or_else(|_| {
                     EcdsaKeyPair::from_private_key_der(
@@ -243,6 +246,7 @@ impl PrivateKey {
                     .map(|pair| Inner::Ecdsa {
                         pair,
                         kind: KeyKind::EcdsaP384,
+                        pooled: None,
                     })
                 })
         };
@@ -330,6 +334,14 @@ impl PrivateKey {
     pub fn batch_rsa(&self) -> Option<&mbcrypto::rsa::RsaKey> {
         match &self.inner {
             Inner::Rsa(_, mb) => mb.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// This key prepared for signing with pooled nonces (ECDSA P-256), if it is one.
+    pub fn pooled_p256(&self) -> Option<&mbcrypto::ecdsa::P256Key> {
+        match &self.inner {
+            Inner::Ecdsa { pooled, .. } => pooled.as_ref(),
             _ => None,
         }
     }
