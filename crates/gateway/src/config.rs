@@ -134,6 +134,13 @@ pub struct BatchEngineConfig {
     pub kernel: String,
     /// Sign at once on the event loop when the engine is idle (no hand-off at light load).
     pub inline_when_idle: bool,
+    /// ECDSA P-256 nonces kept precomputed (0 disables the pool). Used where AVX-512 IFMA
+    /// exists.
+    pub nonce_pool: usize,
+    /// Refill the pool (in idle time) when fewer nonces than this remain.
+    pub nonce_refill_below: usize,
+    /// Nonces computed per refill batch (one field and one scalar inversion per batch).
+    pub nonce_batch: usize,
 }
 
 impl Default for BatchEngineConfig {
@@ -143,6 +150,9 @@ impl Default for BatchEngineConfig {
             queue_capacity: 4096,
             kernel: "auto".into(),
             inline_when_idle: true,
+            nonce_pool: 8192,
+            nonce_refill_below: 4096,
+            nonce_batch: 128,
         }
     }
 }
@@ -635,6 +645,14 @@ impl Config {
         }
         if let Err(e) = ke.batch.backend() {
             return err("key_engine.batch.kernel".into(), e);
+        }
+        if ke.batch.nonce_pool > 0
+            && (ke.batch.nonce_batch == 0 || ke.batch.nonce_refill_below > ke.batch.nonce_pool)
+        {
+            return err(
+                "key_engine.batch.nonce_refill_below".into(),
+                "nonce_batch at least 1 and nonce_refill_below at most nonce_pool".into(),
+            );
         }
         if self.listeners.is_empty() {
             return err("listeners".into(), "at least one listener".into());

@@ -76,6 +76,11 @@ pub fn start_engines(
                         queue_capacity: b.queue_capacity,
                         backend,
                         inline_when_idle: b.inline_when_idle,
+                        nonce_pool: (b.nonce_pool > 0).then_some(mbcrypto::ecdsa::PoolConfig {
+                            capacity: b.nonce_pool,
+                            refill_below: b.nonce_refill_below,
+                            batch: b.nonce_batch,
+                        }),
                     })?)
                 }
                 EngineKind::Gpu => {

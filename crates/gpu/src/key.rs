@@ -1,11 +1,11 @@
 //! Keys prepared for the GPU: the kernel's key record, the public modulus for blinding, and the
 //! blinding pairs. Padding, blinding, unblinding and verification all run on the CPU.
 
-use crate::der;
 use crate::error::GpuError;
 use crate::host_core::{be_to_limbs, limbs_to_be, CrtKey, Modulus};
 use crate::padding;
 use keyengine::{KeyId, PrivateKey, SignError, SignatureAlgorithm};
+use mbcrypto::der;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -13,7 +13,6 @@ mod backend;
 mod bench;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-mod der;
 mod engine;
 mod error;
 pub mod host_core;

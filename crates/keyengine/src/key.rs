@@ -49,36 +49,14 @@ impl fmt::Display for KeyId {
     }
 }
 
-/// Reads one DER TLV at the start of `der`: (tag, contents, rest).
-fn der_tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = der.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (first as usize, rest)
-    } else {
-        let n = (first & 0x7f) as usize;
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | *b as usize);
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
-
 /// The contents of the subjectPublicKey BIT STRING of a SubjectPublicKeyInfo.
 fn spki_public_key_bits(spki: &[u8]) -> Option<&[u8]> {
-    let (tag, seq, _) = der_tlv(spki)?;
+    let (tag, seq, _) = mbcrypto::der::tlv(spki)?;
     if tag != 0x30 {
         return None;
     }
-    let (alg_tag, _, rest) = der_tlv(seq)?;
-    let (bits_tag, bits, _) = der_tlv(rest)?;
+    let (alg_tag, _, rest) = mbcrypto::der::tlv(seq)?;
+    let (bits_tag, bits, _) = mbcrypto::der::tlv(rest)?;
     if alg_tag != 0x30 || bits_tag != 0x03 {
         return None;
     }
@@ -111,7 +89,7 @@ pub enum KeyLoadError {
 enum Inner {
     /// The aws-lc key for single operations and, for the sizes the multi-buffer kernel
     /// handles, the same key prepared for it.
-    Rsa(RsaKeyPair, Option<mbcrypto::rsa::RsaKey>),
+    Rsa(RsaKeyPair, Option<Box<mbcrypto::rsa::RsaKey>>),
     /// For P-256, also the key prepared for signing with pooled nonces.
     Ecdsa {
         pair: EcdsaKeyPair,
@@ -229,7 +207,7 @@ impl PrivateKey {
             } else {
                 RsaKeyPair::from_der(der)
             };
-            r.map(|k| Inner::Rsa(k, mbcrypto::rsa::RsaKey::from_der(der).ok()))
+            r.map(|k| Inner::Rsa(k, mbcrypto::rsa::RsaKey::from_der(der).ok().map(Box::new)))
         };
         let ec = |der: &[u8]| {
             EcdsaKeyPair::from_private_key_der(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, der)
@@ -333,7 +311,7 @@ impl PrivateKey {
     /// one.
     pub fn batch_rsa(&self) -> Option<&mbcrypto::rsa::RsaKey> {
         match &self.inner {
-            Inner::Rsa(_, mb) => mb.as_ref(),
+            Inner::Rsa(_, mb) => mb.as_deref(),
             _ => None,
         }
     }

@@ -2,7 +2,7 @@
 //! SEC1 ECPrivateKey. Never logs or formats what it reads.
 
 /// One TLV at the start of `der`: (tag, contents, rest).
-pub(crate) fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+pub fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, rest) = der.split_first()?;
     let (&first, rest) = rest.split_first()?;
     let (len, rest) = if first < 0x80 {
@@ -34,7 +34,7 @@ fn unsigned(contents: &[u8]) -> Option<&[u8]> {
 }
 
 /// The RSAPrivateKey fields: n, e, d, p, q, dp, dq, qinv (big-endian magnitudes).
-pub(crate) struct RsaFields<'a> {
+pub struct RsaFields<'a> {
     pub n: &'a [u8],
     pub e: &'a [u8],
     pub p: &'a [u8],
@@ -44,8 +44,8 @@ pub(crate) struct RsaFields<'a> {
     pub qinv: &'a [u8],
 }
 
-/// Reads a PKCS#1 RSAPrivateKey, or one wrapped in PKCS#8.
-pub(crate) fn rsa_private_key(der: &[u8]) -> Option<RsaFields<'_>> {
+/// Reads a PKCS#1 RSAPrivateKey, or one wrapped in PKCS#8; the flag says it was PKCS#8.
+pub fn rsa_private_key(der: &[u8]) -> Option<(RsaFields<'_>, bool)> {
     let (tag, seq, _) = tlv(der)?;
     if tag != 0x30 {
         return None;
@@ -58,7 +58,7 @@ pub(crate) fn rsa_private_key(der: &[u8]) -> Option<RsaFields<'_>> {
         if t2 != 0x04 {
             return None;
         }
-        return rsa_private_key(inner);
+        return rsa_private_key(inner).map(|(f, _)| (f, true));
     }
     let mut ints = Vec::with_capacity(9);
     let mut cur = seq;
@@ -70,15 +70,18 @@ pub(crate) fn rsa_private_key(der: &[u8]) -> Option<RsaFields<'_>> {
         ints.push(unsigned(c)?);
         cur = rest;
     }
-    Some(RsaFields {
-        n: ints[1],
-        e: ints[2],
-        p: ints[4],
-        q: ints[5],
-        dp: ints[6],
-        dq: ints[7],
-        qinv: ints[8],
-    })
+    Some((
+        RsaFields {
+            n: ints[1],
+            e: ints[2],
+            p: ints[4],
+            q: ints[5],
+            dp: ints[6],
+            dq: ints[7],
+            qinv: ints[8],
+        },
+        false,
+    ))
 }
 
 /// The private scalar of a SEC1 ECPrivateKey, or one wrapped in PKCS#8.

@@ -12,11 +12,11 @@
 //! and a portable one-lane path used everywhere else.
 
 mod bignum;
-mod der;
+pub mod der;
 pub mod ecdsa;
 mod lanes;
 mod mont;
-mod padding;
+pub mod padding;
 pub mod rsa;
 
 pub use lanes::Backend;

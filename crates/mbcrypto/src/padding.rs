@@ -67,7 +67,7 @@ fn check(hash: Hash, digest: &[u8]) -> Result<(), PaddingError> {
 }
 
 /// EMSA-PKCS1-v1_5: 00 01 FF..FF 00 DigestInfo, `em_len` bytes.
-pub(crate) fn pkcs1_v15(hash: Hash, digest: &[u8], em_len: usize) -> Result<Vec<u8>, PaddingError> {
+pub fn pkcs1_v15(hash: Hash, digest: &[u8], em_len: usize) -> Result<Vec<u8>, PaddingError> {
     check(hash, digest)?;
     let prefix = hash.digest_info_prefix();
     let t_len = prefix.len() + digest.len();
@@ -101,7 +101,7 @@ fn mgf1(hash: Hash, seed: &[u8], len: usize) -> Vec<u8> {
 /// EMSA-PSS-ENCODE with a random salt of the digest's length, for a modulus of `mod_bits`.
 /// The result is ceil((mod_bits-1)/8) bytes, left-padded with a zero byte to the modulus
 /// length when mod_bits ≡ 1 (mod 8).
-pub(crate) fn pss(hash: Hash, digest: &[u8], mod_bits: usize) -> Result<Vec<u8>, PaddingError> {
+pub fn pss(hash: Hash, digest: &[u8], mod_bits: usize) -> Result<Vec<u8>, PaddingError> {
     check(hash, digest)?;
     let h_len = hash.output_len();
     let em_bits = mod_bits - 1;

@@ -124,7 +124,7 @@ fn mont_mul(a: &[u64], b: &[u64], m: &[u64], k0: u64) -> Vec<u64> {
 impl RsaKey {
     /// Prepares a PKCS#1 RSAPrivateKey or a PKCS#8 PrivateKeyInfo holding one.
     pub fn from_der(der: &[u8]) -> Result<Self, RsaError> {
-        let f = crate::der::rsa_private_key(der).ok_or(RsaError::NotRsa)?;
+        let (f, _) = crate::der::rsa_private_key(der).ok_or(RsaError::NotRsa)?;
         let bits = bit_len(f.n);
         let half = match bits {
             2048 => 20,
