@@ -231,7 +231,7 @@ pub struct PinConfig {
 impl Default for KeyEngineConfig {
     fn default() -> Self {
         KeyEngineConfig {
-            engines: vec![EngineKind::Threads],
+            engines: vec![EngineKind::Batch],
             threads: 1,
             queue_capacity: 1024,
             pin: PinConfig::default(),
