@@ -341,7 +341,11 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 format!("listeners[{i}].quic.listen: cannot bind UDP {udp_addr}")
             })?;
             let udp_addr = udp.local_addr()?;
-            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets)
+            let observer: tls::HandshakeObserver = {
+                let (m, name) = (metrics.clone(), l.name.clone());
+                Arc::new(move |ssl: &boring::ssl::SslRef| quic::record_handshake(&m, &name, ssl))
+            };
+            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer))
                 .with_context(|| format!("listeners[{i}] ({}) QUIC", l.name))?;
             tracing::info!(listener = %l.name, addr = %udp_addr, "listening (HTTP/3 over QUIC)");
             quic_bound.push((l.name.clone(), udp_addr));

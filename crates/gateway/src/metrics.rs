@@ -18,6 +18,10 @@ pub struct Metrics {
     pub quic_connections: IntCounterVec,
     pub early_data_accepted: prometheus::IntCounter,
     pub early_data_rejected: prometheus::IntCounter,
+    pub quic_handshakes: IntCounterVec,
+    pub quic_packets: IntCounterVec,
+    pub quic_path_migrations: IntCounterVec,
+    pub quic_open_streams: IntGaugeVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -113,8 +117,46 @@ impl Metrics {
                 "HTTP/3 requests in 0-RTT early data refused with 425 Too Early (unsafe methods)",
             )
             .unwrap(),
+            quic_handshakes: IntCounterVec::new(
+                Opts::new(
+                    "rampart_quic_handshakes_total",
+                    "Completed QUIC handshakes by QUIC version, resumption and 0-RTT outcome (BoringSSL's early-data reason: accepted, peer_declined, no_session_offered, ticket_age_skew, ...)",
+                ),
+                &["listener", "version", "resumed", "early_data"],
+            )
+            .unwrap(),
+            quic_packets: IntCounterVec::new(
+                Opts::new(
+                    "rampart_quic_packets_total",
+                    "QUIC packets of closed connections by kind: sent, received, lost, retransmitted",
+                ),
+                &["listener", "kind"],
+            )
+            .unwrap(),
+            quic_path_migrations: IntCounterVec::new(
+                Opts::new(
+                    "rampart_quic_path_migrations_total",
+                    "Network paths a closed QUIC connection used beyond its first (client migrations)",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
+            quic_open_streams: IntGaugeVec::new(
+                Opts::new(
+                    "rampart_quic_open_streams",
+                    "HTTP/3 request streams being served",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             registry,
         };
+        for c in [&m.quic_handshakes, &m.quic_packets, &m.quic_path_migrations] {
+            m.registry.register(Box::new(c.clone())).unwrap();
+        }
+        m.registry
+            .register(Box::new(m.quic_open_streams.clone()))
+            .unwrap();
         m.registry
             .register(Box::new(m.quic_connections.clone()))
             .unwrap();
@@ -212,6 +254,12 @@ mod tests {
         m.rejected_connections.with_label_values(&["l"]).inc();
         m.early_data_accepted.inc();
         m.quic_connections.with_label_values(&["l"]).inc();
+        m.quic_handshakes
+            .with_label_values(&["l", "1", "false", "accepted"])
+            .inc();
+        m.quic_packets.with_label_values(&["l", "lost"]).inc();
+        m.quic_path_migrations.with_label_values(&["l"]).inc();
+        m.quic_open_streams.with_label_values(&["l"]).inc();
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
         let text = m.render();

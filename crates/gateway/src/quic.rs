@@ -205,6 +205,7 @@ pub async fn serve(
         });
         let (driver, mut controller) = ServerH3Driver::new(Http3Settings::default());
         let stats = conn.audit_log_stats();
+        let conn_stats = conn.stats().clone();
         conn.start(driver);
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -233,15 +234,26 @@ pub async fn serve(
                     ..
                 } = ev
                 {
-                    tokio::spawn(serve_request(
+                    let streams = crate::metrics::GaugeGuard::new(
+                        shared
+                            .metrics
+                            .quic_open_streams
+                            .with_label_values(&[&shared.listener]),
+                    );
+                    let req = serve_request(
                         shared.clone(),
                         info.clone(),
                         incoming_headers,
                         *is_in_early_data,
-                    ));
+                    );
+                    tokio::spawn(async move {
+                        req.await;
+                        drop(streams);
+                    });
                 }
             }
             drop(open);
+            record_closed(&shared, &conn_stats).await;
         });
     }
 }
@@ -433,5 +445,75 @@ where
                 return;
             }
         }
+    }
+}
+
+/// Records a completed QUIC handshake (called from the SSL info callback): TLS facts in
+/// `rampart_tls_handshakes_total{protocol="quic"}`, QUIC version, resumption and the 0-RTT
+/// outcome in `rampart_quic_handshakes_total`.
+pub(crate) fn record_handshake(
+    m: &crate::metrics::Metrics,
+    listener: &str,
+    ssl: &boring::ssl::SslRef,
+) {
+    let resumed = if ssl.session_reused() {
+        "true"
+    } else {
+        "false"
+    };
+    let sigalg =
+        crate::tls::handshake_info::signature_algorithm(ssl).map_or("none", |a| a.as_str());
+    let cipher = ssl.current_cipher().map_or("none", |c| c.name());
+    m.handshakes
+        .with_label_values(&[listener, "quic", ssl.version_str(), cipher, sigalg, resumed])
+        .inc();
+    // quiche speaks QUIC v1 only; other versions get Version Negotiation before a handshake.
+    m.quic_handshakes
+        .with_label_values(&[listener, "1", resumed, early_data_reason(ssl)])
+        .inc();
+}
+
+/// BoringSSL's reason for accepting or not accepting 0-RTT on this connection.
+fn early_data_reason(ssl: &boring::ssl::SslRef) -> &'static str {
+    use foreign_types::ForeignTypeRef;
+    // SAFETY: `ssl` is a live SSL for the duration of this call. SSL_get_early_data_reason reads
+    // a field; SSL_early_data_reason_string returns a pointer to a static C string (or null).
+    unsafe {
+        let reason = boring_sys::SSL_get_early_data_reason(ssl.as_ptr());
+        let s = boring_sys::SSL_early_data_reason_string(reason);
+        if s.is_null() {
+            return "unknown";
+        }
+        std::ffi::CStr::from_ptr(s).to_str().unwrap_or("unknown")
+    }
+}
+
+/// Adds a closed connection's packet counts and extra paths. tokio-quiche writes the final
+/// statistics as the connection closes, around when its H3 driver goes away: look a few times.
+async fn record_closed(
+    shared: &ProxyShared,
+    stats: &std::sync::Mutex<tokio_quiche::quic::QuicConnectionStats>,
+) {
+    for _ in 0..20 {
+        let s = stats.lock().map(|g| g.stats.clone()).ok();
+        if let Some(s) = s.filter(|s| s.sent > 0) {
+            let m = &shared.metrics;
+            let l = shared.listener.as_str();
+            for (kind, n) in [
+                ("sent", s.sent),
+                ("received", s.recv),
+                ("lost", s.lost),
+                ("retransmitted", s.retrans),
+            ] {
+                m.quic_packets
+                    .with_label_values(&[l, kind])
+                    .inc_by(n as u64);
+            }
+            m.quic_path_migrations
+                .with_label_values(&[l])
+                .inc_by(s.paths_count.saturating_sub(1) as u64);
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }

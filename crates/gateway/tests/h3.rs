@@ -69,6 +69,30 @@ async fn h3_get_and_post_through_the_gateway() {
     );
     let h3_requests = metric_sum(&m, "rampart_http_requests_total", &["status=\"200\""]);
     assert!(h3_requests >= 3.0, "{m}");
+    // QUIC handshakes by version and 0-RTT outcome, with their cipher suite.
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_quic_handshakes_total",
+            &["version=\"1\"", "resumed=\"false\""]
+        ) >= 2.0,
+        "{m}"
+    );
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshakes_total",
+            &["protocol=\"quic\"", "cipher=\"TLS_AES_"]
+        ) >= 1.0,
+        "{m}"
+    );
+    // Closed connections add their packet counts; no request stream stays counted open.
+    let m = eventually_metric(&fx, "rampart_quic_packets_total", &["kind=\"sent\""], 1.0).await;
+    assert_eq!(metric_sum(&m, "rampart_quic_open_streams", &[]), 0.0, "{m}");
+    assert!(
+        m.contains("rampart_quic_packets_total{kind=\"lost\""),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,6 +268,22 @@ async fn zero_rtt_get_is_answered_and_post_is_not_forwarded_early() {
         metric_sum(&m, "rampart_quic_early_data_rejected_total", &[]),
         1.0
     );
+    // The 0-RTT outcome of each handshake: none offered on the first, accepted on the two
+    // resumed ones.
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_quic_handshakes_total",
+            &["resumed=\"true\"", "early_data=\"accepted\""]
+        ),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_quic_handshakes_total", &["resumed=\"false\""]),
+        1.0,
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,4 +316,6 @@ async fn connection_survives_a_client_port_change_mid_transfer() {
         (200.into(), (5 * 1024 * 1024).into())
     );
     assert_eq!(r[2]["status"], 200);
+    // Counted when the connection closes.
+    eventually_metric(&fx, "rampart_quic_path_migrations_total", &[], 1.0).await;
 }

@@ -159,7 +159,7 @@ fn cert_context(
     pair: &CertKeyPair,
     expected: KeyKind,
     engine: &Arc<KeyEngine>,
-    early_data: bool,
+    quic: Option<&QuicContextOptions>,
 ) -> anyhow::Result<SslContext> {
     let (leaf, intermediates, id) = load_chain(&pair.cert)?;
     let key = engine.key(&id).ok_or_else(|| {
@@ -189,8 +189,8 @@ fn cert_context(
         KeyKind::EcdsaP384 => "ecdsa_secp384r1_sha384",
     };
     b.set_sigalgs_list(sigalgs).context("signing algorithms")?;
-    if early_data {
-        enable_early_data(&mut b);
+    if let Some(q) = quic {
+        q.apply(&mut b);
     }
     // No set_private_key(): the key stays in the engine.
     b.set_async_private_key_method(EngineKeyMethod {
@@ -207,7 +207,7 @@ fn build_store(
     tickets: &Arc<TicketKeys>,
     alpn: &'static [u8],
     tls13: bool,
-    early_data: bool,
+    quic: Option<&QuicContextOptions>,
 ) -> anyhow::Result<Arc<CertStore>> {
     let tls = &listener.tls;
     let mut store = CertStore {
@@ -221,23 +221,13 @@ fn build_store(
         let rsa = c
             .rsa
             .as_ref()
-            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, engine, early_data))
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, engine, quic))
             .transpose()
             .with_context(|| field("rsa"))?;
         let ecdsa = c
             .ecdsa
             .as_ref()
-            .map(|p| {
-                cert_context(
-                    tls,
-                    tickets,
-                    alpn,
-                    p,
-                    KeyKind::EcdsaP256,
-                    engine,
-                    early_data,
-                )
-            })
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::EcdsaP256, engine, quic))
             .transpose()
             .with_context(|| field("ecdsa"))?;
         store.entries.push(CertEntry { rsa, ecdsa });
@@ -281,7 +271,7 @@ pub fn listener_tls(
         &tickets,
         alpn,
         tls.versions.contains(&TlsVersion::Tls13),
-        false,
+        None,
     )?;
     let mut front = context_builder(tls, &tickets, alpn)?;
     install_selection(&mut front, store);
@@ -309,6 +299,35 @@ pub const ALPN_H3: &[u8] = b"\x02h3";
 pub struct QuicTls {
     store: Arc<CertStore>,
     tickets: Arc<TicketKeys>,
+    options: QuicContextOptions,
+}
+
+/// Called with a connection's SSL when its handshake completes (QUIC metrics).
+pub type HandshakeObserver = Arc<dyn Fn(&boring::ssl::SslRef) + Send + Sync>;
+
+/// What QUIC contexts add to the common setup.
+#[derive(Clone)]
+pub struct QuicContextOptions {
+    pub early_data: bool,
+    pub observer: Option<HandshakeObserver>,
+}
+
+impl QuicContextOptions {
+    fn apply(&self, b: &mut SslContextBuilder) {
+        if self.early_data {
+            enable_early_data(b);
+        }
+        if let Some(obs) = &self.observer {
+            let obs = obs.clone();
+            // The callback of the context the SSL uses when the handshake ends runs (the
+            // per-name one after certificate selection), so every QUIC context gets it.
+            b.set_info_callback(move |ssl, mode, _| {
+                if mode == boring::ssl::SslInfoCallbackMode::HANDSHAKE_DONE {
+                    obs(ssl);
+                }
+            });
+        }
+    }
 }
 
 impl QuicTls {
@@ -316,17 +335,16 @@ impl QuicTls {
         listener: &ListenerConfig,
         engine: &Arc<KeyEngine>,
         tickets: &Arc<TicketKeys>,
+        observer: Option<HandshakeObserver>,
     ) -> anyhow::Result<Self> {
+        let options = QuicContextOptions {
+            early_data: listener.quic.early_data,
+            observer,
+        };
         Ok(QuicTls {
-            store: build_store(
-                listener,
-                engine,
-                tickets,
-                ALPN_H3,
-                true,
-                listener.quic.early_data,
-            )?,
+            store: build_store(listener, engine, tickets, ALPN_H3, true, Some(&options))?,
             tickets: tickets.clone(),
+            options,
         })
     }
 
@@ -336,6 +354,7 @@ impl QuicTls {
         b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
         b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
         configure_common(&mut b, &self.tickets, ALPN_H3)?;
+        self.options.apply(&mut b);
         install_selection(&mut b, self.store.clone());
         Ok(b)
     }

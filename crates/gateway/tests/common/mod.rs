@@ -313,3 +313,17 @@ pub async fn quic_handshake(server: std::net::SocketAddr) -> Result<std::time::D
         }
     }
 }
+
+/// Waits (up to 5 s) until the metric's sum reaches `min`; returns the metrics text then.
+/// For values recorded asynchronously (e.g. when a QUIC connection finishes closing).
+pub async fn eventually_metric(fx: &Fixture, name: &str, labels: &[&str], min: f64) -> String {
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = fx.gw().metrics.render();
+        if metric_sum(&m, name, labels) >= min {
+            return m;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{name}{labels:?} never reached {min}:\n{m}");
+}
