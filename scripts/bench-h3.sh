@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # HTTP/3 vs HTTPS on the same gateway, one run: full-handshake CPU (RSA-2048, ECDSA P-256) and
-# bulk-download CPU per GB. Gateway pinned to CPU 0, load generator and upstream to CPU 1.
-#   scripts/bench-h3.sh        # DURATION=8s by default
+# bulk-download CPU per GB; then Caddy (GOMAXPROCS=1, same certificates, static files) over
+# HTTP/3 when a `caddy` binary is found. Servers pinned to CPU 0, load generator and upstream
+# to CPU 1.
+#   scripts/bench-h3.sh        # DURATION=8s ENGINE=batch by default
+#   go install github.com/caddyserver/caddy/v2/cmd/caddy@latest   # for the Caddy rows
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 DURATION=${DURATION:-8s}
+ENGINE=${ENGINE:-batch}
+CADDY=${CADDY:-$(command -v caddy || echo "$HOME/go/bin/caddy")}
 OUT=${OUT:-target/bench-h3}
 BIN=./target/release/rampart
 [ -x "$BIN" ] || cargo build --release -p rampart
@@ -20,7 +25,7 @@ access_log = "off"
 [admin]
 listen = "127.0.0.1:19901"
 [key_engine]
-engines = ["inline"]
+engines = ["$ENGINE"]
 [[listeners]]
 name = "https"
 listen = "127.0.0.1:$GW"
@@ -47,6 +52,41 @@ b h3-ecdsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha
 b https-ecdsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
 b h3-download h3-download --url "$U/bytes/100000000" -c 2
 b https-download https-download --url "$U/bytes/100000000" -c 2
+kill $gw; wait $gw 2>/dev/null || true
+
+if [ -x "$CADDY" ]; then
+  # The same objects as files: /bytes/100 and /bytes/100000000.
+  mkdir -p "$OUT/www/bytes"
+  head -c 100 /dev/zero > "$OUT/www/bytes/100"
+  [ -f "$OUT/www/bytes/100000000" ] || head -c 100000000 /dev/urandom > "$OUT/www/bytes/100000000"
+  CP=18445
+  for kind in rsa ecdsa; do
+    cat > "$OUT/Caddyfile-$kind" <<CFG
+{
+	admin off
+	auto_https off
+	servers {
+		protocols h1 h2 h3
+	}
+}
+https://localhost:$CP {
+	tls $C/$kind.crt $C/$kind.key
+	root * $OUT/www
+	file_server
+}
+CFG
+    GOMAXPROCS=1 taskset -c 0 "$CADDY" run --config "$OUT/Caddyfile-$kind" --adapter caddyfile 2>"$OUT/caddy-$kind.log" & cp=$!; pids+=($cp)
+    wait_port $CP; sleep 0.5
+    sig=rsa_pss_rsae_sha256; [ $kind = ecdsa ] && sig=ecdsa_secp256r1_sha256
+    taskset -c 1 "$BIN" bench h3-handshake --url "https://localhost:$CP/bytes/100" -c 16 --sigalgs $sig -d "$DURATION" --server-pid $cp --json > "$OUT/caddy-h3-$kind.json"
+    echo "caddy-h3-$kind: $(cut -c1-200 "$OUT/caddy-h3-$kind.json")" >&2
+    if [ $kind = rsa ]; then
+      taskset -c 1 "$BIN" bench h3-download --url "https://localhost:$CP/bytes/100000000" -c 2 -d "$DURATION" --server-pid $cp --json > "$OUT/caddy-h3-download.json"
+      echo "caddy-h3-download: $(cut -c1-200 "$OUT/caddy-h3-download.json")" >&2
+    fi
+    kill $cp; wait $cp 2>/dev/null || true
+  done
+fi
 python3 - "$OUT" <<'PY'
 import json, sys, os
 o = sys.argv[1]
@@ -58,4 +98,13 @@ for k, t in (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "ful
     print(f"| {t} | {h['server_cpu_us_per_op']:.1f} ({h['rate_per_sec']:.0f}/s, {h['errors']} err) | {s['server_cpu_us_per_op']:.1f} ({s['rate_per_sec']:.0f}/s, {s['errors']} err) | {h['server_cpu_us_per_op']/s['server_cpu_us_per_op']:.2f} |")
 h, s = L("h3-download"), L("https-download")
 print(f"| bulk download 100 MB objects: server CPU s per GB | {h['server_cpu_seconds_per_gb']:.2f} ({h['gbit_per_sec']:.2f} Gbit/s) | {s['server_cpu_seconds_per_gb']:.2f} ({s['gbit_per_sec']:.2f} Gbit/s) | {h['server_cpu_seconds_per_gb']/s['server_cpu_seconds_per_gb']:.2f} |")
+if os.path.exists(os.path.join(o, "caddy-h3-rsa.json")):
+    print()
+    print("| HTTP/3 measurement | rampart | Caddy (GOMAXPROCS=1) | rampart ÷ Caddy |")
+    print("|---|---|---|---|")
+    for k, t in (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "full handshake, ECDSA P-256: server CPU µs")):
+        r, c = L("h3-" + k), L("caddy-h3-" + k)
+        print(f"| {t} | {r['server_cpu_us_per_op']:.1f} ({r['rate_per_sec']:.0f}/s) | {c['server_cpu_us_per_op']:.1f} ({c['rate_per_sec']:.0f}/s, {c['errors']} err) | {r['server_cpu_us_per_op']/c['server_cpu_us_per_op']:.2f} |")
+    r, c = L("h3-download"), L("caddy-h3-download")
+    print(f"| bulk download 100 MB: server CPU s per GB (rampart proxies from an upstream; Caddy serves a file) | {r['server_cpu_seconds_per_gb']:.2f} ({r['gbit_per_sec']:.2f} Gbit/s) | {c['server_cpu_seconds_per_gb']:.2f} ({c['gbit_per_sec']:.2f} Gbit/s) | {r['server_cpu_seconds_per_gb']/c['server_cpu_seconds_per_gb']:.2f} |")
 PY
