@@ -167,3 +167,120 @@ fn the_timing_probe_runs_both_classes() {
     assert!(r.fixed > 0 && r.random > 0);
     assert!(r.t.iter().all(|(_, t)| t.is_finite()), "{r:?}");
 }
+
+/// A 1024-bit prime whose 52-bit limbs follow `template` (`Some(v)`: fixed, `None`: random),
+/// with p - 1 prime to 65537. Limb 19 holds the top 36 bits.
+fn prime_with_limbs(template: &[Option<u64>; 20], rng: &mut fastrand::Rng) -> boring::bn::BigNum {
+    use boring::bn::{BigNum, BigNumContext};
+    let mut ctx = BigNumContext::new().unwrap();
+    let e = BigNum::from_u32(65537).unwrap();
+    let mask = (1u64 << 52) - 1;
+    for _ in 0..200_000 {
+        let mut limbs: Vec<u64> = template
+            .iter()
+            .map(|t| t.unwrap_or_else(|| rng.u64(..) & mask))
+            .collect();
+        limbs[0] |= 1;
+        limbs[19] &= (1 << 36) - 1;
+        limbs[19] |= 0b11 << 34; // top two bits: p·q has 2048 bits
+        let mut bytes = vec![0u8; 128];
+        for (i, l) in limbs.iter().enumerate() {
+            for b in 0..52 {
+                let bit = i * 52 + b;
+                if bit < 1024 && (l >> b) & 1 == 1 {
+                    bytes[127 - bit / 8] |= 1 << (bit % 8);
+                }
+            }
+        }
+        let p = BigNum::from_slice(&bytes).unwrap();
+        if !p.is_prime(20, &mut ctx).unwrap() {
+            continue;
+        }
+        let mut pm1 = BigNum::new().unwrap();
+        pm1.checked_sub(&p, &BigNum::from_u32(1).unwrap()).unwrap();
+        let mut r = BigNum::new().unwrap();
+        r.checked_rem(&pm1, &e, &mut ctx).unwrap();
+        if r.num_bits() > 0 {
+            return p;
+        }
+    }
+    panic!("no prime found for the template");
+}
+
+/// An RSA-2048 key from two primes (d from phi; CRT parameters derived), as PKCS#1 DER.
+fn key_from_primes(p: &boring::bn::BigNumRef, q: &boring::bn::BigNumRef) -> Vec<u8> {
+    use boring::bn::{BigNum, BigNumContext};
+    let mut ctx = BigNumContext::new().unwrap();
+    let one = BigNum::from_u32(1).unwrap();
+    let e = BigNum::from_u32(65537).unwrap();
+    let (mut n, mut pm1, mut qm1, mut phi) = (
+        BigNum::new().unwrap(),
+        BigNum::new().unwrap(),
+        BigNum::new().unwrap(),
+        BigNum::new().unwrap(),
+    );
+    n.checked_mul(p, q, &mut ctx).unwrap();
+    pm1.checked_sub(p, &one).unwrap();
+    qm1.checked_sub(q, &one).unwrap();
+    phi.checked_mul(&pm1, &qm1, &mut ctx).unwrap();
+    let mut d = BigNum::new().unwrap();
+    d.mod_inverse(&e, &phi, &mut ctx).unwrap();
+    let (mut dp, mut dq, mut qinv) = (
+        BigNum::new().unwrap(),
+        BigNum::new().unwrap(),
+        BigNum::new().unwrap(),
+    );
+    dp.checked_rem(&d, &pm1, &mut ctx).unwrap();
+    dq.checked_rem(&d, &qm1, &mut ctx).unwrap();
+    qinv.mod_inverse(q, p, &mut ctx).unwrap();
+    let rsa = Rsa::from_private_components(
+        n,
+        e,
+        d,
+        p.to_owned().unwrap(),
+        q.to_owned().unwrap(),
+        dp,
+        dq,
+        qinv,
+    )
+    .unwrap();
+    rsa.private_key_to_der().unwrap()
+}
+
+#[test]
+fn keys_whose_limbs_hit_edge_values_match_boringssl() {
+    let mut rng = fastrand::Rng::with_seed(52);
+    let all_ones = Some((1u64 << 52) - 1);
+    let mut t_ones = [all_ones; 20];
+    t_ones[3] = None; // room to search
+    let mut t_zeros = [Some(0u64); 20];
+    t_zeros[0] = None;
+    t_zeros[7] = None;
+    let mut t_mixed: [Option<u64>; 20] = [None; 20];
+    t_mixed[0] = all_ones;
+    t_mixed[10] = Some(0);
+    t_mixed[11] = all_ones;
+    t_mixed[18] = Some(0);
+    let mut t_low: [Option<u64>; 20] = [None; 20];
+    t_low[0] = Some(1);
+    t_low[1] = Some(0);
+    for j in 5..9 {
+        t_low[j] = all_ones;
+    }
+    let primes: Vec<_> = [t_ones, t_zeros, t_mixed, t_low]
+        .iter()
+        .map(|t| prime_with_limbs(t, &mut rng))
+        .collect();
+    let mut keys = Vec::new();
+    for (a, b) in [(0, 1), (1, 0), (2, 3), (0, 2), (3, 1)] {
+        let der = key_from_primes(&primes[a], &primes[b]);
+        keys.push(TestKey {
+            key: RsaKey::from_der(&der).expect("edge key prepares"),
+            boring: PKey::from_rsa(Rsa::private_key_from_der(&der).unwrap()).unwrap(),
+        });
+    }
+    for backend in Backend::all_available() {
+        let rounds = if backend == Backend::Portable { 8 } else { 30 };
+        check(backend, &keys, rounds, 77);
+    }
+}
