@@ -264,9 +264,7 @@ fn keys_whose_limbs_hit_edge_values_match_boringssl() {
     let mut t_low: [Option<u64>; 20] = [None; 20];
     t_low[0] = Some(1);
     t_low[1] = Some(0);
-    for j in 5..9 {
-        t_low[j] = all_ones;
-    }
+    t_low[5..9].fill(all_ones);
     let primes: Vec<_> = [t_ones, t_zeros, t_mixed, t_low]
         .iter()
         .map(|t| prime_with_limbs(t, &mut rng))
