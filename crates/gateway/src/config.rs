@@ -288,6 +288,9 @@ pub struct QuicConfig {
     /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
     /// forwarded with `Early-Data: 1`; any other method in early data gets 425 Too Early.
     pub early_data: bool,
+    /// Pace outgoing packets (spread over the RTT instead of bursts). Costs CPU: a GSO batch is
+    /// cut wherever the release time changes (see docs/benchmarks.md).
+    pub pacing: bool,
 }
 
 impl Default for QuicConfig {
@@ -303,6 +306,7 @@ impl Default for QuicConfig {
             retry: RetryPolicy::Never,
             lb: None,
             early_data: false,
+            pacing: true,
         }
     }
 }

@@ -132,7 +132,7 @@ pub async fn serve(
     use futures_util::StreamExt;
     let mut settings = QuicSettings::default();
     settings.alpn = vec![b"h3".to_vec()];
-    settings.enable_pacing = true;
+    settings.enable_pacing = cfg.pacing;
     settings.max_idle_timeout = Some(shared.limits.idle_timeout);
     settings.cc_algorithm = cfg.congestion_control.clone();
     settings.initial_max_data = cfg.initial_max_data;
