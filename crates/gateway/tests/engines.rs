@@ -72,40 +72,31 @@ async fn batch_engine_signs_concurrent_handshakes_and_gpu_is_skipped_without_a_d
     assert!(engines.contains("rampart_gpu_available 0"), "{engines}");
 }
 
-#[test]
-fn a_kernel_this_cpu_lacks_is_a_config_error_naming_the_field() {
-    if keyengine::KernelBackend::Ifma512.available() {
-        // Every kernel runs here; check the unknown-name error instead.
-        let dir = tempfile::tempdir().unwrap();
-        make_certs(dir.path());
-        let text = config_text(&["127.0.0.1:1".parse().unwrap()], "", "").replace(
-            "engines = [\"threads\"]",
-            "engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"avx2\"",
-        );
-        let path = dir.path().join("rampart.toml");
-        std::fs::write(&path, text).unwrap();
-        let err = gateway::config::Config::load(&path)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("key_engine.batch.kernel") && err.contains("\"avx2\""),
-            "{err}"
-        );
-        return;
-    }
+/// The load error for a config whose key engine section is `engine_section`.
+fn config_error(engine_section: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
-    let text = config_text(&["127.0.0.1:1".parse().unwrap()], "", "").replace(
-        "engines = [\"threads\"]",
-        "engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"ifma512\"",
-    );
+    let text = config_text(&["127.0.0.1:1".parse().unwrap()], "", "")
+        .replace("engines = [\"threads\"]", engine_section);
     let path = dir.path().join("rampart.toml");
     std::fs::write(&path, text).unwrap();
-    let err = gateway::config::Config::load(&path)
+    gateway::config::Config::load(&path)
         .unwrap_err()
-        .to_string();
+        .to_string()
+}
+
+#[test]
+fn a_kernel_this_cpu_lacks_or_an_unknown_one_is_a_config_error_naming_the_field() {
+    let err = config_error("engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"avx2\"");
     assert!(
-        err.contains("key_engine.batch.kernel") && err.contains("AVX-512 IFMA"),
+        err.contains("key_engine.batch.kernel") && err.contains("\"avx2\""),
         "{err}"
     );
+    if !keyengine::KernelBackend::Ifma512.available() {
+        let err = config_error("engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"ifma512\"");
+        assert!(
+            err.contains("key_engine.batch.kernel") && err.contains("AVX-512 IFMA"),
+            "{err}"
+        );
+    }
 }
