@@ -164,6 +164,8 @@ struct Shared {
     pass_ns: [AtomicU64; 3],
     /// Precomputed ECDSA P-256 nonces, shared by every P-256 key.
     pool: Option<NoncePool>,
+    /// Idle refilling under way: started below the pool's threshold, goes on to capacity.
+    filling: std::sync::atomic::AtomicBool,
     stats: Stats,
 }
 
@@ -252,12 +254,18 @@ impl Shared {
         Ok(sig)
     }
 
-    /// Fills the nonce pool in idle time; returns whether it did any work.
+    /// Fills the nonce pool in idle time, a batch per call: once it fell below the refill
+    /// threshold, up to capacity. Returns whether it did any work.
     fn refill_when_idle(&self) -> bool {
-        match &self.pool {
-            Some(p) if p.needs_refill() => p.refill(p.config().batch) > 0,
-            _ => false,
+        let Some(p) = &self.pool else { return false };
+        if p.needs_refill() {
+            self.filling.store(true, Ordering::Relaxed);
         }
+        if !self.filling.load(Ordering::Relaxed) || p.len() >= p.capacity() {
+            self.filling.store(false, Ordering::Relaxed);
+            return false;
+        }
+        p.refill(p.config().batch) > 0
     }
 
     /// Signs on the single-operation path (or with a pooled nonce when one is ready) and checks
@@ -427,6 +435,7 @@ impl BatchEngine {
         };
         let shared = Arc::new(Shared {
             pool,
+            filling: std::sync::atomic::AtomicBool::new(true),
             lanes,
             depth: AtomicUsize::new(0),
             single_ns: SINGLE_NS.map(AtomicU64::new),

@@ -237,3 +237,32 @@ fn many_threads_get_valid_signatures() {
     });
     assert_eq!(total, 640);
 }
+
+#[test]
+fn idle_crypto_threads_fill_the_nonce_pool_to_capacity() {
+    if !KernelBackend::Ifma512.available() {
+        return; // no pool without IFMA (aws-lc signs faster than the portable generator)
+    }
+    let engine = BatchEngine::new(BatchConfig {
+        nonce_pool: Some(mbcrypto::ecdsa::PoolConfig {
+            capacity: 512,
+            refill_below: 128,
+            batch: 64,
+        }),
+        ..BatchConfig::default()
+    })
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let size = metric(&engine, "rampart_batch_nonce_pool_size");
+        if size >= 512.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "pool stuck at {size}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        metric(&engine, "rampart_batch_nonces_generated_total"),
+        512.0
+    );
+}

@@ -122,8 +122,8 @@ shutdown_grace = "5s"
 listen = "{admin}"
 
 [key_engine]
-engines = ["threads"]
-threads = 1
+# The multi-buffer engine: batches RSA signatures under load, pooled ECDSA nonces.
+engines = ["batch"]
 
 [[listeners]]
 name = "https"
