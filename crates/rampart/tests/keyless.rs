@@ -170,6 +170,8 @@ client_key = "gateway-client.key"
 [[listeners]]
 name = "https"
 listen = "127.0.0.1:0"
+[listeners.quic]
+enabled = true
 [[listeners.certificates]]
 server_names = ["localhost"]
 rsa = {{ cert = "site-rsa.crt" }}
@@ -231,6 +233,7 @@ async fn output(mut c: Command) -> std::process::Output {
 
 fn bench_args(
     port: u16,
+    mode: &str,
     sigalgs: &str,
     duration: Duration,
     requests: Option<u64>,
@@ -244,7 +247,7 @@ fn bench_args(
     }
     let mut argv = vec![
         "bench".to_string(),
-        "https-handshake".into(),
+        mode.into(),
         "--url".into(),
         format!("https://localhost:{port}/"),
         "--sigalgs".into(),
@@ -298,11 +301,46 @@ async fn gateway_without_keys_serves_curl_h1_h2_through_two_key_servers() {
     }
     // RSA (PSS) and ECDSA handshakes, several each, spread over both servers.
     for sig in ["rsa_pss_rsae_sha256", "ecdsa_secp256r1_sha256"] {
-        let s = bench::run_async(bench_args(port, sig, Duration::from_secs(10), Some(20), 4))
-            .await
-            .unwrap();
+        let s = bench::run_async(bench_args(
+            port,
+            "https-handshake",
+            sig,
+            Duration::from_secs(10),
+            Some(20),
+            4,
+        ))
+        .await
+        .unwrap();
         assert_eq!((s.ok, s.errors), (20, 0), "{sig}: {:?}", s.errors_by_kind);
     }
+    // HTTP/3: QUIC handshakes sign through the key servers too.
+    let before = ks1.metric("rampart_keyserver_requests_total").await
+        + ks2.metric("rampart_keyserver_requests_total").await;
+    let quic_port = gw.quic_listeners[0].1.port();
+    for sig in ["rsa_pss_rsae_sha256", "ecdsa_secp256r1_sha256"] {
+        let s = bench::run_async(bench_args(
+            quic_port,
+            "h3-handshake",
+            sig,
+            Duration::from_secs(10),
+            Some(10),
+            2,
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            (s.ok, s.errors),
+            (10, 0),
+            "h3 {sig}: {:?}",
+            s.errors_by_kind
+        );
+    }
+    let after = ks1.metric("rampart_keyserver_requests_total").await
+        + ks2.metric("rampart_keyserver_requests_total").await;
+    assert!(
+        after - before >= 20.0,
+        "QUIC handshakes signed remotely: {before} -> {after}"
+    );
     let served = ks1.metric("rampart_keyserver_requests_total").await
         + ks2.metric("rampart_keyserver_requests_total").await;
     assert!(
@@ -333,6 +371,7 @@ async fn killing_a_key_server_under_load_loses_at_most_what_was_in_flight() {
     const CONCURRENCY: usize = 8;
     let load = tokio::spawn(bench::run_async(bench_args(
         port,
+        "https-handshake",
         "ecdsa_secp256r1_sha256",
         Duration::from_secs(secs),
         None,
