@@ -223,58 +223,72 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn zero() -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_setzero_si512()) }
         }
         #[inline(always)]
         unsafe fn splat(x: u64) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_set1_epi64(x as i64)) }
         }
         #[inline(always)]
         unsafe fn load(src: *const u64) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_loadu_si512(src as *const _)) }
         }
         #[inline(always)]
         unsafe fn store(self, dst: *mut u64) {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { _mm512_storeu_si512(dst as *mut _, self.0) }
         }
         #[inline(always)]
         unsafe fn madd_lo(self, a: Self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_madd52lo_epu64(self.0, a.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn madd_hi(self, a: Self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_madd52hi_epu64(self.0, a.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn add(self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_add_epi64(self.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn sub(self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_sub_epi64(self.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn and(self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_and_si512(self.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn shr52(self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_srli_epi64::<52>(self.0)) }
         }
         #[inline(always)]
         unsafe fn shr63(self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_srli_epi64::<63>(self.0)) }
         }
         #[inline(always)]
         unsafe fn shl1(self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_slli_epi64::<1>(self.0)) }
         }
         #[inline(always)]
         unsafe fn eq_mask(self, b: Self) -> __mmask8 {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { _mm512_cmpeq_epi64_mask(self.0, b.0) }
         }
         #[inline(always)]
         unsafe fn blend(mask: __mmask8, a: Self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Zmm(_mm512_mask_blend_epi64(mask, a.0, b.0)) }
         }
     }
@@ -285,58 +299,72 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn zero() -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_setzero_si256()) }
         }
         #[inline(always)]
         unsafe fn splat(x: u64) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_set1_epi64x(x as i64)) }
         }
         #[inline(always)]
         unsafe fn load(src: *const u64) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_loadu_si256(src as *const _)) }
         }
         #[inline(always)]
         unsafe fn store(self, dst: *mut u64) {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { _mm256_storeu_si256(dst as *mut _, self.0) }
         }
         #[inline(always)]
         unsafe fn madd_lo(self, a: Self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_madd52lo_epu64(self.0, a.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn madd_hi(self, a: Self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_madd52hi_epu64(self.0, a.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn add(self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_add_epi64(self.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn sub(self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_sub_epi64(self.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn and(self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_and_si256(self.0, b.0)) }
         }
         #[inline(always)]
         unsafe fn shr52(self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_srli_epi64::<52>(self.0)) }
         }
         #[inline(always)]
         unsafe fn shr63(self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_srli_epi64::<63>(self.0)) }
         }
         #[inline(always)]
         unsafe fn shl1(self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_slli_epi64::<1>(self.0)) }
         }
         #[inline(always)]
         unsafe fn eq_mask(self, b: Self) -> __mmask8 {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { _mm256_cmpeq_epi64_mask(self.0, b.0) }
         }
         #[inline(always)]
         unsafe fn blend(mask: __mmask8, a: Self, b: Self) -> Self {
+            // SAFETY: trait contract: CPU features checked, pointers valid for LANES u64s.
             unsafe { Ymm(_mm256_mask_blend_epi64(mask, a.0, b.0)) }
         }
     }

@@ -14,6 +14,7 @@ use crate::lanes::{Lanes, Scalar, MASK52};
 /// Carries each limb's excess into the next, leaving 52-bit limbs. The value must fit.
 #[inline(always)]
 unsafe fn normalize<V: Lanes>(x: &mut [V]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mask = V::splat(MASK52);
         let mut c = V::zero();
@@ -33,6 +34,7 @@ pub(crate) unsafe fn amm<V: Lanes, const L: usize>(
     m: &[V; L],
     k0: V,
 ) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let zero = V::zero();
         let mut acc = [zero; L];
@@ -74,6 +76,7 @@ pub(crate) unsafe fn ams<V: Lanes, const L: usize, const L2: usize>(
     m: &[V; L],
     k0: V,
 ) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let zero = V::zero();
         let mut w = [zero; L2];
@@ -104,6 +107,7 @@ unsafe fn reduce_wide<V: Lanes, const L: usize, const L2: usize>(
     m: &[V; L],
     k0: V,
 ) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let zero = V::zero();
         for i in 0..L {
@@ -125,6 +129,7 @@ unsafe fn reduce_wide<V: Lanes, const L: usize, const L2: usize>(
 /// The full product a·b as 2L normalized limbs.
 #[inline(always)]
 unsafe fn mul_wide<V: Lanes, const L: usize, const L2: usize>(a: &[V; L], b: &[V; L]) -> [V; L2] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mut w = [V::zero(); L2];
         for i in 0..L {
@@ -141,6 +146,7 @@ unsafe fn mul_wide<V: Lanes, const L: usize, const L2: usize>(a: &[V; L], b: &[V
 /// x mod m for x < 2m, in place.
 #[inline(always)]
 unsafe fn cond_sub<V: Lanes, const L: usize>(x: &mut [V; L], m: &[V; L]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mask = V::splat(MASK52);
         let zero = V::zero();
@@ -161,6 +167,7 @@ unsafe fn cond_sub<V: Lanes, const L: usize>(x: &mut [V; L], m: &[V; L]) {
 /// (a - b) mod m for a, b < m.
 #[inline(always)]
 unsafe fn sub_mod<V: Lanes, const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L]) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mask = V::splat(MASK52);
         let zero = V::zero();
@@ -188,6 +195,7 @@ unsafe fn sub_mod<V: Lanes, const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L]) 
 /// The table entry each lane's `idx` names, reading every entry (constant time).
 #[inline(always)]
 unsafe fn select<V: Lanes, const L: usize>(table: &[[V; L]], idx: V) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mut out = [V::zero(); L];
         for (t, entry) in table.iter().enumerate() {
@@ -229,6 +237,7 @@ unsafe fn pow_window<V: Lanes, const L: usize, const L2: usize>(
     k0: V,
     one: &[V; L],
 ) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mut table = vec![[V::zero(); L]; 1 << WINDOW];
         table[0] = *one;
@@ -282,6 +291,7 @@ pub(crate) struct Half<'a> {
 #[inline(always)]
 unsafe fn load<V: Lanes, const N: usize>(src: &[u64]) -> [V; N] {
     assert_eq!(src.len(), N * V::LANES);
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     let mut out = [unsafe { V::zero() }; N];
     for (j, o) in out.iter_mut().enumerate() {
         // SAFETY: `src` holds N·LANES values (asserted).
@@ -302,6 +312,7 @@ unsafe fn store<V: Lanes>(src: &[V], dst: &mut [u64]) {
 /// c^d mod m for one prime: reduce c, exponentiate, leave Montgomery form, fully reduce.
 #[inline(always)]
 unsafe fn crt_half<V: Lanes, const L: usize, const L2: usize>(h: &Half, c: &[V; L2]) -> [V; L] {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let m: [V; L] = load(h.m);
         let k0 = V::load(h.k0.as_ptr());
@@ -324,6 +335,7 @@ unsafe fn crt_half<V: Lanes, const L: usize, const L2: usize>(h: &Half, c: &[V; 
 /// Blind, exponentiate per prime, recombine, unblind: the signature (below n) into `out`.
 #[inline(always)]
 unsafe fn crt_sign<V: Lanes, const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let n: [V; L2] = load(io.n);
         let n_k0 = V::load(io.n_k0.as_ptr());
@@ -375,6 +387,7 @@ unsafe fn public_op<V: Lanes, const L: usize>(
     e: &[u64],
     out: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let n: [V; L] = load(n);
         let k0 = V::load(n_k0.as_ptr());
@@ -460,16 +473,19 @@ type PublicFn = unsafe fn(&[u64], &[u64], &[u64], &[u64], &[u64], &mut [u64]);
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn crt_zmm<const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe { crt_sign::<crate::lanes::Zmm, L, L2>(io, out) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn crt_ymm<const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe { crt_sign::<crate::lanes::Ymm, L, L2>(io, out) }
 }
 
 unsafe fn crt_scalar<const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe { crt_sign::<Scalar, L, L2>(io, out) }
 }
 
@@ -483,6 +499,7 @@ unsafe fn pub_zmm<const L: usize, const L2: usize>(
     e: &[u64],
     out: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe { public_op::<crate::lanes::Zmm, L2>(s, n, k0, rr, e, out) }
 }
 
@@ -496,6 +513,7 @@ unsafe fn pub_ymm<const L: usize, const L2: usize>(
     e: &[u64],
     out: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe { public_op::<crate::lanes::Ymm, L2>(s, n, k0, rr, e, out) }
 }
 
@@ -507,6 +525,7 @@ unsafe fn pub_scalar<const L2: usize>(
     e: &[u64],
     out: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe { public_op::<Scalar, L2>(s, n, k0, rr, e, out) }
 }
 

@@ -160,6 +160,7 @@ struct VConsts<V> {
 
 #[inline(always)]
 unsafe fn splat5<V: Lanes>(c: &[u64; NL]) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let mut o = [V::zero(); NL];
         for j in 0..NL {
@@ -171,6 +172,7 @@ unsafe fn splat5<V: Lanes>(c: &[u64; NL]) -> Fe<V> {
 
 #[inline(always)]
 unsafe fn vconsts<V: Lanes>(c: &Consts) -> VConsts<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         VConsts {
             p: splat5(&c.p),
@@ -189,6 +191,7 @@ unsafe fn vconsts<V: Lanes>(c: &Consts) -> VConsts<V> {
 /// Carries each limb's excess into the next (the carry out of the top limb is dropped).
 #[inline(always)]
 unsafe fn carry<V: Lanes>(x: &mut Fe<V>) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let mask = V::splat(MASK52);
         let mut c = V::zero();
@@ -203,6 +206,7 @@ unsafe fn carry<V: Lanes>(x: &mut Fe<V>) {
 /// x − m where x ≥ m, else x (52-bit limbs).
 #[inline(always)]
 unsafe fn csub<V: Lanes>(x: &Fe<V>, m: &Fe<V>) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let mask = V::splat(MASK52);
         let zero = V::zero();
@@ -225,6 +229,7 @@ unsafe fn csub<V: Lanes>(x: &Fe<V>, m: &Fe<V>) -> Fe<V> {
 /// (a + b) mod 2p-ish: inputs below 2p, output below 2p.
 #[inline(always)]
 unsafe fn fadd<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let mut t = *a;
         for j in 0..NL {
@@ -238,6 +243,7 @@ unsafe fn fadd<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
 /// (a − b) mod 2p-ish: inputs below 2p, output below 2p.
 #[inline(always)]
 unsafe fn fsub<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let mask = V::splat(MASK52);
         let zero = V::zero();
@@ -261,11 +267,13 @@ unsafe fn fsub<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
 
 #[inline(always)]
 unsafe fn fmul<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { amm(a, b, &c.p, c.k0_p) }
 }
 
 #[inline(always)]
 unsafe fn ftriple<V: Lanes>(a: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { fadd(&fadd(a, a, c), a, c) }
 }
 
@@ -281,6 +289,7 @@ struct Proj<V> {
 /// algorithm 5 (11M + 2 multiplications by b). P may be the identity (0 : 1 : 0) or equal Q.
 #[inline(always)]
 unsafe fn add_mixed<V: Lanes>(p: &Proj<V>, qx: &Fe<V>, qy: &Fe<V>, c: &VConsts<V>) -> Proj<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let xx = fmul(&p.x, qx, c);
         let yy = fmul(&p.y, qy, c);
@@ -308,6 +317,7 @@ unsafe fn add_mixed<V: Lanes>(p: &Proj<V>, qx: &Fe<V>, qy: &Fe<V>, c: &VConsts<V
 /// a^e in Montgomery form for a public exponent `e` (4-bit fixed window).
 #[inline(always)]
 unsafe fn pow_public<V: Lanes>(a: &Fe<V>, e: &[u64; 4], m: &Fe<V>, k0: V, one: &Fe<V>) -> Fe<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let mut t = [*one; 16];
         t[1] = *a;
@@ -339,6 +349,7 @@ unsafe fn batch_invert<V: Lanes>(
     one: &Fe<V>,
     m_minus_2: &[u64; 4],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let count = vals.len();
         let mut prefix = Vec::with_capacity(count);
@@ -365,6 +376,7 @@ unsafe fn batch_invert<V: Lanes>(
 #[inline(always)]
 unsafe fn load5<V: Lanes>(src: &[u64]) -> Fe<V> {
     assert!(src.len() >= NL * V::LANES);
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     let mut out = [unsafe { V::zero() }; NL];
     for (j, o) in out.iter_mut().enumerate() {
         // SAFETY: `src` holds NL·LANES values (asserted).
@@ -395,6 +407,7 @@ const fn window_entries(w: usize) -> usize {
 /// k·G for each lane: `digits` holds the NW window digits (`[w * LANES + lane]`), public table.
 #[inline(always)]
 unsafe fn comb<V: Lanes>(digits: &[u64], table: &[u64], c: &VConsts<V>) -> Proj<V> {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let zero = V::zero();
         let mut acc = Proj {
@@ -440,6 +453,7 @@ unsafe fn comb<V: Lanes>(digits: &[u64], table: &[u64], c: &VConsts<V>) -> Proj<
 /// `xyz` out `[(g * 3 + coord) * NL * LANES ..]` (Montgomery form).
 #[inline(always)]
 unsafe fn comb_batch<V: Lanes>(k: &Consts, table: &[u64], digits: &[u64], xyz: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let c = vconsts::<V>(k);
         let stride = NW * V::LANES;
@@ -467,6 +481,7 @@ unsafe fn nonce_batch<V: Lanes>(
     r: &mut [u64],
     kinv: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe {
         let c = vconsts::<V>(k);
         let stride = NW * V::LANES;
@@ -648,10 +663,12 @@ impl<V: Lanes> Lanes for Pair<V> {
 
     #[inline(always)]
     unsafe fn zero() -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(V::zero(), V::zero()) }
     }
     #[inline(always)]
     unsafe fn splat(x: u64) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(V::splat(x), V::splat(x)) }
     }
     #[inline(always)]
@@ -669,42 +686,52 @@ impl<V: Lanes> Lanes for Pair<V> {
     }
     #[inline(always)]
     unsafe fn madd_lo(self, a: Self, b: Self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.madd_lo(a.0, b.0), self.1.madd_lo(a.1, b.1)) }
     }
     #[inline(always)]
     unsafe fn madd_hi(self, a: Self, b: Self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.madd_hi(a.0, b.0), self.1.madd_hi(a.1, b.1)) }
     }
     #[inline(always)]
     unsafe fn add(self, b: Self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.add(b.0), self.1.add(b.1)) }
     }
     #[inline(always)]
     unsafe fn sub(self, b: Self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.sub(b.0), self.1.sub(b.1)) }
     }
     #[inline(always)]
     unsafe fn and(self, b: Self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.and(b.0), self.1.and(b.1)) }
     }
     #[inline(always)]
     unsafe fn shr52(self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.shr52(), self.1.shr52()) }
     }
     #[inline(always)]
     unsafe fn shr63(self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.shr63(), self.1.shr63()) }
     }
     #[inline(always)]
     unsafe fn shl1(self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(self.0.shl1(), self.1.shl1()) }
     }
     #[inline(always)]
     unsafe fn eq_mask(self, b: Self) -> Self::Mask {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { (self.0.eq_mask(b.0), self.1.eq_mask(b.1)) }
     }
     #[inline(always)]
     unsafe fn blend(mask: Self::Mask, a: Self, b: Self) -> Self {
+        // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
         unsafe { Pair(V::blend(mask.0, a.0, b.0), V::blend(mask.1, a.1, b.1)) }
     }
 }
@@ -722,12 +749,14 @@ pub(crate) type CombFn = unsafe fn(&Consts, &[u64], &[u64], &mut [u64]);
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn nonce_zmm(k: &Consts, t: &[u64], d: &[u64], ks: &[u64], r: &mut [u64], ki: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { nonce_batch::<Pair<crate::lanes::Zmm>>(k, t, d, ks, r, ki) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn nonce_ymm(k: &Consts, t: &[u64], d: &[u64], ks: &[u64], r: &mut [u64], ki: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { nonce_batch::<Pair<crate::lanes::Ymm>>(k, t, d, ks, r, ki) }
 }
 
@@ -739,6 +768,7 @@ unsafe fn nonce_scalar(
     r: &mut [u64],
     ki: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { nonce_batch::<Pair<Scalar>>(k, t, d, ks, r, ki) }
 }
 
@@ -752,22 +782,26 @@ pub(crate) unsafe fn nonce_single(
     r: &mut [u64],
     ki: &mut [u64],
 ) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { nonce_batch::<Scalar>(k, t, d, ks, r, ki) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn comb_zmm(k: &Consts, t: &[u64], d: &[u64], xyz: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { comb_batch::<Pair<crate::lanes::Zmm>>(k, t, d, xyz) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
 unsafe fn comb_ymm(k: &Consts, t: &[u64], d: &[u64], xyz: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { comb_batch::<Pair<crate::lanes::Ymm>>(k, t, d, xyz) }
 }
 
 unsafe fn comb_scalar(k: &Consts, t: &[u64], d: &[u64], xyz: &mut [u64]) {
+    // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
     unsafe { comb_batch::<Pair<Scalar>>(k, t, d, xyz) }
 }
 
