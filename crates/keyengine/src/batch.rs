@@ -128,7 +128,7 @@ impl Stats {
             operations: IntCounterVec::new(
                 Opts::new(
                     "rampart_batch_operations_total",
-                    "Signatures by path: kernel (multi-buffer pass), single (one at a time on a crypto thread), idle (at once on the submitting thread), resign (a kernel lane failed verification)",
+                    "Signatures by path: kernel (multi-buffer pass), single (one at a time on a crypto thread), idle (at once on the submitting thread), pool (ECDSA P-256 with a precomputed nonce, on a crypto thread), resign (a kernel lane failed verification)",
                 ),
                 &["path", "algorithm"],
             )?,
