@@ -466,6 +466,17 @@ impl BatchEngine {
     }
 }
 
+/// Uncounts a submitted request from the engine's depth when dropped, unless disarmed.
+struct DepthGuard(Option<Arc<Shared>>);
+
+impl Drop for DepthGuard {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.depth.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Takes whatever is pending (up to the lane width) after the first request, never waiting for
 /// more, and signs it.
 fn crypto_thread(shared: &Shared, rx: &Receiver<Job>) {
@@ -513,8 +524,11 @@ impl Engine for BatchEngine {
             return Box::pin(std::future::ready(Err(SignError::Stopped("batch"))));
         };
         let shared = self.shared.clone();
-        // Counted at once, so that requests submitted together see each other.
+        // Counted at once, so that requests submitted together see each other; uncounted by
+        // the guard unless handed to a crypto thread (which uncounts it when it finishes), so
+        // a handshake dropped while waiting here does not leave the engine looking busy.
         shared.depth.fetch_add(1, Ordering::Relaxed);
+        let mut counted = DepthGuard(Some(shared.clone()));
         Box::pin(async move {
             if shared.config.inline_when_idle {
                 // Let the other ready tasks of this event loop run (and submit) first. If after
@@ -523,7 +537,7 @@ impl Engine for BatchEngine {
                 tokio::task::yield_now().await;
                 if shared.depth.load(Ordering::Relaxed) == 1 {
                     let r = shared.sign_single(&request, "idle");
-                    shared.depth.fetch_sub(1, Ordering::Relaxed);
+                    drop(counted);
                     return r;
                 }
             }
@@ -534,7 +548,7 @@ impl Engine for BatchEngine {
                 queued: Instant::now(),
             };
             if let Err(e) = tx.try_send(job) {
-                shared.depth.fetch_sub(1, Ordering::Relaxed);
+                drop(counted);
                 return Err(match e {
                     TrySendError::Full(_) => {
                         shared.stats.overload.inc();
@@ -543,6 +557,7 @@ impl Engine for BatchEngine {
                     TrySendError::Disconnected(_) => SignError::Stopped("batch"),
                 });
             }
+            counted.0 = None; // the crypto thread's `finish` uncounts it now
             rx.await.unwrap_or(Err(SignError::Stopped("batch")))
         })
     }

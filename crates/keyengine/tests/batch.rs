@@ -266,3 +266,17 @@ fn idle_crypto_threads_fill_the_nonce_pool_to_capacity() {
         512.0
     );
 }
+
+#[tokio::test]
+async fn a_request_dropped_before_it_runs_leaves_the_engine_idle() {
+    let engine = BatchEngine::new(BatchConfig::default()).unwrap();
+    let key = rsa_key();
+    let r = request(&key, SignatureAlgorithm::RsaPkcs1Sha256, b"dropped");
+    let fut = engine.submit(r.clone());
+    assert_eq!(engine.queue_depth(), 1);
+    drop(fut); // the handshake went away before its signature was started
+    assert_eq!(engine.queue_depth(), 0);
+    // Still idle: the next lone request is signed at once on the caller.
+    engine.submit(r).await.unwrap();
+    assert_eq!(by_path(&engine, "idle"), 1.0);
+}
