@@ -557,7 +557,7 @@ impl Engine for BatchEngine {
                     TrySendError::Disconnected(_) => SignError::Stopped("batch"),
                 });
             }
-            counted.0 = None; // the crypto thread's `finish` uncounts it now
+            drop(counted.0.take()); // the crypto thread's `finish` uncounts it now
             rx.await.unwrap_or(Err(SignError::Stopped("batch")))
         })
     }
