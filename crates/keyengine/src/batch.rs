@@ -19,6 +19,7 @@
 
 use crate::algorithm::{HashAlgorithm, SignatureAlgorithm};
 use crate::engine::{Engine, SignError, SignFuture, SignRequest};
+use crate::scheduler::ewma;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use mbcrypto::ecdsa::NoncePool;
 use mbcrypto::rsa::{RsaError, Scheme, SignJob};
@@ -167,17 +168,6 @@ struct Shared {
     /// Idle refilling under way: started below the pool's threshold, goes on to capacity.
     filling: std::sync::atomic::AtomicBool,
     stats: Stats,
-}
-
-fn ewma(cell: &AtomicU64, sample: Duration) {
-    let sample = sample.as_nanos().min(u64::MAX as u128) as u64;
-    let old = cell.load(Ordering::Relaxed);
-    let new = if old == 0 {
-        sample
-    } else {
-        (old * 7 + sample) / 8
-    };
-    cell.store(new, Ordering::Relaxed);
 }
 
 fn scheme(a: SignatureAlgorithm) -> Option<Scheme> {

@@ -27,6 +27,19 @@ struct Slot {
     service_ns: [AtomicU64; 3],
 }
 
+/// Folds a measured duration into an exponentially weighted moving average (ns, weight 1/8;
+/// the first sample is taken as is).
+pub(crate) fn ewma(cell: &AtomicU64, sample: Duration) {
+    let sample = sample.as_nanos().min(u64::MAX as u128) as u64;
+    let old = cell.load(Ordering::Relaxed);
+    let new = if old == 0 {
+        sample
+    } else {
+        (old * 7 + sample) / 8
+    };
+    cell.store(new, Ordering::Relaxed);
+}
+
 pub struct Scheduler {
     slots: Vec<Slot>,
     pins: HashMap<KeyKind, usize>,
@@ -126,15 +139,7 @@ impl Scheduler {
 
     /// Feeds a measured service time back into the estimate.
     pub fn record(&self, slot: usize, kind: KeyKind, took: Duration) {
-        let cell = &self.slots[slot].service_ns[kind_index(kind)];
-        let sample = took.as_nanos().min(u64::MAX as u128) as u64;
-        let old = cell.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            sample
-        } else {
-            (old * 7 + sample) / 8
-        };
-        cell.store(new, Ordering::Relaxed);
+        ewma(&self.slots[slot].service_ns[kind_index(kind)], took);
     }
 
     pub fn engines(&self) -> impl Iterator<Item = &Arc<dyn Engine>> {

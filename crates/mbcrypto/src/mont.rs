@@ -11,9 +11,10 @@
 
 use crate::lanes::{Lanes, Scalar, MASK52};
 
-/// Carries each limb's excess into the next, leaving 52-bit limbs. The value must fit.
+/// Carries each limb's excess into the next, leaving 52-bit limbs. The value must fit (a carry
+/// out of the top limb is dropped).
 #[inline(always)]
-unsafe fn normalize<V: Lanes>(x: &mut [V]) {
+pub(crate) unsafe fn normalize<V: Lanes>(x: &mut [V]) {
     // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mask = V::splat(MASK52);

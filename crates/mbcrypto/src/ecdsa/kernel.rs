@@ -192,15 +192,7 @@ unsafe fn vconsts<V: Lanes>(c: &Consts) -> VConsts<V> {
 #[inline(always)]
 unsafe fn carry<V: Lanes>(x: &mut Fe<V>) {
     // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
-    unsafe {
-        let mask = V::splat(MASK52);
-        let mut c = V::zero();
-        for limb in x.iter_mut() {
-            let t = limb.add(c);
-            c = t.shr52();
-            *limb = t.and(mask);
-        }
-    }
+    unsafe { crate::mont::normalize(x) }
 }
 
 /// x − m where x ≥ m, else x (52-bit limbs).
