@@ -144,21 +144,30 @@ unsafe fn mul_wide<V: Lanes, const L: usize, const L2: usize>(a: &[V; L], b: &[V
     }
 }
 
-/// x mod m for x < 2m, in place.
+/// a - b limb by limb: the 52-bit difference limbs and the final borrow (1 where a < b).
 #[inline(always)]
-unsafe fn cond_sub<V: Lanes, const L: usize>(x: &mut [V; L], m: &[V; L]) {
+unsafe fn sub_borrow<V: Lanes, const L: usize>(a: &[V; L], b: &[V; L]) -> ([V; L], V) {
     // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
         let mask = V::splat(MASK52);
-        let zero = V::zero();
-        let mut d = [zero; L];
-        let mut borrow = zero;
+        let mut d = [V::zero(); L];
+        let mut borrow = V::zero();
         for j in 0..L {
-            let t = x[j].sub(m[j]).sub(borrow);
+            let t = a[j].sub(b[j]).sub(borrow);
             borrow = t.shr63();
             d[j] = t.and(mask);
         }
-        let no_borrow = borrow.eq_mask(zero);
+        (d, borrow)
+    }
+}
+
+/// x mod m for x < 2m, in place.
+#[inline(always)]
+pub(crate) unsafe fn cond_sub<V: Lanes, const L: usize>(x: &mut [V; L], m: &[V; L]) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe {
+        let (d, borrow) = sub_borrow(x, m);
+        let no_borrow = borrow.eq_mask(V::zero());
         for j in 0..L {
             x[j] = V::blend(no_borrow, x[j], d[j]);
         }
@@ -167,28 +176,20 @@ unsafe fn cond_sub<V: Lanes, const L: usize>(x: &mut [V; L], m: &[V; L]) {
 
 /// (a - b) mod m for a, b < m.
 #[inline(always)]
-unsafe fn sub_mod<V: Lanes, const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L]) -> [V; L] {
+pub(crate) unsafe fn sub_mod<V: Lanes, const L: usize>(
+    a: &[V; L],
+    b: &[V; L],
+    m: &[V; L],
+) -> [V; L] {
     // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
     unsafe {
-        let mask = V::splat(MASK52);
-        let zero = V::zero();
-        let one = V::splat(1);
-        let mut d = [zero; L];
-        let mut borrow = zero;
-        for j in 0..L {
-            let t = a[j].sub(b[j]).sub(borrow);
-            borrow = t.shr63();
-            d[j] = t.and(mask);
-        }
+        let (mut d, borrow) = sub_borrow(a, b);
         // Add m back in the lanes that borrowed; the carry out of the top cancels the borrow.
-        let negative = borrow.eq_mask(one);
+        let negative = borrow.eq_mask(V::splat(1));
         for j in 0..L {
-            d[j] = d[j].add(V::blend(negative, zero, m[j]));
+            d[j] = d[j].add(V::blend(negative, V::zero(), m[j]));
         }
         normalize(&mut d);
-        for limb in d.iter_mut() {
-            *limb = limb.and(mask);
-        }
         d
     }
 }

@@ -198,24 +198,10 @@ unsafe fn carry<V: Lanes>(x: &mut Fe<V>) {
 /// x − m where x ≥ m, else x (52-bit limbs).
 #[inline(always)]
 unsafe fn csub<V: Lanes>(x: &Fe<V>, m: &Fe<V>) -> Fe<V> {
+    let mut out = *x;
     // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
-    unsafe {
-        let mask = V::splat(MASK52);
-        let zero = V::zero();
-        let mut d = [zero; NL];
-        let mut borrow = zero;
-        for j in 0..NL {
-            let t = x[j].sub(m[j]).sub(borrow);
-            borrow = t.shr63();
-            d[j] = t.and(mask);
-        }
-        let no_borrow = borrow.eq_mask(zero);
-        let mut out = *x;
-        for j in 0..NL {
-            out[j] = V::blend(no_borrow, x[j], d[j]);
-        }
-        out
-    }
+    unsafe { crate::mont::cond_sub(&mut out, m) };
+    out
 }
 
 /// (a + b) mod 2p-ish: inputs below 2p, output below 2p.
@@ -236,25 +222,7 @@ unsafe fn fadd<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
 #[inline(always)]
 unsafe fn fsub<V: Lanes>(a: &Fe<V>, b: &Fe<V>, c: &VConsts<V>) -> Fe<V> {
     // SAFETY: this `unsafe fn`'s contract holds (the lane type's CPU features).
-    unsafe {
-        let mask = V::splat(MASK52);
-        let zero = V::zero();
-        let mut d = [zero; NL];
-        let mut borrow = zero;
-        for j in 0..NL {
-            let t = a[j].sub(b[j]).sub(borrow);
-            borrow = t.shr63();
-            d[j] = t.and(mask);
-        }
-        // Add 2p back where the difference went negative; the carry out of the top limb
-        // cancels the borrow.
-        let negative = borrow.eq_mask(V::splat(1));
-        for (dj, pj) in d.iter_mut().zip(&c.two_p) {
-            *dj = dj.add(V::blend(negative, zero, *pj));
-        }
-        carry(&mut d);
-        d
-    }
+    unsafe { crate::mont::sub_mod(a, b, &c.two_p) }
 }
 
 #[inline(always)]
