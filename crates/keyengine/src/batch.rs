@@ -193,12 +193,17 @@ impl Shared {
             return None;
         }
         let single = self.single_ns[class].load(Ordering::Relaxed).max(1);
-        let pass = match self.pass_ns[class].load(Ordering::Relaxed) {
-            // Unmeasured: assume the kernel's measured advantage on IFMA (1.5x at full lanes).
-            0 => single * self.lanes as u64 * 2 / 3,
-            p => p,
-        };
+        let pass = self.pass_estimate(class);
         (2..=self.lanes).find(|&n| pass < n as u64 * single)
+    }
+
+    /// The expected time of one kernel pass (ns): measured, or before any pass has run, the
+    /// kernel's measured advantage on IFMA (1.5x at full lanes) applied to single operations.
+    fn pass_estimate(&self, class: usize) -> u64 {
+        match self.pass_ns[class].load(Ordering::Relaxed) {
+            0 => self.single_ns[class].load(Ordering::Relaxed).max(1) * self.lanes as u64 * 2 / 3,
+            p => p,
+        }
     }
 
     /// The kernel pass a request could go into, for RSA keys the kernel handles.
@@ -573,11 +578,7 @@ impl Engine for BatchEngine {
         }
         let ns = match s.min_pass(0) {
             Some(min) if n >= min => {
-                let pass = match s.pass_ns[0].load(Ordering::Relaxed) {
-                    0 => single * s.lanes as u64 * 2 / 3,
-                    p => p,
-                };
-                (n.div_ceil(s.lanes) as u64).div_ceil(threads) * pass
+                (n.div_ceil(s.lanes) as u64).div_ceil(threads) * s.pass_estimate(0)
             }
             _ => (n as u64).div_ceil(threads) * single,
         };
