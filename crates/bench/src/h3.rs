@@ -15,6 +15,121 @@ pub struct H3Target {
     pub host: String,
     pub path: String,
     pub sigalgs: Option<String>,
+    /// Receive coalesced datagrams (UDP_GRO) where the kernel offers it.
+    pub gro: bool,
+}
+
+/// Asks the kernel to hand over a GSO train as one buffer (Linux UDP_GRO); false where it
+/// cannot, and datagrams then arrive one by one.
+#[cfg(target_os = "linux")]
+fn enable_gro(sock: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor, and a pointer to an int that lives for the call with
+    // its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enable_gro(_sock: &UdpSocket) -> bool {
+    false
+}
+
+/// One non-blocking receive: (bytes, sender, segment size when the kernel coalesced several
+/// datagrams of that size into `buf`).
+#[cfg(target_os = "linux")]
+fn recv_gro(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
+    use std::os::fd::AsRawFd;
+    sock.try_io(tokio::io::Interest::READABLE, || {
+        let mut name: libc::sockaddr_storage = unsafe_zeroed_storage();
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // Room for one cmsg carrying an int (the GRO segment size).
+        let mut control = [0u64; 8];
+        let mut msg: libc::msghdr = unsafe_zeroed_msghdr();
+        msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` points at `name`, `iov` (over `buf`) and `control`, all live and
+        // writable for the call, with their true lengths.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut segment = None;
+        // SAFETY: the cmsg walk stays inside `control`, bounded by the msg_controllen the
+        // kernel wrote back; CMSG_DATA of a SOL_UDP/UDP_GRO header holds one int.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                    let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    segment = usize::try_from(size).ok().filter(|&s| s > 0);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        let from = sockaddr_to_std(&name)
+            .ok_or_else(|| std::io::Error::other("recvmsg: sender is not an IP address"))?;
+        Ok((n as usize, from, segment))
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn unsafe_zeroed_storage() -> libc::sockaddr_storage {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid (unspecified) value.
+    unsafe { std::mem::zeroed() }
+}
+
+#[cfg(target_os = "linux")]
+fn unsafe_zeroed_msghdr() -> libc::msghdr {
+    // SAFETY: msghdr is plain old data (null pointers and zero lengths) when zeroed.
+    unsafe { std::mem::zeroed() }
+}
+
+#[cfg(target_os = "linux")]
+fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match s.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: ss_family says the storage holds a sockaddr_in, which it is large enough for.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn recv_gro(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
+    sock.try_recv_from(buf).map(|(n, from)| (n, from, None))
 }
 
 fn config(sigalgs: Option<&str>) -> anyhow::Result<quiche::Config> {
@@ -42,6 +157,7 @@ fn config(sigalgs: Option<&str>) -> anyhow::Result<quiche::Config> {
 /// One client connection.
 pub struct H3Conn {
     sock: UdpSocket,
+    gro: bool,
     local: SocketAddr,
     conn: quiche::Connection,
     h3: Option<quiche::h3::Connection>,
@@ -54,6 +170,7 @@ impl H3Conn {
     /// Starts a connection; with `session`, resumes (and may send early data at once).
     pub async fn connect(t: &H3Target, session: Option<&[u8]>) -> anyhow::Result<Self> {
         let sock = UdpSocket::bind("127.0.0.1:0").await?;
+        let gro = t.gro && enable_gro(&sock);
         let local = sock.local_addr()?;
         let mut scid = [0u8; 16];
         boring::rand::rand_bytes(&mut scid)?;
@@ -65,6 +182,7 @@ impl H3Conn {
         }
         Ok(H3Conn {
             sock,
+            gro,
             local,
             conn,
             h3: None,
@@ -97,18 +215,37 @@ impl H3Conn {
         }
         let wait = self.conn.timeout().unwrap_or(Duration::from_secs(1));
         tokio::select! {
-            r = self.sock.recv_from(&mut self.buf) => {
-                let (n, from) = r?;
-                let to = self.local;
-                let _ = self.conn.recv(&mut self.buf[..n], quiche::RecvInfo { from, to });
-                // Drain whatever else is queued without waiting.
-                while let Ok((n, from)) = self.sock.try_recv_from(&mut self.buf) {
-                    let _ = self.conn.recv(&mut self.buf[..n], quiche::RecvInfo { from, to });
+            r = self.sock.readable() => {
+                r?;
+                // Drain whatever is queued without waiting.
+                loop {
+                    let got = if self.gro {
+                        recv_gro(&self.sock, &mut self.buf)
+                    } else {
+                        self.sock.try_recv_from(&mut self.buf).map(|(n, f)| (n, f, None))
+                    };
+                    match got {
+                        Ok((n, from, segment)) => self.feed(n, from, segment),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
             _ = tokio::time::sleep(wait) => self.conn.on_timeout(),
         }
         Ok(())
+    }
+
+    /// Hands `buf[..n]` to quiche, one datagram per GRO segment.
+    fn feed(&mut self, n: usize, from: SocketAddr, segment: Option<usize>) {
+        let to = self.local;
+        let step = segment.unwrap_or(n).max(1);
+        let mut at = 0;
+        while at < n {
+            let end = (at + step).min(n);
+            let _ = self.conn.recv(&mut self.buf[at..end], quiche::RecvInfo { from, to });
+            at = end;
+        }
     }
 
     /// Drives until the handshake completes.

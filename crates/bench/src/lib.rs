@@ -125,6 +125,11 @@ pub struct BenchArgs {
     /// engine: concurrency levels, comma-separated.
     #[arg(long, default_value = "1,8,64,512")]
     pub levels: String,
+    /// HTTP/3 modes: do not ask the kernel for coalesced datagrams (UDP_GRO). With GRO, a
+    /// server's GSO send crosses loopback as one buffer, as a hardware-offloading NIC would
+    /// carry it; without, the kernel splits every send into datagrams on the server's CPU.
+    #[arg(long)]
+    pub no_gro: bool,
     /// sign-load --engine remote: connections per key server.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
@@ -410,6 +415,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                         host: t.host.clone(),
                         path: t.path.clone(),
                         sigalgs: args.sigalgs.clone(),
+                        gro: !args.no_gro,
                     });
                     h3::worker(h3t, args, rec).await
                 }

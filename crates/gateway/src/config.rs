@@ -291,6 +291,12 @@ pub struct QuicConfig {
     /// Pace outgoing packets (spread over the RTT instead of bursts). Costs CPU: a GSO batch is
     /// cut wherever the release time changes (see docs/benchmarks.md).
     pub pacing: bool,
+    /// Initial congestion window in packets (RFC 9002 suggests 10). With cubic and reno it is
+    /// also the most packets one GSO send carries, so it bounds syscalls per byte.
+    pub initial_congestion_window: usize,
+    /// Largest UDP payload this server sends (bytes). 1350 fits every common path MTU;
+    /// path MTU discovery is off.
+    pub max_udp_payload: usize,
 }
 
 impl Default for QuicConfig {
@@ -307,6 +313,8 @@ impl Default for QuicConfig {
             lb: None,
             early_data: false,
             pacing: true,
+            initial_congestion_window: 10,
+            max_udp_payload: 1350,
         }
     }
 }
@@ -759,6 +767,18 @@ impl Config {
                             "{:?}: expected \"cubic\", \"reno\" or \"bbr2\"",
                             q.congestion_control
                         ),
+                    );
+                }
+                if !(2..=1000).contains(&q.initial_congestion_window) {
+                    return err(
+                        format!("{p}.quic.initial_congestion_window"),
+                        format!("{}: expected 2..=1000 packets", q.initial_congestion_window),
+                    );
+                }
+                if !(1200..=65527).contains(&q.max_udp_payload) {
+                    return err(
+                        format!("{p}.quic.max_udp_payload"),
+                        format!("{}: expected 1200..=65527 bytes", q.max_udp_payload),
                     );
                 }
                 if !t.versions.contains(&TlsVersion::Tls13) {

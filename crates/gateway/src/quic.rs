@@ -135,6 +135,8 @@ pub async fn serve(
     settings.enable_pacing = cfg.pacing;
     settings.max_idle_timeout = Some(shared.limits.idle_timeout);
     settings.cc_algorithm = cfg.congestion_control.clone();
+    settings.initial_congestion_window_packets = cfg.initial_congestion_window;
+    settings.max_send_udp_payload_size = cfg.max_udp_payload;
     settings.initial_max_data = cfg.initial_max_data;
     settings.initial_max_stream_data_bidi_local = cfg.initial_max_stream_data;
     settings.initial_max_stream_data_bidi_remote = cfg.initial_max_stream_data;
