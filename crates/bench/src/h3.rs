@@ -47,7 +47,10 @@ fn enable_gro(_sock: &UdpSocket) -> bool {
 /// One non-blocking receive: (bytes, sender, segment size when the kernel coalesced several
 /// datagrams of that size into `buf`).
 #[cfg(target_os = "linux")]
-fn recv_gro(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
+fn recv_gro(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
     use std::os::fd::AsRawFd;
     sock.try_io(tokio::io::Interest::READABLE, || {
         let mut name: libc::sockaddr_storage = unsafe_zeroed_storage();
@@ -128,7 +131,10 @@ fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn recv_gro(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
+fn recv_gro(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
     sock.try_recv_from(buf).map(|(n, from)| (n, from, None))
 }
 
@@ -243,7 +249,9 @@ impl H3Conn {
         let mut at = 0;
         while at < n {
             let end = (at + step).min(n);
-            let _ = self.conn.recv(&mut self.buf[at..end], quiche::RecvInfo { from, to });
+            let _ = self
+                .conn
+                .recv(&mut self.buf[at..end], quiche::RecvInfo { from, to });
             at = end;
         }
     }

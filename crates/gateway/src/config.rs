@@ -281,8 +281,11 @@ pub struct QuicConfig {
     pub max_concurrent_streams: u64,
     /// UDP socket send and receive buffer (bytes); the kernel may cap it (a warning says so).
     pub udp_buffer_bytes: usize,
-    /// Address validation with Retry: "never" or "always".
+    /// Address validation with Retry: "never", "always" or "when_busy" (while more than
+    /// `retry_pending_above` handshakes are pending on this listener).
     pub retry: RetryPolicy,
+    /// With `retry = "when_busy"`: Retry while more handshakes than this are pending.
+    pub retry_pending_above: usize,
     /// Routable connection IDs (QUIC-LB); absent: random 20-byte IDs.
     pub lb: Option<QuicLbConfig>,
     /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
@@ -310,6 +313,7 @@ impl Default for QuicConfig {
             max_concurrent_streams: 100,
             udp_buffer_bytes: 4 << 20,
             retry: RetryPolicy::Never,
+            retry_pending_above: 256,
             lb: None,
             early_data: false,
             pacing: true,
@@ -324,6 +328,7 @@ impl Default for QuicConfig {
 pub enum RetryPolicy {
     Never,
     Always,
+    WhenBusy,
 }
 
 /// QUIC-LB (draft-ietf-quic-load-balancers-21) connection-ID configuration, shared with the

@@ -1,8 +1,12 @@
 //! Gateway metrics. Names and labels are a documented interface (README, "Metrics").
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use std::sync::{Arc, Mutex};
+use tokio_quiche::quic::RetryGate;
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -22,6 +26,67 @@ pub struct Metrics {
     pub quic_packets: IntCounterVec,
     pub quic_path_migrations: IntCounterVec,
     pub quic_open_streams: IntGaugeVec,
+    retry_gates: RetryGates,
+}
+
+/// The QUIC listeners' Retry gates (tokio-quiche counts pending handshakes and Retries sent),
+/// read at scrape time.
+#[derive(Clone)]
+struct RetryGates {
+    gates: Arc<Mutex<Vec<(String, Arc<RetryGate>)>>>,
+    pending: IntGaugeVec,
+    retries: IntCounterVec,
+}
+
+impl RetryGates {
+    fn new() -> Self {
+        RetryGates {
+            gates: Default::default(),
+            pending: IntGaugeVec::new(
+                Opts::new(
+                    "rampart_quic_handshakes_pending",
+                    "QUIC handshakes accepted and not yet complete, per listener with Retry configured",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
+            retries: IntCounterVec::new(
+                Opts::new(
+                    "rampart_quic_retries_total",
+                    "Retry packets sent (address validation), per listener",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
+        }
+    }
+}
+
+impl Collector for RetryGates {
+    fn desc(&self) -> Vec<&Desc> {
+        self.pending
+            .desc()
+            .into_iter()
+            .chain(self.retries.desc())
+            .collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+        self.pending.reset();
+        self.retries.reset();
+        for (listener, gate) in gates.iter() {
+            self.pending
+                .with_label_values(&[listener])
+                .set(gate.pending() as i64);
+            self.retries
+                .with_label_values(&[listener])
+                .inc_by(gate.retries_sent());
+        }
+        let mut out = self.pending.collect();
+        out.extend(self.retries.collect());
+        out
+    }
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -149,8 +214,12 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            retry_gates: RetryGates::new(),
             registry,
         };
+        m.registry
+            .register(Box::new(m.retry_gates.clone()))
+            .unwrap();
         for c in [&m.quic_handshakes, &m.quic_packets, &m.quic_path_migrations] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
@@ -182,6 +251,17 @@ impl Metrics {
             .register(Box::new(m.open_connections.clone()))
             .unwrap();
         m
+    }
+
+    /// Exports a QUIC listener's pending handshakes and Retries sent.
+    pub fn watch_retry_gate(&self, listener: &str, gate: Arc<RetryGate>) {
+        let mut gates = self
+            .retry_gates
+            .gates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        gates.retain(|(l, _)| l != listener);
+        gates.push((listener.to_string(), gate));
     }
 
     /// The Prometheus text exposition of every metric.
@@ -260,6 +340,7 @@ mod tests {
         m.quic_packets.with_label_values(&["l", "lost"]).inc();
         m.quic_path_migrations.with_label_values(&["l"]).inc();
         m.quic_open_streams.with_label_values(&["l"]).inc();
+        m.watch_retry_gate("l", RetryGate::always());
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
         let text = m.render();

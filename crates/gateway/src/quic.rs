@@ -24,7 +24,7 @@ use tokio_quiche::http3::driver::{
 };
 use tokio_quiche::http3::settings::Http3Settings;
 use tokio_quiche::metrics::DefaultMetrics;
-use tokio_quiche::quic::{ConnectionHook, SimpleConnectionIdGenerator};
+use tokio_quiche::quic::{ConnectionHook, RetryGate, SimpleConnectionIdGenerator};
 use tokio_quiche::quiche::h3::{Header, NameValue};
 use tokio_quiche::quiche::ConnectionId;
 use tokio_quiche::settings::{CertificateKind, Hooks, QuicSettings, TlsCertificatePaths};
@@ -143,6 +143,16 @@ pub async fn serve(
     settings.initial_max_stream_data_uni = cfg.initial_max_stream_data;
     settings.initial_max_streams_bidi = cfg.max_concurrent_streams;
     settings.disable_client_ip_validation = cfg.retry == RetryPolicy::Never;
+    let retry_gate = match cfg.retry {
+        RetryPolicy::Never => None,
+        RetryPolicy::Always => Some(RetryGate::always()),
+        RetryPolicy::WhenBusy => Some(RetryGate::when_pending_above(cfg.retry_pending_above)),
+    };
+    if let Some(gate) = &retry_gate {
+        shared
+            .metrics
+            .watch_retry_gate(&shared.listener, gate.clone());
+    }
     settings.enable_early_data = cfg.early_data;
     let socket = match tokio::net::UdpSocket::from_std(socket) {
         Ok(s) => s,
@@ -163,7 +173,7 @@ pub async fn serve(
     };
     // tokio-quiche consults the hook only when certificate paths are set; ours come from the
     // hook, so these names are never opened.
-    let params = ConnectionParams::new_server(
+    let mut params = ConnectionParams::new_server(
         settings,
         TlsCertificatePaths {
             cert: "(from rampart's certificate store)",
@@ -172,6 +182,7 @@ pub async fn serve(
         },
         hooks,
     );
+    params.retry_gate = retry_gate;
     let mut streams =
         match tokio_quiche::listen_with_capabilities([listener], params, DefaultMetrics) {
             Ok(s) => s,

@@ -319,3 +319,61 @@ async fn connection_survives_a_client_port_change_mid_transfer() {
     // Counted when the connection closes.
     eventually_metric(&fx, "rampart_quic_path_migrations_total", &[], 1.0).await;
 }
+
+/// Address validation: `always` sends every new client a Retry first (quiche and aioquic both
+/// follow it); `when_busy` sends Retries only while more handshakes than the threshold are
+/// pending, here pushed there by a key engine that takes 100 ms per signature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_always_and_only_while_many_handshakes_are_pending() {
+    let fx = start("", &format!("{QUIC}\nretry = \"always\"")).await;
+    let server = fx.gw().quic_listeners[0].1;
+    quic_handshake(server)
+        .await
+        .expect("quiche handshake after a Retry");
+    let r = json_lines(&run(h3(&fx, &["--path", "/bytes/10"])).await);
+    assert_eq!(r[0]["status"], 200);
+    let m = fx.gw().metrics.render();
+    // One Retry per Initial datagram without a token: a ClientHello with a post-quantum key
+    // share spans two.
+    let retries = metric_sum(&m, "rampart_quic_retries_total", &[]);
+    assert!((2.0..=4.0).contains(&retries), "retries {retries}\n{m}");
+
+    let engine: std::sync::Arc<dyn keyengine::Engine> = std::sync::Arc::new(
+        keyengine::testing::DelayEngine::new(std::time::Duration::from_millis(100)),
+    );
+    let fx = start_engine(
+        "",
+        &format!("{QUIC}\nretry = \"when_busy\"\nretry_pending_above = 4"),
+        Some(vec![engine]),
+    )
+    .await;
+    let server = fx.gw().quic_listeners[0].1;
+    quic_handshake(server).await.expect("a lone handshake");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_quic_retries_total", &[]),
+        0.0,
+        "{m}"
+    );
+    let tasks: Vec<_> = (0..40)
+        .map(|_| tokio::spawn(quic_handshake(server)))
+        .collect();
+    for t in tasks {
+        t.await.unwrap().expect("handshake in a burst");
+    }
+    let m = fx.gw().metrics.render();
+    let retries = metric_sum(&m, "rampart_quic_retries_total", &[]);
+    // The first five are accepted outright (pending 1..=5 > 4 only from the sixth on); each
+    // later client gets at most one Retry per Initial datagram.
+    assert!((1.0..=80.0).contains(&retries), "retries {retries}\n{m}");
+    eprintln!("retries during a burst of 40: {retries}");
+    // Every handshake completes, so none stays pending.
+    for _ in 0..100 {
+        let m = fx.gw().metrics.render();
+        if metric_sum(&m, "rampart_quic_handshakes_pending", &[]) == 0.0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("handshakes still pending: {}", fx.gw().metrics.render());
+}

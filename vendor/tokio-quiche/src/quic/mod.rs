@@ -102,6 +102,7 @@ use crate::QuicConnectionStream;
 use crate::QuicResult;
 use crate::QuicResultExt;
 
+pub(crate) mod retry_gate;
 mod addr_validation_token;
 pub(crate) mod connection;
 mod dscp;
@@ -119,6 +120,8 @@ use self::router::connector::ClientConnector;
 use self::router::InboundPacketRouter;
 
 pub use self::connection::ConnectionShutdownBehaviour;
+// rampart: Retry only under load.
+pub use self::retry_gate::RetryGate;
 pub use self::connection::HandshakeError;
 pub use self::connection::HandshakeInfo;
 pub use self::connection::Incoming;
@@ -309,6 +312,7 @@ where
     let acceptor = ConnectionAcceptor::new(
         ConnectionAcceptorConfig {
             disable_client_ip_validation: config.disable_client_ip_validation,
+            retry_gate: params.retry_gate.clone(),
             enable_per_connection_dscp: params.enable_per_connection_dscp,
             qlog_dir: config.qlog_dir.clone(),
             qlog_compression: config.qlog_compression,

@@ -73,6 +73,9 @@ pub struct ConnectionParams<'a> {
     /// [RFC 9000]: <https://datatracker.ietf.org/doc/html/rfc9000#section-7.2-3>
     #[cfg(feature = "custom-client-dcid")]
     pub dcid: Option<quiche::ConnectionId<'static>>,
+    /// rampart: server listeners only. When set, it decides which Initials without a token
+    /// get a Retry (instead of `disable_client_ip_validation`) and counts pending handshakes.
+    pub retry_gate: Option<std::sync::Arc<crate::quic::RetryGate>>,
 }
 
 impl core::fmt::Debug for ConnectionParams<'_> {
@@ -109,6 +112,7 @@ impl<'a> ConnectionParams<'a> {
             session: None,
             #[cfg(feature = "custom-client-dcid")]
             dcid: None,
+            retry_gate: None,
         }
     }
 
@@ -127,6 +131,7 @@ impl<'a> ConnectionParams<'a> {
             session: None,
             #[cfg(feature = "custom-client-dcid")]
             dcid: None,
+            retry_gate: None,
         }
     }
 }

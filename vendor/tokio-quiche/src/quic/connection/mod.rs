@@ -627,6 +627,9 @@ pub struct HandshakeInfo {
     timeout: Option<Duration>,
     /// The real duration that the handshake took to complete.
     time_handshake: Option<Duration>,
+    /// rampart: held until the handshake completes (or the connection ends).
+    pub(crate) pending:
+        Option<std::sync::Arc<crate::quic::retry_gate::PendingHandshake>>,
 }
 
 impl HandshakeInfo {
@@ -635,6 +638,7 @@ impl HandshakeInfo {
             start_time,
             timeout,
             time_handshake: None,
+            pending: None,
         }
     }
 
@@ -652,7 +656,8 @@ impl HandshakeInfo {
 
     pub(crate) fn set_elapsed(&mut self) {
         let elapsed = self.start_time.elapsed();
-        self.time_handshake = Some(elapsed)
+        self.time_handshake = Some(elapsed);
+        self.pending = None;
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {

@@ -63,6 +63,8 @@ pub(crate) struct ConnectionAcceptor<S, M> {
 
 pub(crate) struct ConnectionAcceptorConfig {
     pub(crate) disable_client_ip_validation: bool,
+    /// rampart: when set, decides Retry per Initial and counts pending handshakes.
+    pub(crate) retry_gate: Option<Arc<crate::quic::RetryGate>>,
     pub(crate) enable_per_connection_dscp: bool,
     pub(crate) qlog_dir: Option<String>,
     pub(crate) qlog_compression: QlogCompression,
@@ -144,6 +146,7 @@ where
             cid_generator: Some(Arc::clone(&self.cid_generator)),
             initial_pkt: Some(incoming),
             enable_per_connection_dscp: self.config.enable_per_connection_dscp,
+            pending_handshake: self.config.retry_gate.as_ref().map(|g| g.enter()),
         }))
     }
 
@@ -237,13 +240,21 @@ where
             });
         }
 
-        if self.config.disable_client_ip_validation {
-            return self.accept_conn(incoming, None, hdr.dcid, quiche_config);
-        }
-
         // NOTE: token is always present in Initial packets
         let token = hdr.token.as_ref().unwrap();
-        if token.is_empty() {
+
+        // rampart: with a gate, Retry depends on the pending handshakes; a client that
+        // already carries a token is validated below either way.
+        if let Some(gate) = &self.config.retry_gate {
+            if token.is_empty() {
+                if gate.take_retry() {
+                    return self.stateless_retry(incoming, hdr);
+                }
+                return self.accept_conn(incoming, None, hdr.dcid, quiche_config);
+            }
+        } else if self.config.disable_client_ip_validation {
+            return self.accept_conn(incoming, None, hdr.dcid, quiche_config);
+        } else if token.is_empty() {
             return self.stateless_retry(incoming, hdr);
         }
 
@@ -290,6 +301,7 @@ mod tests {
         let acceptor = ConnectionAcceptor::new(
             ConnectionAcceptorConfig {
                 disable_client_ip_validation: false,
+                retry_gate: None,
                 enable_per_connection_dscp: dscp != 0,
                 qlog_dir: None,
                 qlog_compression: QlogCompression::None,

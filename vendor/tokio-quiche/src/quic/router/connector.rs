@@ -184,6 +184,7 @@ where
                 enable_per_connection_dscp: false,
                 cid_generator: None,
                 handshake_start_time,
+                pending_handshake: None,
             }))
         } else if conn.is_closed() {
             let scid = conn.source_id();

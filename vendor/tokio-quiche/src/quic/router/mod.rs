@@ -315,6 +315,7 @@ where
             handshake_start_time,
             initial_pkt,
             enable_per_connection_dscp,
+            pending_handshake,
         } = new_connection;
 
         let Some(ref shutdown_tx) = self.shutdown_tx else {
@@ -343,10 +344,11 @@ where
             pool_send_buffer: self.config.pool_send_buffer,
         };
 
-        let handshake_info = HandshakeInfo::new(
+        let mut handshake_info = HandshakeInfo::new(
             handshake_start_time,
             self.config.handshake_timeout,
         );
+        handshake_info.pending = pending_handshake.map(Arc::new);
 
         let conn = InitialQuicConnection::new(QuicConnectionParams {
             writer_cfg,
@@ -871,6 +873,8 @@ pub struct NewConnection {
     /// When the handshake started. Should be called before [`quiche::accept`]
     /// or [`quiche::connect`].
     handshake_start_time: Instant,
+    /// rampart: counts this handshake as pending in the listener's Retry gate.
+    pending_handshake: Option<crate::quic::retry_gate::PendingHandshake>,
 }
 
 // TODO: the router module is private so we can't move these to /tests
@@ -974,6 +978,7 @@ mod tests {
         let acceptor = ConnectionAcceptor::new(
             ConnectionAcceptorConfig {
                 disable_client_ip_validation: config.disable_client_ip_validation,
+                retry_gate: None,
                 enable_per_connection_dscp: params.enable_per_connection_dscp,
                 qlog_dir: config.qlog_dir.clone(),
                 qlog_compression: config.qlog_compression,
