@@ -298,6 +298,9 @@ impl Body for H3RequestBody {
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data.freeze()))));
                 }
+                Poll::Ready(Some(InboundFrame::Trailers(list))) => {
+                    return Poll::Ready(Some(trailer_map(list).map(Frame::trailers)));
+                }
                 Poll::Ready(Some(InboundFrame::Datagram(_))) => continue,
                 Poll::Ready(None) => {
                     self.rx = None;
@@ -315,6 +318,21 @@ impl Body for H3RequestBody {
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
     }
+}
+
+/// A request's trailer section as a header map. A pseudo-header or an invalid field makes the
+/// request malformed (RFC 9114 §4.1.2); the error aborts the request upstream.
+fn trailer_map(list: Vec<Header>) -> Result<http::HeaderMap, BoxError> {
+    let mut map = http::HeaderMap::with_capacity(list.len());
+    for h in list {
+        if h.name().starts_with(b":") {
+            return Err("pseudo-header in an HTTP/3 trailer section".into());
+        }
+        let name = http::HeaderName::from_bytes(h.name())?;
+        let value = http::HeaderValue::from_bytes(h.value())?;
+        map.append(name, value);
+    }
+    Ok(map)
 }
 
 /// Builds the `http::Request` of an HTTP/3 request stream (RFC 9114 §4.3.1).

@@ -377,3 +377,36 @@ async fn retry_always_and_only_while_many_handshakes_are_pending() {
     }
     panic!("handshakes still pending: {}", fx.gw().metrics.render());
 }
+
+/// Trailers in both directions: a request trailer section from the client (a HEADERS frame
+/// after the body) reaches the upstream (h2c, which carries trailers), whose /echo endpoint
+/// returns the body and its trailers, and those come back to the client as HTTP/3 trailers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_and_response_trailers_pass_through() {
+    let fx = start("protocol = \"h2c\"", QUIC).await;
+    let r = json_lines(
+        &run(h3(
+            &fx,
+            &[
+                "--method",
+                "POST",
+                "--path",
+                "/echo",
+                "--body-size",
+                "3000",
+                "--trailer",
+                "x-checksum: abc123",
+                "--trailer",
+                "grpc-status: 0",
+            ],
+        ))
+        .await,
+    );
+    assert_eq!(
+        (r[0]["status"].clone(), r[0]["body_len"].clone()),
+        (200.into(), 3000.into())
+    );
+    let headers = &r[0]["headers"];
+    assert_eq!(headers["x-checksum"], "abc123", "{headers}");
+    assert_eq!(headers["grpc-status"], "0", "{headers}");
+}

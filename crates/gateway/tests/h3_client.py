@@ -38,14 +38,18 @@ class Client(QuicConnectionProtocol):
                     if w and not w.done():
                         w.set_result(self.responses.pop(ev.stream_id))
 
-    async def request(self, method, authority, path, body=None, headers=()):
+    async def request(self, method, authority, path, body=None, headers=(), trailers=()):
         sid = self._quic.get_next_available_stream_id()
         hs = [(b":method", method.encode()), (b":scheme", b"https"),
               (b":authority", authority.encode()), (b":path", path.encode())]
         hs += [(k.encode(), v.encode()) for k, v in headers]
         self.h3.send_headers(sid, hs, end_stream=body is None)
         if body is not None:
-            self.h3.send_data(sid, body, end_stream=True)
+            self.h3.send_data(sid, body, end_stream=not trailers)
+            if trailers:
+                # A trailer section: a HEADERS frame after the body (RFC 9114 §4.1).
+                self.h3.send_headers(sid, [(k.encode(), v.encode()) for k, v in trailers],
+                                     end_stream=True)
         fut = asyncio.get_running_loop().create_future()
         self.waiters[sid] = fut
         self.transmit()
@@ -60,6 +64,8 @@ async def main():
     p.add_argument("--path", action="append", default=[])
     p.add_argument("--body-size", type=int)
     p.add_argument("--header", action="append", default=[])
+    p.add_argument("--trailer", action="append", default=[],
+                   help="request trailer 'name: value' (sent after the body)")
     p.add_argument("--print-cid", action="store_true", help="print the server's connection ID (hex)")
     p.add_argument("--session-file", help="save the session ticket here; with --zero-rtt, resume from it")
     p.add_argument("--zero-rtt", action="store_true", help="send the requests as 0-RTT early data")
@@ -96,7 +102,9 @@ async def main():
             body = b"b" * args.body_size if args.body_size is not None else None
             headers = [h.split(":", 1) for h in args.header]
             headers = [(k.strip().lower(), v.strip()) for k, v in headers]
-            r = await client.request(args.method, args.host, path, body, headers)
+            trailers = [t.split(":", 1) for t in args.trailer]
+            trailers = [(k.strip().lower(), v.strip()) for k, v in trailers]
+            r = await client.request(args.method, args.host, path, body, headers, trailers)
             hdrs = {k.decode(): v.decode() for k, v in r["headers"]}
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"])}
             if len(r["body"]) <= 4096:

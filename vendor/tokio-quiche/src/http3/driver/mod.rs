@@ -348,6 +348,9 @@ pub enum InboundFrame {
     Body(BytesMut, bool),
     /// CONNECT-UDP (DATAGRAM) upstream data.
     Datagram(DgramBuffer),
+    /// rampart: the trailer section (a HEADERS frame after the body). It follows the last
+    /// `Body` chunk and precedes the final `Body(_, true)`.
+    Trailers(Vec<h3::Header>),
 }
 
 /// A ready-made [`ApplicationOverQuic`] which can handle HTTP/3 and MASQUE.
@@ -565,6 +568,11 @@ impl<H: DriverHooks> H3Driver<H> {
             };
 
             if ctx.fin_or_reset_recv {
+                // rampart: trailers first, each frame on its own permit.
+                if let Some(trailers) = ctx.recv_trailers.take() {
+                    permit.send(InboundFrame::Trailers(trailers));
+                    continue;
+                }
                 // Signal end-of-body to upstream
                 permit.send(InboundFrame::Body(Default::default(), true));
                 break StreamStatus::Done {

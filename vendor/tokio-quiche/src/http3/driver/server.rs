@@ -185,9 +185,12 @@ impl ServerHooks {
         } = headers;
 
         // Multiple HEADERS frames can be received on a single stream, but only
-        // the first one is an actual request. For now ignore any additional
-        // HEADERS (e.g. "trailers").
-        if driver.stream_map.contains_key(&stream_id) {
+        // the first one is an actual request. rampart: a later one is the trailer
+        // section; keep it for the body channel, which forwards it before the FIN.
+        if let Some(ctx) = driver.stream_map.get_mut(&stream_id) {
+            if ctx.recv_trailers.is_none() && !ctx.fin_or_reset_recv {
+                ctx.recv_trailers = Some(headers);
+            }
             return Ok(());
         }
 

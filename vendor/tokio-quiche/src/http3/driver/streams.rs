@@ -63,6 +63,9 @@ pub(crate) struct StreamCtx {
     /// The flow ID for proxying datagrams over this stream. If `None`,
     /// the stream has no associated DATAGRAM flow.
     pub(crate) associated_dgram_flow_id: Option<u64>,
+    /// rampart: trailers (a HEADERS frame after the body) received and not yet forwarded;
+    /// they go to the local task after the last body chunk and before the FIN.
+    pub(crate) recv_trailers: Option<Vec<quiche::h3::Header>>,
 }
 
 impl StreamCtx {
@@ -87,6 +90,7 @@ impl StreamCtx {
             fin_or_reset_sent: false,
 
             associated_dgram_flow_id: None,
+            recv_trailers: None,
         };
 
         (ctx, PollSender::new(backward_sender), forward_receiver)
