@@ -51,6 +51,9 @@ b https-rsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sh
 b h3-ecdsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
 b https-ecdsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
 b h3-download h3-download --url "$U/bytes/100000000" -c 2
+# The same download with the client reading datagram by datagram (no UDP_GRO): on loopback the
+# kernel then splits each GSO send into datagrams on the server's CPU.
+b h3-download-nogro h3-download --url "$U/bytes/100000000" -c 2 --no-gro
 b https-download https-download --url "$U/bytes/100000000" -c 2
 kill $gw; wait $gw 2>/dev/null || true
 
@@ -98,6 +101,8 @@ for k, t in (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "ful
     print(f"| {t} | {h['server_cpu_us_per_op']:.1f} ({h['rate_per_sec']:.0f}/s, {h['errors']} err) | {s['server_cpu_us_per_op']:.1f} ({s['rate_per_sec']:.0f}/s, {s['errors']} err) | {h['server_cpu_us_per_op']/s['server_cpu_us_per_op']:.2f} |")
 h, s = L("h3-download"), L("https-download")
 print(f"| bulk download 100 MB objects: server CPU s per GB | {h['server_cpu_seconds_per_gb']:.2f} ({h['gbit_per_sec']:.2f} Gbit/s) | {s['server_cpu_seconds_per_gb']:.2f} ({s['gbit_per_sec']:.2f} Gbit/s) | {h['server_cpu_seconds_per_gb']/s['server_cpu_seconds_per_gb']:.2f} |")
+n = L("h3-download-nogro")
+print(f"| the same, client without UDP_GRO | {n['server_cpu_seconds_per_gb']:.2f} ({n['gbit_per_sec']:.2f} Gbit/s) | | {n['server_cpu_seconds_per_gb']/s['server_cpu_seconds_per_gb']:.2f} |")
 if os.path.exists(os.path.join(o, "caddy-h3-rsa.json")):
     print()
     print("| HTTP/3 measurement | rampart | Caddy (GOMAXPROCS=1) | rampart ÷ Caddy |")
