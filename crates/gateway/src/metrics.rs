@@ -29,11 +29,14 @@ pub struct Metrics {
     retry_gates: RetryGates,
 }
 
+/// A listener's name and its Retry gate.
+type ListenerGate = (String, Arc<RetryGate>);
+
 /// The QUIC listeners' Retry gates (tokio-quiche counts pending handshakes and Retries sent),
 /// read at scrape time.
 #[derive(Clone)]
 struct RetryGates {
-    gates: Arc<Mutex<Vec<(String, Arc<RetryGate>)>>>,
+    gates: Arc<Mutex<Vec<ListenerGate>>>,
     pending: IntGaugeVec,
     retries: IntCounterVec,
 }
