@@ -548,3 +548,23 @@ async fn record_closed(
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailer_sections_become_header_maps_and_pseudo_headers_are_refused() {
+        let map = trailer_map(vec![
+            Header::new(b"grpc-status", b"0"),
+            Header::new(b"x-sum", b"a"),
+            Header::new(b"x-sum", b"b"),
+        ])
+        .unwrap();
+        assert_eq!(map["grpc-status"], "0");
+        assert_eq!(map.get_all("x-sum").iter().count(), 2);
+        assert!(trailer_map(vec![Header::new(b":status", b"200")]).is_err());
+        assert!(trailer_map(vec![Header::new(b"bad name", b"v")]).is_err());
+        assert!(trailer_map(vec![Header::new(b"x", b"line\nbreak")]).is_err());
+    }
+}
