@@ -53,81 +53,49 @@ fn recv_gro(
 ) -> std::io::Result<(usize, SocketAddr, Option<usize>)> {
     use std::os::fd::AsRawFd;
     sock.try_io(tokio::io::Interest::READABLE, || {
-        let mut name: libc::sockaddr_storage = unsafe_zeroed_storage();
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         };
         // Room for one cmsg carrying an int (the GRO segment size).
         let mut control = [0u64; 8];
-        let mut msg: libc::msghdr = unsafe_zeroed_msghdr();
-        msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
-        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
-        // SAFETY: `msg` points at `name`, `iov` (over `buf`) and `control`, all live and
-        // writable for the call, with their true lengths.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         let mut segment = None;
-        // SAFETY: the cmsg walk stays inside `control`, bounded by the msg_controllen the
-        // kernel wrote back; CMSG_DATA of a SOL_UDP/UDP_GRO header holds one int.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                    segment = usize::try_from(size).ok().filter(|&s| s > 0);
+        // SAFETY: socket2 hands the closure a zeroed sockaddr_storage and its length; `msg`
+        // points at it, at `iov` (over `buf`) and at `control`, all live and writable for the
+        // call with their true lengths. The cmsg walk stays inside `control`, bounded by the
+        // msg_controllen the kernel wrote back; CMSG_DATA of a SOL_UDP/UDP_GRO header holds
+        // one int.
+        let (n, from) = unsafe {
+            socket2::SockAddr::try_init(|name, name_len| {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_name = name.cast();
+                msg.msg_namelen = *name_len;
+                msg.msg_iov = &mut iov;
+                msg.msg_iovlen = 1;
+                msg.msg_control = control.as_mut_ptr().cast();
+                msg.msg_controllen = std::mem::size_of_val(&control) as _;
+                let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, 0);
+                if n < 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
-        let from = sockaddr_to_std(&name)
+                *name_len = msg.msg_namelen;
+                let mut c = libc::CMSG_FIRSTHDR(&msg);
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                        let size =
+                            std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                        segment = usize::try_from(size).ok().filter(|&s| s > 0);
+                    }
+                    c = libc::CMSG_NXTHDR(&msg, c);
+                }
+                Ok(n as usize)
+            })?
+        };
+        let from = from
+            .as_socket()
             .ok_or_else(|| std::io::Error::other("recvmsg: sender is not an IP address"))?;
-        Ok((n as usize, from, segment))
+        Ok((n, from, segment))
     })
-}
-
-#[cfg(target_os = "linux")]
-fn unsafe_zeroed_storage() -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid (unspecified) value.
-    unsafe { std::mem::zeroed() }
-}
-
-#[cfg(target_os = "linux")]
-fn unsafe_zeroed_msghdr() -> libc::msghdr {
-    // SAFETY: msghdr is plain old data (null pointers and zero lengths) when zeroed.
-    unsafe { std::mem::zeroed() }
-}
-
-#[cfg(target_os = "linux")]
-fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-    match s.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: ss_family says the storage holds a sockaddr_in, which it is large enough for.
-            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
 }
 
 #[cfg(not(target_os = "linux"))]
