@@ -4533,6 +4533,12 @@ impl<F: BufFactory> Connection<F> {
         let mut has_data = false;
         let mut stream_data_skipped = false;
 
+        // rampart: stream data left in the stream's send buffer and encrypted
+        // from there into the packet (the buffer, the range of it, and where
+        // in the packet it belongs), instead of being copied in first.
+        let mut zero_copy_data: Option<(F::Buf, std::ops::Range<usize>, usize)> =
+            None;
+
         // Whether a PING frame must explicitly elicit an ACK when no other
         // frame does so implicitly.
         let ack_elicit_required = path.recovery.should_elicit_ack(epoch);
@@ -5256,12 +5262,32 @@ impl<F: BufFactory> Connection<F> {
                     },
                 };
 
+                // rampart: a packet carries one STREAM frame, except when
+                // fuzzing coalesces them: then the previous frame's data is
+                // copied in before the next frame follows it.
+                if let Some((data, range, at)) = zero_copy_data.take() {
+                    let (_, mut dst) = b.split_at(at)?;
+                    dst.as_mut()[..range.len()]
+                        .copy_from_slice(&data.as_ref()[range]);
+                }
+
                 let (mut stream_hdr, mut stream_payload) =
                     b.split_at(hdr_off + hdr_len)?;
 
-                // Write stream data into the packet buffer.
-                let (len, fin) =
-                    stream.send.emit(&mut stream_payload.as_mut()[..max_len])?;
+                // rampart: leave the data in the stream buffer when one buffer
+                // covers it; it is encrypted from there when the packet is
+                // sealed. Otherwise write stream data into the packet buffer.
+                let (len, fin) = match stream.send.emit_zero_copy(max_len) {
+                    Some((data, range, fin)) => {
+                        let len = range.len();
+                        zero_copy_data = Some((data, range, hdr_off + hdr_len));
+                        (len, fin)
+                    },
+
+                    None => stream
+                        .send
+                        .emit(&mut stream_payload.as_mut()[..max_len])?,
+                };
 
                 // Don't emit an empty non-fin STREAM frame when only its
                 // header fits: it would carry no data but still advance the
@@ -5477,13 +5503,32 @@ impl<F: BufFactory> Connection<F> {
             None => return Err(Error::InvalidState),
         };
 
+        // rampart: data left in a stream buffer is encrypted from there when it
+        // ends the payload (the AEAD's `extra_in`); anything else is copied in
+        // now.
+        let payload_end = payload_offset + payload_len;
+        let extra_in = match zero_copy_data {
+            Some((ref data, ref range, at)) if at + range.len() == payload_end =>
+                Some(&data.as_ref()[range.clone()]),
+
+            Some((ref data, ref range, at)) => {
+                let (_, mut dst) = b.split_at(at)?;
+                dst.as_mut()[..range.len()]
+                    .copy_from_slice(&data.as_ref()[range.clone()]);
+                None
+            },
+
+            None => None,
+        };
+        let extra_len = extra_in.map_or(0, <[u8]>::len);
+
         let written = packet::encrypt_pkt(
             &mut b,
             pn,
             pn_len,
-            payload_len,
+            payload_len - extra_len,
             payload_offset,
-            None,
+            extra_in,
             aead,
         )?;
 
@@ -8990,6 +9035,14 @@ impl<F: BufFactory> Connection<F> {
             Err(_) => 0,
         };
 
+        // rampart: data already buffered and not yet sent counts against the
+        // congestion window. Upstream offered the whole available window again
+        // after every ACK, so a fast writer could queue up to the peer's
+        // flow-control limit (megabytes per stream) ahead of the wire; that
+        // costs memory per connection and leaves the data cold in cache by the
+        // time it is encrypted.
+        let cwin_available =
+            cwin_available.saturating_sub(self.streams.tx_buffered() as u64);
         let cap =
             cmp::min(cwin_available, self.max_tx_data - self.tx_data) as usize;
         self.tx_cap = (cap as f64 * self.tx_cap_factor).ceil() as usize;

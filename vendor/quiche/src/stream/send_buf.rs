@@ -304,6 +304,59 @@ impl<F: BufFactory> SendBuf<F> {
         Ok((out.len() - out_len, fin))
     }
 
+    /// rampart: like [`emit()`](Self::emit), but leaves the data where it is.
+    ///
+    /// Returns the buffer holding the data, the range of it that was emitted
+    /// and the `fin` flag, so the caller can encrypt straight from the stream
+    /// buffer into the packet instead of copying the data in first. Only taken
+    /// when a single buffer covers everything `emit()` would write (the first
+    /// non-empty buffer holds at least `max_len` bytes, or all the data that is
+    /// ready); otherwise nothing is consumed and `None` is returned, and the
+    /// caller falls back to `emit()`.
+    pub fn emit_zero_copy(
+        &mut self, max_len: usize,
+    ) -> Option<(F::Buf, std::ops::Range<usize>, bool)> {
+        let off_front = self.off_front();
+
+        if max_len == 0 ||
+            self.is_empty() ||
+            off_front >= self.off ||
+            off_front >= self.max_data
+        {
+            return None;
+        }
+
+        // Skip empty buffers, as `emit()` does.
+        while self.data.get(self.pos).is_some_and(|b| b.is_empty()) {
+            self.pos += 1;
+        }
+
+        let buf = self.data.get_mut(self.pos)?;
+
+        // `emit()` would go on into the next buffer: copy instead.
+        if buf.len() < max_len && buf.max_off() < self.off {
+            return None;
+        }
+
+        let len = cmp::min(buf.len(), max_len);
+        let partial = len < buf.len();
+        let range = buf.pos..buf.pos + len;
+        let data = buf.data.clone();
+
+        self.buffered_bytes -= len as u64;
+        buf.consume(len);
+
+        if !partial {
+            self.pos += 1;
+        }
+
+        let next_off = off_front + len as u64;
+        let fin = self.fin_off == Some(next_off);
+        self.emit_off = cmp::max(self.emit_off, next_off);
+
+        Some((data, range, fin))
+    }
+
     /// Updates the max_data limit to the given value.
     pub fn update_max_data(&mut self, max_data: u64) {
         self.max_data = cmp::max(self.max_data, max_data);
