@@ -46,6 +46,7 @@ async fn h3_get_and_post_through_the_gateway() {
         (r[0]["status"].clone(), r[0]["body_len"].clone()),
         (200.into(), 5000.into())
     );
+    assert_eq!(r[0]["body_sha256"], r[0]["sent_sha256"]);
     // TCP responses advertise HTTP/3.
     let out = stdout(&run(curl(&fx, &["-D", "-", "-o", "/dev/null", &fx.url("/")])).await);
     let port = fx.gw().quic_listeners[0].1.port();
@@ -119,6 +120,9 @@ async fn h3_large_download_and_upload_stream() {
         .await,
     );
     assert_eq!(r[0]["body_len"], 8 * 1024 * 1024);
+    // The echoed body is the one sent, byte for byte: the response is sealed straight from the
+    // stream buffers, so a misplaced range would show here.
+    assert_eq!(r[0]["body_sha256"], r[0]["sent_sha256"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

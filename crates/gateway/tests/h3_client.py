@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """A small HTTP/3 client on aioquic (an independent QUIC/HTTP/3 implementation), for tests.
 
-Prints one JSON object per request: status, headers, body length and (if short) the body.
+Prints one JSON object per request: status, headers, body length, the SHA-256 of the body and
+(if short) the body itself. A request body (`--body-size`) is pseudo-random, so an echo that
+reorders, drops or repeats bytes shows in `body_sha256` != `sent_sha256`.
 """
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import pickle
+import random
 import socket
 import ssl
 
@@ -99,14 +103,19 @@ async def main():
                 await loop.create_datagram_endpoint(lambda: client, sock=sock)
                 old.close()
                 client._quic.change_connection_id()
-            body = b"b" * args.body_size if args.body_size is not None else None
+            body = None
+            if args.body_size is not None:
+                body = random.Random(args.body_size).randbytes(args.body_size)
             headers = [h.split(":", 1) for h in args.header]
             headers = [(k.strip().lower(), v.strip()) for k, v in headers]
             trailers = [t.split(":", 1) for t in args.trailer]
             trailers = [(k.strip().lower(), v.strip()) for k, v in trailers]
             r = await client.request(args.method, args.host, path, body, headers, trailers)
             hdrs = {k.decode(): v.decode() for k, v in r["headers"]}
-            out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"])}
+            out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"]),
+                   "body_sha256": hashlib.sha256(r["body"]).hexdigest()}
+            if body is not None:
+                out["sent_sha256"] = hashlib.sha256(body).hexdigest()
             if len(r["body"]) <= 4096:
                 out["body"] = r["body"].decode("utf-8", "replace")
             out["local_port"] = client._transport.get_extra_info("sockname")[1]
