@@ -5342,9 +5342,12 @@ impl<F: BufFactory> Connection<F> {
                 // Remove the stream when it is no longer flushable.
                 if !stream.is_flushable() {
                     self.streams.remove_flushable(&priority_key);
-                } else if stream.incremental {
+                } else if stream.incremental &&
+                    !self.streams.is_sole_flushable(&priority_key)
+                {
                     // Shuffle the incremental stream to the back of the
-                    // queue.
+                    // queue (rampart: unless it is the only one there, which
+                    // took two tree updates per packet for nothing).
                     self.streams.remove_flushable(&priority_key);
                     self.streams.insert_flushable(&priority_key);
                 }

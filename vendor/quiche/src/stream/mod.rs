@@ -466,6 +466,15 @@ impl<F: BufFactory> StreamMap<F> {
         c.remove();
     }
 
+    /// rampart: whether `priority_key`'s stream is the only flushable one, so
+    /// rotating it to the back of the queue would change nothing.
+    pub fn is_sole_flushable(&self, priority_key: &Arc<StreamPriorityKey>) -> bool {
+        let key = Arc::as_ptr(priority_key);
+        let is_key = |k: Option<&StreamPriorityKey>| k.is_some_and(|k| std::ptr::eq(k, key));
+
+        is_key(self.flushable.front().get()) && is_key(self.flushable.back().get())
+    }
+
     pub fn peek_flushable(&self) -> Option<Arc<StreamPriorityKey>> {
         self.flushable.front().clone_pointer()
     }
