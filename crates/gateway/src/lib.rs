@@ -12,6 +12,7 @@ pub mod keyserver;
 pub mod metrics;
 pub mod proxy;
 pub mod quic;
+pub mod quic_workers;
 pub mod router;
 pub mod server;
 pub mod tls;
@@ -200,12 +201,7 @@ pub fn build_key_engine(
 /// worker. Nothing on the request path crosses threads except key-engine requests.
 struct WorkerPlan {
     index: usize,
-    quic: Vec<(
-        std::net::UdpSocket,
-        tls::QuicTls,
-        config::QuicConfig,
-        Arc<proxy::ProxyShared>,
-    )>,
+    quic: Vec<(quic::QuicWorker, Arc<proxy::ProxyShared>)>,
     listeners: Vec<(
         std::net::TcpListener,
         Arc<proxy::ProxyShared>,
@@ -253,14 +249,8 @@ fn run_worker(
                     };
                     tasks.push(tokio::spawn(task.run(stop.clone(), graceful.clone())));
                 }
-                for (sock, tls, qcfg, shared) in plan.quic {
-                    tasks.push(tokio::spawn(quic::serve(
-                        sock,
-                        tls,
-                        qcfg,
-                        shared,
-                        stop.clone(),
-                    )));
+                for (q, shared) in plan.quic {
+                    tasks.push(tokio::spawn(quic::serve(q, shared, stop.clone())));
                 }
                 for t in tasks {
                     let _ = t.await;
@@ -334,26 +324,32 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             }
             socks.push(sock);
         }
-        // HTTP/3 beside it: UDP on the same address unless configured, served by worker 0.
+        // HTTP/3 beside it: UDP on the same address unless configured, one socket per worker
+        // steered by connection ID (worker 0 only where the kernel cannot steer).
         let mut quic = if l.quic.enabled {
             let udp_addr = l.quic.listen.unwrap_or(addr);
-            let udp = quic::bind_udp(udp_addr, l.quic.udp_buffer_bytes).with_context(|| {
-                format!("listeners[{i}].quic.listen: cannot bind UDP {udp_addr}")
-            })?;
-            let udp_addr = udp.local_addr()?;
+            let udp = quic_workers::bind(udp_addr, l.quic.udp_buffer_bytes, workers).with_context(
+                || format!("listeners[{i}].quic.listen: cannot bind UDP {udp_addr}"),
+            )?;
+            let udp_addr = udp[0].local_addr()?;
+            let udp: Vec<Option<std::net::UdpSocket>> = udp.into_iter().map(Some).collect();
             let observer: tls::HandshakeObserver = {
                 let (m, name) = (metrics.clone(), l.name.clone());
                 Arc::new(move |ssl: &boring::ssl::SslRef| quic::record_handshake(&m, &name, ssl))
             };
             let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer))
                 .with_context(|| format!("listeners[{i}] ({}) QUIC", l.name))?;
-            tracing::info!(listener = %l.name, addr = %udp_addr, "listening (HTTP/3 over QUIC)");
+            tracing::info!(listener = %l.name, addr = %udp_addr, workers = udp.len(), "listening (HTTP/3 over QUIC)");
             quic_bound.push((l.name.clone(), udp_addr));
-            Some((udp, qtls, udp_addr.port()))
+            let retry_gate = quic::retry_gate(&l.quic);
+            if let Some(gate) = &retry_gate {
+                metrics.watch_retry_gate(&l.name, gate.clone());
+            }
+            Some((udp, qtls, retry_gate, udp_addr.port()))
         } else {
             None
         };
-        let alt_svc = quic.as_ref().and_then(|(_, _, port)| {
+        let alt_svc = quic.as_ref().and_then(|(_, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
@@ -372,9 +368,19 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 acceptor.clone(),
                 l.tls.handshake_timeout,
             ));
-            if w == 0 {
-                if let Some((udp, qtls, _)) = quic.take() {
-                    plan.quic.push((udp, qtls, l.quic.clone(), shared));
+            if let Some((udp, qtls, retry_gate, _)) = quic.as_mut() {
+                let workers = udp.len();
+                // Worker w takes socket w (index w of the reuseport group).
+                if let Some(socket) = udp.get_mut(w).and_then(Option::take) {
+                    let q = quic::QuicWorker {
+                        socket,
+                        worker: w,
+                        workers,
+                        tls: qtls.clone(),
+                        cfg: l.quic.clone(),
+                        retry_gate: retry_gate.clone(),
+                    };
+                    plan.quic.push((q, shared));
                 }
             }
         }

@@ -170,9 +170,9 @@ impl Metrics {
             quic_connections: IntCounterVec::new(
                 Opts::new(
                     "rampart_quic_connections_total",
-                    "QUIC connections accepted",
+                    "QUIC connections accepted, per listener and the worker that serves them",
                 ),
-                &["listener"],
+                &["listener", "worker"],
             )
             .unwrap(),
             early_data_accepted: prometheus::IntCounter::new(
@@ -336,7 +336,7 @@ mod tests {
         m.open_connections.with_label_values(&["l"]).inc();
         m.rejected_connections.with_label_values(&["l"]).inc();
         m.early_data_accepted.inc();
-        m.quic_connections.with_label_values(&["l"]).inc();
+        m.quic_connections.with_label_values(&["l", "0"]).inc();
         m.quic_handshakes
             .with_label_values(&["l", "1", "false", "accepted"])
             .inc();

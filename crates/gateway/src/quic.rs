@@ -32,8 +32,13 @@ use tokio_quiche::socket::QuicListener;
 use tokio_quiche::{ConnectionIdGenerator, QuicResult};
 use tokio_quiche::{ConnectionParams, ServerH3Driver};
 
-/// Binds the UDP socket of a QUIC listener, with large buffers (warning when capped).
-pub fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<std::net::UdpSocket> {
+/// Binds a UDP socket of a QUIC listener, with large buffers (warning when capped), in a
+/// `SO_REUSEPORT` group when `reuse_port` (one socket per worker, see [`crate::quic_workers`]).
+pub fn bind_udp(
+    addr: SocketAddr,
+    buffer: usize,
+    reuse_port: bool,
+) -> std::io::Result<std::net::UdpSocket> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -60,6 +65,9 @@ pub fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<std::net::Ud
         }
     }
     sock.set_nonblocking(true)?;
+    if reuse_port {
+        sock.set_reuse_port(true)?;
+    }
     sock.bind(&addr.into())?;
     Ok(sock.into())
 }
@@ -121,14 +129,40 @@ fn cid_generator(cfg: &QuicConfig) -> Arc<dyn ConnectionIdGenerator<'static>> {
     Arc::new(SimpleConnectionIdGenerator)
 }
 
-/// Serves HTTP/3 on `socket` until `stop` turns true. Runs on the calling runtime.
-pub async fn serve(
-    socket: std::net::UdpSocket,
-    tls: QuicTls,
-    cfg: QuicConfig,
-    shared: Arc<ProxyShared>,
-    mut stop: watch::Receiver<bool>,
-) {
+/// One worker's share of a QUIC listener.
+pub struct QuicWorker {
+    /// The worker's socket: index `worker` of the listener's reuseport group.
+    pub socket: std::net::UdpSocket,
+    pub worker: usize,
+    /// How many workers serve the listener (each issues connection IDs steering to itself).
+    pub workers: usize,
+    pub tls: QuicTls,
+    pub cfg: QuicConfig,
+    /// The listener's Retry gate, shared by its workers so the pending-handshake threshold
+    /// is the listener's.
+    pub retry_gate: Option<Arc<RetryGate>>,
+}
+
+/// The Retry gate `cfg` asks for, if any.
+pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
+    match cfg.retry {
+        RetryPolicy::Never => None,
+        RetryPolicy::Always => Some(RetryGate::always()),
+        RetryPolicy::WhenBusy => Some(RetryGate::when_pending_above(cfg.retry_pending_above)),
+    }
+}
+
+/// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the
+/// calling runtime.
+pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Receiver<bool>) {
+    let QuicWorker {
+        socket,
+        worker,
+        workers,
+        tls,
+        cfg,
+        retry_gate,
+    } = q;
     use futures_util::StreamExt;
     let mut settings = QuicSettings::default();
     settings.alpn = vec![b"h3".to_vec()];
@@ -143,16 +177,6 @@ pub async fn serve(
     settings.initial_max_stream_data_uni = cfg.initial_max_stream_data;
     settings.initial_max_streams_bidi = cfg.max_concurrent_streams;
     settings.disable_client_ip_validation = cfg.retry == RetryPolicy::Never;
-    let retry_gate = match cfg.retry {
-        RetryPolicy::Never => None,
-        RetryPolicy::Always => Some(RetryGate::always()),
-        RetryPolicy::WhenBusy => Some(RetryGate::when_pending_above(cfg.retry_pending_above)),
-    };
-    if let Some(gate) = &retry_gate {
-        shared
-            .metrics
-            .watch_retry_gate(&shared.listener, gate.clone());
-    }
     settings.enable_early_data = cfg.early_data;
     let socket = match tokio::net::UdpSocket::from_std(socket) {
         Ok(s) => s,
@@ -161,9 +185,19 @@ pub async fn serve(
             return;
         }
     };
+    let cid_generator: Arc<dyn ConnectionIdGenerator<'static>> = if workers > 1 {
+        Arc::new(crate::quic_workers::WorkerIds {
+            inner: cid_generator(&cfg),
+            worker,
+            workers,
+        })
+    } else {
+        cid_generator(&cfg)
+    };
+    let worker = worker.to_string();
     let mut listener = QuicListener {
         socket,
-        cid_generator: cid_generator(&cfg),
+        cid_generator,
         capabilities: Default::default(),
     };
     // GSO, GRO and the like, where the kernel supports them.
@@ -208,7 +242,7 @@ pub async fn serve(
         shared
             .metrics
             .quic_connections
-            .with_label_values(&[&shared.listener])
+            .with_label_values(&[&shared.listener, &worker])
             .inc();
         let info = Arc::new(ConnInfo {
             client: conn.peer_addr(),

@@ -414,3 +414,60 @@ async fn request_and_response_trailers_pass_through() {
     assert_eq!(headers["x-checksum"], "abc123", "{headers}");
     assert_eq!(headers["grpc-status"], "0", "{headers}");
 }
+
+/// HTTP/3 runs on every worker. With two, new connections land on both (the last byte of the
+/// client's random Initial connection ID picks one); a client that moves to a new port
+/// mid-transfer stays with the worker that holds its connection, because the kernel steers
+/// by the connection ID that worker issued, not by address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_connections_spread_over_workers_and_migrations_stay_on_theirs() {
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let text =
+        config_text(&[upstream], "", QUIC).replace("[server]\n", "[server]\nworker_threads = 2\n");
+    let fx = start_with(&text, dir, upstream, None).await;
+    // 16 clients at once, one connection each: all on one worker has odds of 2 in 65,536.
+    let clients = (0..16).map(|_| run(h3(&fx, &["--path", "/bytes/100"])));
+    for out in futures_util::future::join_all(clients).await {
+        assert_eq!(json_lines(&out)[0]["body_len"], 100);
+    }
+    let m = fx.gw().metrics.render();
+    let on = |w: &str| {
+        metric_sum(
+            &m,
+            "rampart_quic_connections_total",
+            &[&format!("worker=\"{w}\"")],
+        )
+    };
+    assert_eq!(on("0") + on("1"), 16.0, "{m}");
+    assert!(
+        on("0") >= 1.0 && on("1") >= 1.0,
+        "both workers serve QUIC: {m}"
+    );
+    // Moving mid-transfer: the rest of the 5 MB and the next request arrive from a new port.
+    let big = format!("/bytes/{}", 5 * 1024 * 1024);
+    for _ in 0..4 {
+        let r = json_lines(
+            &run(h3(
+                &fx,
+                &[
+                    "--path",
+                    "/",
+                    "--path",
+                    &big,
+                    "--path",
+                    "/headers",
+                    "--migrate-after",
+                    "1",
+                ],
+            ))
+            .await,
+        );
+        assert_ne!(r[0]["local_port"], r[1]["local_port"]);
+        assert_eq!(r[1]["body_len"], 5 * 1024 * 1024);
+        assert_eq!(r[2]["status"], 200);
+    }
+}
