@@ -217,6 +217,24 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
         hooks,
     );
     params.retry_gate = retry_gate;
+    // Load shedding: at `limits.max_connections` open QUIC connections, new attempts are
+    // refused at once (CONNECTION_REFUSED) before any handshake work, and counted.
+    let open = shared
+        .metrics
+        .open_connections
+        .with_label_values(&[&format!("{}/quic", shared.listener)]);
+    let rejected = shared
+        .metrics
+        .rejected_connections
+        .with_label_values(&[&format!("{}/quic", shared.listener)]);
+    let max = shared.limits.max_connections as i64;
+    params.refuse_new_connections = Some(Arc::new(move || {
+        let full = open.get() >= max;
+        if full {
+            rejected.inc();
+        }
+        full
+    }));
     let mut streams =
         match tokio_quiche::listen_with_capabilities([listener], params, DefaultMetrics) {
             Ok(s) => s,

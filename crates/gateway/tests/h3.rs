@@ -444,3 +444,56 @@ async fn quic_connections_spread_over_workers_and_migrations_stay_on_theirs() {
         download_while_moving(&fx).await;
     }
 }
+
+/// Load shedding: at `limits.max_connections` open QUIC connections a new attempt is refused
+/// at once with CONNECTION_REFUSED (a stateless Initial, no handshake), not left to time out;
+/// once the open connection ends, new ones are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_connections_beyond_the_limit_are_refused_at_once() {
+    let fx = start(
+        "",
+        &format!("[listeners.limits]\nmax_connections = 1\n{QUIC}"),
+    )
+    .await;
+    let holder = tokio::spawn(run(h3(&fx, &["--path", "/delay/3000"])));
+    eventually_metric(
+        &fx,
+        "rampart_open_connections",
+        &["listener=\"https/quic\""],
+        1.0,
+    )
+    .await;
+    let t0 = std::time::Instant::now();
+    let refused = run(h3(&fx, &["--path", "/"])).await;
+    assert!(!refused.status.success(), "a second connection was served");
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("error_code=0x2"),
+        "not CONNECTION_REFUSED: {why}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "refused only after {:?}",
+        t0.elapsed()
+    );
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_connections_rejected_total",
+            &["listener=\"https/quic\""]
+        ) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(json_lines(&holder.await.unwrap())[0]["status"], 200);
+    let mut served = false;
+    for _ in 0..50 {
+        let out = run(h3(&fx, &["--path", "/"])).await;
+        if out.status.success() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(served, "no connection served after the first one closed");
+}

@@ -14,12 +14,14 @@ import pickle
 import random
 import socket
 import ssl
+import sys
 
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated
 
 
 class Client(QuicConnectionProtocol):
@@ -30,6 +32,9 @@ class Client(QuicConnectionProtocol):
         self.waiters = {}
 
     def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            # The server's reason for closing, for tests to check (e.g. 0x2 CONNECTION_REFUSED).
+            print(f"connection closed: error_code={event.error_code:#x}", file=sys.stderr, flush=True)
         for ev in self.h3.handle_event(event):
             if isinstance(ev, (HeadersReceived, DataReceived)):
                 r = self.responses.setdefault(ev.stream_id, {"headers": [], "body": bytearray()})

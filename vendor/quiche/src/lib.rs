@@ -1884,6 +1884,19 @@ pub fn retry(
     packet::retry(scid, dcid, new_scid, token, version, out)
 }
 
+/// rampart: writes a server Initial packet closing the connection attempt with
+/// `error_code` (e.g. CONNECTION_REFUSED, 0x2) without creating a connection.
+///
+/// The `scid` and `dcid` parameters are the source and destination connection
+/// IDs of the client's Initial packet; `new_scid` is the server's source
+/// connection ID. See [`packet::refuse`].
+pub fn refuse(
+    scid: &ConnectionId, dcid: &ConnectionId, new_scid: &ConnectionId,
+    version: u32, error_code: u64, out: &mut [u8],
+) -> Result<usize> {
+    packet::refuse(scid, dcid, new_scid, version, error_code, out)
+}
+
 /// Returns true if the given protocol version is supported.
 #[inline]
 pub fn version_is_supported(version: u32) -> bool {

@@ -784,6 +784,75 @@ pub fn retry(
     Ok(b.off())
 }
 
+/// rampart: writes a server Initial packet that carries only a CONNECTION_CLOSE
+/// frame with `error_code` (CONNECTION_REFUSED, 0x2, to shed load), without
+/// creating a connection or starting a TLS handshake.
+///
+/// `scid` and `dcid` are the source and destination connection IDs of the
+/// client's Initial (the Initial keys derive from `dcid`); `new_scid` is the
+/// server's source connection ID. The client's Initial was padded to at least
+/// 1200 bytes and this packet is far smaller, so the anti-amplification limit
+/// holds.
+pub fn refuse(
+    scid: &[u8], dcid: &[u8], new_scid: &[u8], version: u32, error_code: u64,
+    out: &mut [u8],
+) -> Result<usize> {
+    if !crate::version_is_supported(version) {
+        return Err(Error::UnknownVersion);
+    }
+
+    let (_, mut seal) =
+        crypto::derive_initial_key_material(dcid, version, true, false)?;
+
+    let (pn, pn_len) = (0, 1);
+
+    let hdr = Header {
+        ty: Type::Initial,
+        version,
+        dcid: ConnectionId::from_ref(scid),
+        scid: ConnectionId::from_ref(new_scid),
+        pkt_num: pn,
+        pkt_num_len: pn_len,
+        token: None,
+        versions: None,
+        key_phase: false,
+    };
+
+    let mut b = octets::OctetsMut::with_slice(out);
+
+    hdr.to_bytes(&mut b)?;
+
+    let length_offset = b.off();
+    b.skip(crate::PAYLOAD_LENGTH_LEN)?;
+
+    encode_pkt_num(pn, pn_len, &mut b)?;
+
+    let payload_offset = b.off();
+
+    let close = crate::frame::Frame::ConnectionClose {
+        error_code,
+        frame_type: 0,
+        reason: Vec::new(),
+    };
+    close.to_bytes(&mut b)?;
+
+    // Header protection samples 16 bytes starting 4 bytes after the packet
+    // number: pad (PADDING frames are zeros) so the payload is long enough.
+    while b.off() - payload_offset < crate::PAYLOAD_MIN_LEN {
+        b.put_u8(0)?;
+    }
+
+    let payload_len = b.off() - payload_offset;
+    let length = pn_len + payload_len + seal.alg().tag_len();
+
+    {
+        let (_, mut length_field) = b.split_at(length_offset)?;
+        length_field.put_varint_with_len(length as u64, crate::PAYLOAD_LENGTH_LEN)?;
+    }
+
+    encrypt_pkt(&mut b, pn, pn_len, payload_len, payload_offset, None, &mut seal)
+}
+
 pub fn verify_retry_integrity(
     b: &octets::OctetsMut, odcid: &[u8], version: u32,
 ) -> Result<()> {

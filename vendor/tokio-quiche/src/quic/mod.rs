@@ -122,6 +122,10 @@ use self::router::InboundPacketRouter;
 pub use self::connection::ConnectionShutdownBehaviour;
 // rampart: Retry only under load.
 pub use self::retry_gate::RetryGate;
+
+/// rampart: decides whether a new connection attempt is refused (see
+/// `ConnectionParams::refuse_new_connections`).
+pub type RefusePredicate = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 pub use self::connection::HandshakeError;
 pub use self::connection::HandshakeInfo;
 pub use self::connection::Incoming;
@@ -313,6 +317,7 @@ where
         ConnectionAcceptorConfig {
             disable_client_ip_validation: config.disable_client_ip_validation,
             retry_gate: params.retry_gate.clone(),
+            refuse_new_connections: params.refuse_new_connections.clone(),
             enable_per_connection_dscp: params.enable_per_connection_dscp,
             qlog_dir: config.qlog_dir.clone(),
             qlog_compression: config.qlog_compression,

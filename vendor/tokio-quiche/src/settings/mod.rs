@@ -76,6 +76,10 @@ pub struct ConnectionParams<'a> {
     /// rampart: server listeners only. When set, it decides which Initials without a token
     /// get a Retry (instead of `disable_client_ip_validation`) and counts pending handshakes.
     pub retry_gate: Option<std::sync::Arc<crate::quic::RetryGate>>,
+    /// rampart: server listeners only. Asked for every Initial that would start a new
+    /// connection; when it returns true the attempt is refused at once with a stateless
+    /// CONNECTION_CLOSE (CONNECTION_REFUSED) instead of a handshake.
+    pub refuse_new_connections: Option<crate::quic::RefusePredicate>,
 }
 
 impl core::fmt::Debug for ConnectionParams<'_> {
@@ -113,6 +117,7 @@ impl<'a> ConnectionParams<'a> {
             #[cfg(feature = "custom-client-dcid")]
             dcid: None,
             retry_gate: None,
+            refuse_new_connections: None,
         }
     }
 
@@ -132,6 +137,7 @@ impl<'a> ConnectionParams<'a> {
             #[cfg(feature = "custom-client-dcid")]
             dcid: None,
             retry_gate: None,
+            refuse_new_connections: None,
         }
     }
 }

@@ -65,6 +65,8 @@ pub(crate) struct ConnectionAcceptorConfig {
     pub(crate) disable_client_ip_validation: bool,
     /// rampart: when set, decides Retry per Initial and counts pending handshakes.
     pub(crate) retry_gate: Option<Arc<crate::quic::RetryGate>>,
+    /// rampart: when it returns true, new connection attempts get CONNECTION_REFUSED.
+    pub(crate) refuse_new_connections: Option<crate::quic::RefusePredicate>,
     pub(crate) enable_per_connection_dscp: bool,
     pub(crate) qlog_dir: Option<String>,
     pub(crate) qlog_compression: QlogCompression,
@@ -240,6 +242,16 @@ where
             });
         }
 
+        // rampart: at capacity, a new connection attempt is refused at once with a
+        // stateless CONNECTION_CLOSE (CONNECTION_REFUSED, 0x2) rather than handshaking.
+        if self.config.refuse_new_connections.as_ref().is_some_and(|f| f()) {
+            let scid = self.cid_generator.new_connection_id();
+            return self.handshake_reply(incoming, move |buf| {
+                quiche::refuse(&hdr.scid, &hdr.dcid, &scid, hdr.version, 0x2, buf)
+                    .into_io()
+            });
+        }
+
         // NOTE: token is always present in Initial packets
         let token = hdr.token.as_ref().unwrap();
 
@@ -302,6 +314,7 @@ mod tests {
             ConnectionAcceptorConfig {
                 disable_client_ip_validation: false,
                 retry_gate: None,
+                refuse_new_connections: None,
                 enable_per_connection_dscp: dscp != 0,
                 qlog_dir: None,
                 qlog_compression: QlogCompression::None,
