@@ -301,6 +301,39 @@ impl Default for Metrics {
 /// Decrements a gauge when dropped: an open connection counted for exactly its lifetime.
 pub struct GaugeGuard(prometheus::IntGauge);
 
+/// `limits.max_connections` for one listener and transport (`"NAME"` for TCP, `"NAME/quic"`):
+/// its open-connections gauge, its rejected counter and the cap, looked up once.
+#[derive(Clone)]
+pub struct ConnectionCap {
+    open: prometheus::IntGauge,
+    rejected: prometheus::IntCounter,
+    max: i64,
+}
+
+impl ConnectionCap {
+    pub fn new(m: &Metrics, label: &str, max: usize) -> Self {
+        ConnectionCap {
+            open: m.open_connections.with_label_values(&[label]),
+            rejected: m.rejected_connections.with_label_values(&[label]),
+            max: max as i64,
+        }
+    }
+
+    /// Whether a new connection must be refused, the cap being reached; counted when it is.
+    pub fn refuse(&self) -> bool {
+        let full = self.open.get() >= self.max;
+        if full {
+            self.rejected.inc();
+        }
+        full
+    }
+
+    /// Counts one open connection until the guard drops.
+    pub fn open(&self) -> GaugeGuard {
+        GaugeGuard::new(self.open.clone())
+    }
+}
+
 impl GaugeGuard {
     pub fn new(g: prometheus::IntGauge) -> Self {
         g.inc();

@@ -219,21 +219,14 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
     params.retry_gate = retry_gate;
     // Load shedding: at `limits.max_connections` open QUIC connections, new attempts are
     // refused at once (CONNECTION_REFUSED) before any handshake work, and counted.
-    let open = shared
-        .metrics
-        .open_connections
-        .with_label_values(&[&format!("{}/quic", shared.listener)]);
-    let rejected = shared
-        .metrics
-        .rejected_connections
-        .with_label_values(&[&format!("{}/quic", shared.listener)]);
-    let max = shared.limits.max_connections as i64;
-    params.refuse_new_connections = Some(Arc::new(move || {
-        let full = open.get() >= max;
-        if full {
-            rejected.inc();
-        }
-        full
+    let cap = crate::metrics::ConnectionCap::new(
+        &shared.metrics,
+        &format!("{}/quic", shared.listener),
+        shared.limits.max_connections,
+    );
+    params.refuse_new_connections = Some(Arc::new({
+        let cap = cap.clone();
+        move || cap.refuse()
     }));
     let mut streams =
         match tokio_quiche::listen_with_capabilities([listener], params, DefaultMetrics) {
@@ -273,13 +266,8 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
         let conn_stats = conn.stats().clone();
         conn.start(driver);
         let shared = shared.clone();
+        let open = cap.open();
         tokio::spawn(async move {
-            let open = crate::metrics::GaugeGuard::new(
-                shared
-                    .metrics
-                    .open_connections
-                    .with_label_values(&[&format!("{}/quic", shared.listener)]),
-            );
             let mut handshake_recorded = false;
             while let Some(ev) = controller.event_receiver_mut().recv().await {
                 if !handshake_recorded {

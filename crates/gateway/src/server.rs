@@ -2,7 +2,7 @@
 //! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
 
 use crate::body::client_body;
-use crate::metrics::GaugeGuard;
+use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
@@ -64,6 +64,11 @@ impl TcpListenerTask {
     /// Accepts until `stop` turns true; each connection is watched by `watcher` so shutdown
     /// can wait for in-flight requests.
     pub async fn run(self, mut stop: watch::Receiver<bool>, graceful: Arc<GracefulShutdown>) {
+        let cap = ConnectionCap::new(
+            &self.shared.metrics,
+            &self.shared.listener,
+            self.shared.limits.max_connections,
+        );
         loop {
             let accepted = tokio::select! {
                 r = self.listener.accept() => r,
@@ -71,17 +76,7 @@ impl TcpListenerTask {
             };
             match accepted {
                 Ok((tcp, peer)) => {
-                    let shared = &self.shared;
-                    let open = shared
-                        .metrics
-                        .open_connections
-                        .with_label_values(&[&shared.listener]);
-                    if open.get() >= shared.limits.max_connections as i64 {
-                        shared
-                            .metrics
-                            .rejected_connections
-                            .with_label_values(&[&shared.listener])
-                            .inc();
+                    if cap.refuse() {
                         drop(tcp);
                         continue;
                     }
