@@ -1884,6 +1884,16 @@ pub fn retry(
     packet::retry(scid, dcid, new_scid, token, version, out)
 }
 
+/// rampart: copies stream data left in its send buffer (see `send_single`) into
+/// the packet at `at`, where `emit()` would have written it.
+fn copy_stream_data_in(
+    b: &mut octets::OctetsMut, data: &[u8], at: usize,
+) -> Result<()> {
+    let (_, mut dst) = b.split_at(at)?;
+    dst.as_mut()[..data.len()].copy_from_slice(data);
+    Ok(())
+}
+
 /// rampart: writes a server Initial packet closing the connection attempt with
 /// `error_code` (e.g. CONNECTION_REFUSED, 0x2) without creating a connection.
 ///
@@ -5279,9 +5289,7 @@ impl<F: BufFactory> Connection<F> {
                 // fuzzing coalesces them: then the previous frame's data is
                 // copied in before the next frame follows it.
                 if let Some((data, range, at)) = zero_copy_data.take() {
-                    let (_, mut dst) = b.split_at(at)?;
-                    dst.as_mut()[..range.len()]
-                        .copy_from_slice(&data.as_ref()[range]);
+                    copy_stream_data_in(&mut b, &data.as_ref()[range], at)?;
                 }
 
                 let (mut stream_hdr, mut stream_payload) =
@@ -5528,9 +5536,7 @@ impl<F: BufFactory> Connection<F> {
                 Some(&data.as_ref()[range.clone()]),
 
             Some((ref data, ref range, at)) => {
-                let (_, mut dst) = b.split_at(at)?;
-                dst.as_mut()[..range.len()]
-                    .copy_from_slice(&data.as_ref()[range.clone()]);
+                copy_stream_data_in(&mut b, &data.as_ref()[range.clone()], at)?;
                 None
             },
 
