@@ -94,22 +94,28 @@ python3 - "$OUT" <<'PY'
 import json, sys, os
 o = sys.argv[1]
 L = lambda n: json.load(open(os.path.join(o, n + ".json")))
+US, GB = "server_cpu_us_per_op", "server_cpu_seconds_per_gb"
+def hs(d, err=True):  # handshake cell: CPU µs (rate, errors)
+    return f"{d[US]:.1f} ({d['rate_per_sec']:.0f}/s" + (f", {d['errors']} err)" if err else ")")
+def bulk(d):  # bulk cell: CPU s/GB (throughput)
+    return f"{d[GB]:.2f} ({d['gbit_per_sec']:.2f} Gbit/s)"
+HANDSHAKES = (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "full handshake, ECDSA P-256: server CPU µs"))
 print("| measurement | HTTP/3 | HTTPS (TLS 1.3 / TCP) | HTTP/3 ÷ HTTPS |")
 print("|---|---|---|---|")
-for k, t in (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "full handshake, ECDSA P-256: server CPU µs")):
+for k, t in HANDSHAKES:
     h, s = L("h3-" + k), L("https-" + k)
-    print(f"| {t} | {h['server_cpu_us_per_op']:.1f} ({h['rate_per_sec']:.0f}/s, {h['errors']} err) | {s['server_cpu_us_per_op']:.1f} ({s['rate_per_sec']:.0f}/s, {s['errors']} err) | {h['server_cpu_us_per_op']/s['server_cpu_us_per_op']:.2f} |")
+    print(f"| {t} | {hs(h)} | {hs(s)} | {h[US]/s[US]:.2f} |")
 h, s = L("h3-download"), L("https-download")
-print(f"| bulk download 100 MB objects: server CPU s per GB | {h['server_cpu_seconds_per_gb']:.2f} ({h['gbit_per_sec']:.2f} Gbit/s) | {s['server_cpu_seconds_per_gb']:.2f} ({s['gbit_per_sec']:.2f} Gbit/s) | {h['server_cpu_seconds_per_gb']/s['server_cpu_seconds_per_gb']:.2f} |")
+print(f"| bulk download 100 MB objects: server CPU s per GB | {bulk(h)} | {bulk(s)} | {h[GB]/s[GB]:.2f} |")
 n = L("h3-download-nogro")
-print(f"| the same, client without UDP_GRO | {n['server_cpu_seconds_per_gb']:.2f} ({n['gbit_per_sec']:.2f} Gbit/s) | | {n['server_cpu_seconds_per_gb']/s['server_cpu_seconds_per_gb']:.2f} |")
+print(f"| the same, client without UDP_GRO | {bulk(n)} | | {n[GB]/s[GB]:.2f} |")
 if os.path.exists(os.path.join(o, "caddy-h3-rsa.json")):
     print()
     print("| HTTP/3 measurement | rampart | Caddy (GOMAXPROCS=1) | rampart ÷ Caddy |")
     print("|---|---|---|---|")
-    for k, t in (("rsa", "full handshake, RSA-2048: server CPU µs"), ("ecdsa", "full handshake, ECDSA P-256: server CPU µs")):
+    for k, t in HANDSHAKES:
         r, c = L("h3-" + k), L("caddy-h3-" + k)
-        print(f"| {t} | {r['server_cpu_us_per_op']:.1f} ({r['rate_per_sec']:.0f}/s) | {c['server_cpu_us_per_op']:.1f} ({c['rate_per_sec']:.0f}/s, {c['errors']} err) | {r['server_cpu_us_per_op']/c['server_cpu_us_per_op']:.2f} |")
+        print(f"| {t} | {hs(r, err=False)} | {hs(c)} | {r[US]/c[US]:.2f} |")
     r, c = L("h3-download"), L("caddy-h3-download")
-    print(f"| bulk download 100 MB: server CPU s per GB (rampart proxies from an upstream; Caddy serves a file) | {r['server_cpu_seconds_per_gb']:.2f} ({r['gbit_per_sec']:.2f} Gbit/s) | {c['server_cpu_seconds_per_gb']:.2f} ({c['gbit_per_sec']:.2f} Gbit/s) | {r['server_cpu_seconds_per_gb']/c['server_cpu_seconds_per_gb']:.2f} |")
+    print(f"| bulk download 100 MB: server CPU s per GB (rampart proxies from an upstream; Caddy serves a file) | {bulk(r)} | {bulk(c)} | {r[GB]/c[GB]:.2f} |")
 PY
