@@ -413,14 +413,10 @@ async fn request_and_response_trailers_pass_through() {
 /// by the connection ID that worker issued, not by address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quic_connections_spread_over_workers_and_migrations_stay_on_theirs() {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
-    let text =
-        config_text(&[upstream], "", QUIC).replace("[server]\n", "[server]\nworker_threads = 2\n");
-    let fx = start_with(&text, dir, upstream, None).await;
+    let fx = start_edited(QUIC, |text, _| {
+        text.replace("[server]\n", "[server]\nworker_threads = 2\n")
+    })
+    .await;
     // 16 clients at once, one connection each: all on one worker has odds of 2 in 65,536.
     let clients = (0..16).map(|_| run(h3(&fx, &["--path", "/bytes/100"])));
     for out in futures_util::future::join_all(clients).await {

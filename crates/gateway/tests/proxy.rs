@@ -262,17 +262,15 @@ async fn h2c_upstream_cluster_and_least_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_writes_one_json_line_per_request() {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
-    let log = dir.path().join("access.log");
-    let text = config_text(&[upstream], "", "").replace(
-        "access_log = \"off\"",
-        &format!("access_log = \"{}\"", log.display()),
-    );
-    let fx = start_with(&text, dir, upstream, None).await;
+    let fx = start_edited("", |text, dir| {
+        let log = dir.join("access.log");
+        text.replace(
+            "access_log = \"off\"",
+            &format!("access_log = \"{}\"", log.display()),
+        )
+    })
+    .await;
+    let log = fx.dir.path().join("access.log");
     let _ = run(curl(
         &fx,
         &[
@@ -307,7 +305,7 @@ async fn access_log_writes_one_json_line_per_request() {
     assert_eq!(first["sni"], "localhost");
     assert_eq!(first["tls_version"], "TLSv1.3");
     assert_eq!(first["protocol"], "http/1.1");
-    assert_eq!(first["upstream"], upstream.to_string());
+    assert_eq!(first["upstream"], fx.upstream.to_string());
     assert_eq!(first["route"], "*/");
     assert!(first["client"].as_str().unwrap().starts_with("127.0.0.1:"));
     let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();

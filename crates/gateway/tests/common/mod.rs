@@ -121,12 +121,33 @@ pub async fn start_engine(
     listener_extra: &str,
     engines: Option<Vec<Arc<dyn Engine>>>,
 ) -> Fixture {
+    start_inner(cluster_extra, listener_extra, engines, |text, _| text).await
+}
+
+/// [`start`], with the config text passed through `edit` (given the config's folder) first,
+/// for settings the listener and cluster extras cannot reach (`[server]`).
+pub async fn start_edited(
+    listener_extra: &str,
+    edit: impl FnOnce(String, &Path) -> String,
+) -> Fixture {
+    start_inner("", listener_extra, None, edit).await
+}
+
+async fn start_inner(
+    cluster_extra: &str,
+    listener_extra: &str,
+    engines: Option<Vec<Arc<dyn Engine>>>,
+    edit: impl FnOnce(String, &Path) -> String,
+) -> Fixture {
     let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
-    let text = config_text(&[upstream], cluster_extra, listener_extra);
+    let text = edit(
+        config_text(&[upstream], cluster_extra, listener_extra),
+        dir.path(),
+    );
     start_with(&text, dir, upstream, engines).await
 }
 
