@@ -83,9 +83,9 @@ async fn idle_connections_opened_and_dropped_leak_no_descriptors() {
         conns.push(TcpStream::connect(fx.addr()).await.unwrap());
     }
     // Wait until the gateway has accepted them all (each holds a descriptor on our side too).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let open = metric_sum(&fx.gw().metrics.render(), "rampart_open_connections", &[]);
-    assert_eq!(open, 1000.0, "every idle connection was accepted");
+    let m = eventually_metric(&fx, "rampart_open_connections", &[], 1000.0).await;
+    let open = metric_sum(&m, "rampart_open_connections", &[]);
+    assert_eq!(open, 1000.0, "exactly every idle connection was accepted");
     drop(conns);
     // A connection task closes its socket a moment before its open-connections guard drops,
     // so both are polled: the descriptors must come back and the gauge must reach zero.
