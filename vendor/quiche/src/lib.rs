@@ -8146,6 +8146,14 @@ impl<F: BufFactory> Connection<F> {
     ///
     /// If the connection is already established, it does nothing.
     fn do_handshake(&mut self, now: Instant) -> Result<()> {
+        // rampart: after the handshake this runs for every packet sent, and
+        // usually has nothing to process; return before building `ex_data`,
+        // which clones the local transport parameters.
+        if self.handshake_completed && !self.handshake.has_post_handshake_data()
+        {
+            return Ok(());
+        }
+
         let mut ex_data = tls::ExData {
             application_protos: &self.application_protos,
 

@@ -560,6 +560,13 @@ impl Handshake {
         self.map_result_ssl(rc)
     }
 
+    /// rampart: whether `process_post_handshake` has anything to do, so the
+    /// caller can skip building its `ExData` (a transport parameters clone)
+    /// on every packet sent after the handshake.
+    pub fn has_post_handshake_data(&self) -> bool {
+        self.provided_data_outstanding
+    }
+
     pub fn process_post_handshake(&mut self, ex_data: &mut ExData) -> Result<()> {
         // If SSL_provide_quic_data hasn't been called since we last called
         // SSL_process_quic_post_handshake, then there's nothing to do.
