@@ -17,6 +17,7 @@ run: build
 ## Run every test (unit, integration with curl/openssl, CLI).
 test: deps
 	$(CARGO) test --workspace
+	scripts/test-vendored.sh
 
 lint: deps
 	$(CARGO) fmt --all -- --check

@@ -6905,7 +6905,10 @@ fn sends_ack_only_pkt_when_full_cwnd_and_ack_elicited(
         if cc_algorithm_name == "cubic" {
             Ok(12000)
         } else {
-            Ok(by_boring!(b4: 12299, b5: 13587))
+            // rampart: 13593 with boring 5.4, the version rampart builds
+            // quiche against (upstream's lock file has 5.2: 13587); the
+            // handshake's size moves BBR's window by a few bytes.
+            Ok(by_boring!(b4: 12299, b5: 13593))
         }
     );
 
@@ -6980,7 +6983,10 @@ fn sends_ack_only_pkt_when_full_cwnd_and_ack_elicited_despite_max_unacknowledgin
         if cc_algorithm_name == "cubic" {
             Ok(12000)
         } else {
-            Ok(by_boring!(b4: 12299, b5: 13587))
+            // rampart: 13593 with boring 5.4, the version rampart builds
+            // quiche against (upstream's lock file has 5.2: 13587); the
+            // handshake's size moves BBR's window by a few bytes.
+            Ok(by_boring!(b4: 12299, b5: 13593))
         }
     );
 
