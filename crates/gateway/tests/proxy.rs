@@ -232,9 +232,11 @@ async fn large_body_streams_both_ways_without_buffering() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_in_flight_requests() {
     let mut fx = start("", "").await;
-    let slow = curl(&fx, &["-w", "%{http_code}", &fx.url("/delay/700")]);
+    let slow = curl(&fx, &["-w", "%{http_code}", &fx.url("/delay/1500")]);
     let in_flight = tokio::spawn(run(slow));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Time for curl to start, connect and send its request on a loaded 2-core CI machine;
+    // the request is still upstream for another 700 ms or more when shutdown starts.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     let addr = fx.addr();
     let gw = fx.gw.take().unwrap();
     let done = tokio::spawn(gw.shutdown());
@@ -244,7 +246,7 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         "no new connections after shutdown starts"
     );
     let out = stdout(&in_flight.await.unwrap());
-    assert_eq!(out, "slept 700 ms\n200");
+    assert_eq!(out, "slept 1500 ms\n200");
     assert!(
         done.await.unwrap(),
         "shutdown completed within the grace period"
