@@ -208,7 +208,13 @@ fn bytes_body(n: u64) -> Response<DemoBody> {
 
 async fn demo_service(req: Request<Incoming>) -> Result<Response<DemoBody>, hyper::Error> {
     let path = req.uri().path().to_string();
-    Ok(match (req.method(), path.as_str()) {
+    // HEAD is answered as GET; hyper leaves the body out.
+    let method = if req.method() == Method::HEAD {
+        Method::GET
+    } else {
+        req.method().clone()
+    };
+    Ok(match (&method, path.as_str()) {
         (&Method::GET, "/") => full(
             StatusCode::OK,
             "text/html; charset=utf-8",

@@ -180,6 +180,28 @@ async fn request_id_is_kept_or_generated_and_sent_upstream() {
     );
 }
 
+/// HEAD gets GET's status and headers and no body, over HTTP/1.1 and HTTP/2 (curl -I).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_requests_get_the_headers_without_a_body() {
+    let fx = start("", "").await;
+    for proto in ["--http1.1", "--http2"] {
+        let out = run(curl(&fx, &[proto, "-I", &fx.url("/bytes/123456")])).await;
+        let head = stdout(&out).to_ascii_lowercase();
+        assert!(head.starts_with("http/"), "{proto}: {head}");
+        assert!(
+            head.lines().next().unwrap().contains(" 200"),
+            "{proto}: {head}"
+        );
+        assert!(head.contains("content-length: 123456"), "{proto}: {head}");
+        assert!(out.status.success(), "{proto}: curl did not finish cleanly");
+    }
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_http_requests_total", &["status=\"200\""]),
+        2.0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_body_streams_both_ways_without_buffering() {
     let fx = start("", "").await;
