@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../vendor"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../target}"
+# The workspace's dev profile keeps line tables only (see ../Cargo.toml); the vendored manifests
+# have their own profiles, so say it here too.
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
 # Bounded, so a hanging test fails the run instead of eating CI's time.
 (cd quiche && timeout 900 cargo test --locked --lib)
