@@ -9,7 +9,7 @@ use crate::metrics::Metrics;
 use crate::router::Router;
 use crate::upstream::{Cluster, UpstreamError};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode, Version};
+use http::{Method, Request, Response, StatusCode, Version};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -118,13 +118,20 @@ fn local(status: StatusCode, msg: &'static str) -> Response<ResponseBody> {
     r
 }
 
+/// Marks a request that arrived in TLS early data (0-RTT), before the handshake completed.
+#[derive(Debug, Clone, Copy)]
+pub struct InEarlyData;
+
+static EARLY_DATA: HeaderName = HeaderName::from_static("early-data");
+
 /// Handles one request. Never fails: every error becomes a status the client can read.
 pub async fn handle(
     shared: Arc<ProxyShared>,
     conn: Arc<ConnInfo>,
-    req: Request<ClientBody>,
+    mut req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let start = Instant::now();
+    let early_data = req.extensions().get::<InEarlyData>().is_some();
     let is_h3 = req.version() == Version::HTTP_3;
     let request_id = req
         .headers()
@@ -163,8 +170,7 @@ pub async fn handle(
             },
             tls_version: conn.tls_version,
             tls_resumed: conn.resumed,
-            early_data: req.version() == Version::HTTP_3
-                && req.headers().get("early-data").is_some_and(|v| v == "1"),
+            early_data,
             sni: conn.sni.clone(),
             method: req.method().to_string(),
             host: host.clone(),
@@ -175,11 +181,27 @@ pub async fn handle(
         AccessRecord::default()
     };
     let progress = Arc::new(BodyProgress::default());
-    let (status_route, mut resp, upstream_start) =
+    // RFC 8470: from early data, which an attacker can replay, only requests that are safe to
+    // replay go upstream, marked `Early-Data: 1`; the rest are told to retry after the handshake.
+    let replay_safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if early_data && replay_safe {
+        shared.metrics.early_data_accepted.inc();
+        req.headers_mut()
+            .insert(&EARLY_DATA, HeaderValue::from_static("1"));
+    }
+    let (status_route, mut resp, upstream_start) = if early_data && !replay_safe {
+        shared.metrics.early_data_rejected.inc();
+        let too_early = local(
+            StatusCode::TOO_EARLY,
+            "too early: retry after the handshake\n",
+        );
+        (None, too_early, None)
+    } else {
         match forward(&shared, &conn, req, &host, &request_id, &progress, &mut rec).await {
             Ok((route, resp, t)) => (route, resp, Some(t)),
             Err((route, resp)) => (route, resp, None),
-        };
+        }
+    };
     if let Some(t) = upstream_start {
         rec.upstream_ms = Some(t.as_secs_f64() * 1e3);
     }

@@ -255,33 +255,47 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
             .quic_connections
             .with_label_values(&[&shared.listener, &worker])
             .inc();
-        let info = Arc::new(ConnInfo {
-            client: conn.peer_addr(),
+        let client = conn.peer_addr();
+        // Replaced by the connection's TLS facts when the driver reports the handshake, which
+        // it does before any request.
+        let mut info = Arc::new(ConnInfo {
+            client,
             sni: None,
             tls_version: "TLSv1.3",
             resumed: false,
         });
-        let (driver, mut controller) = ServerH3Driver::new(Http3Settings::default());
+        let mut h3_settings = Http3Settings::default();
+        h3_settings.report_connection_established = true;
+        let (driver, mut controller) = ServerH3Driver::new(h3_settings);
         let stats = conn.audit_log_stats();
         let conn_stats = conn.stats().clone();
         conn.start(driver);
         let shared = shared.clone();
         let open = cap.open();
         tokio::spawn(async move {
-            let mut handshake_recorded = false;
             while let Some(ev) = controller.event_receiver_mut().recv().await {
-                if !handshake_recorded {
-                    let us = stats.transport_handshake_duration_us();
-                    if us > 0 {
-                        handshake_recorded = true;
-                        shared
-                            .metrics
-                            .handshake_seconds
-                            .with_label_values(&[&shared.listener, "quic", "unknown"])
-                            .observe(us as f64 / 1e6);
-                    }
-                }
-                if let ServerH3Event::Headers {
+                if let ServerH3Event::ConnectionEstablished {
+                    server_name,
+                    session_resumed,
+                } = ev
+                {
+                    let us = stats.transport_handshake_duration_us().max(0);
+                    shared
+                        .metrics
+                        .handshake_seconds
+                        .with_label_values(&[
+                            shared.listener.as_str(),
+                            "quic",
+                            if session_resumed { "true" } else { "false" },
+                        ])
+                        .observe(us as f64 / 1e6);
+                    info = Arc::new(ConnInfo {
+                        client,
+                        sni: server_name,
+                        tls_version: "TLSv1.3",
+                        resumed: session_resumed,
+                    });
+                } else if let ServerH3Event::Headers {
                     incoming_headers,
                     is_in_early_data,
                     ..
@@ -453,15 +467,8 @@ async fn serve_request(
         }
     };
     if early_data {
-        // RFC 8470: only requests that are safe to replay may be answered from early data.
-        if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
-            shared.metrics.early_data_rejected.inc();
-            respond_local(&mut send, b"425", b"too early: retry after the handshake\n").await;
-            return;
-        }
-        shared.metrics.early_data_accepted.inc();
-        req.headers_mut()
-            .insert("early-data", HeaderValue::from_static("1"));
+        // The proxy answers what is unsafe to replay with 425 and marks the rest upstream.
+        req.extensions_mut().insert(proxy::InEarlyData);
     }
     let Ok(resp) = proxy::handle(shared, info, req).await;
     let (parts, mut body) = resp.into_parts();

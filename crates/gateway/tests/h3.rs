@@ -224,7 +224,7 @@ async fn bad_datagrams_and_unknown_versions_disturb_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_rtt_get_is_answered_and_post_is_not_forwarded_early() {
-    let fx = start("", &format!("{QUIC}\nearly_data = true")).await;
+    let fx = start_logged(&format!("{QUIC}\nearly_data = true")).await;
     let ticket = fx.dir.path().join("ticket.pickle");
     let t = ticket.to_str().unwrap();
     // A full handshake leaves a session ticket (and waits a moment for it to arrive).
@@ -286,6 +286,54 @@ async fn zero_rtt_get_is_answered_and_post_is_not_forwarded_early() {
     assert_eq!(
         metric_sum(&m, "rampart_quic_handshakes_total", &["resumed=\"false\""]),
         1.0,
+        "{m}"
+    );
+    // The access log marks h3 and early-data requests, with the connection's server name and
+    // resumption (known only once the QUIC handshake reports them).
+    let log = access_log(&fx, 3).await;
+    let facts = |r: &serde_json::Value| {
+        (
+            r["protocol"].clone(),
+            r["sni"].clone(),
+            r["tls_resumed"].clone(),
+            r["early_data"].clone(),
+            r["status"].clone(),
+        )
+    };
+    assert_eq!(
+        log.iter().map(facts).collect::<Vec<_>>(),
+        [
+            (
+                "h3".into(),
+                "localhost".into(),
+                false.into(),
+                false.into(),
+                200.into()
+            ),
+            (
+                "h3".into(),
+                "localhost".into(),
+                true.into(),
+                true.into(),
+                200.into()
+            ),
+            (
+                "h3".into(),
+                "localhost".into(),
+                true.into(),
+                true.into(),
+                425.into()
+            ),
+        ],
+        "{log:?}"
+    );
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshake_duration_seconds_count",
+            &["protocol=\"quic\"", "resumed=\"true\""]
+        ),
+        2.0,
         "{m}"
     );
 }

@@ -286,15 +286,7 @@ async fn h2c_upstream_cluster_and_least_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_writes_one_json_line_per_request() {
-    let fx = start_edited("", |text, dir| {
-        let log = dir.join("access.log");
-        text.replace(
-            "access_log = \"off\"",
-            &format!("access_log = \"{}\"", log.display()),
-        )
-    })
-    .await;
-    let log = fx.dir.path().join("access.log");
+    let fx = start_logged("").await;
     let _ = run(curl(
         &fx,
         &[
@@ -308,20 +300,8 @@ async fn access_log_writes_one_json_line_per_request() {
     ))
     .await;
     let _ = run(curl(&fx, &["--http2", &fx.url("/bytes/10")])).await;
-    let mut lines = Vec::new();
-    for _ in 0..50 {
-        lines = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
-        if lines.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(lines.len(), 2, "{lines:?}");
-    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    let lines = access_log(&fx, 2).await;
+    let first = &lines[0];
     assert_eq!(first["request_id"], "log-me");
     assert_eq!(first["status"], 200);
     assert_eq!(first["bytes_in"], 5);
@@ -332,7 +312,7 @@ async fn access_log_writes_one_json_line_per_request() {
     assert_eq!(first["upstream"], fx.upstream.to_string());
     assert_eq!(first["route"], "*/");
     assert!(first["client"].as_str().unwrap().starts_with("127.0.0.1:"));
-    let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    let second = &lines[1];
     assert_eq!(second["protocol"], "h2");
     assert_eq!(second["bytes_out"], 10);
     assert!(second["duration_ms"].as_f64().unwrap() >= 0.0);

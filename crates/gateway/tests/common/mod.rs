@@ -348,3 +348,39 @@ pub async fn eventually_metric(fx: &Fixture, name: &str, labels: &[&str], min: f
     }
     panic!("{name}{labels:?} never reached {min}:\n{m}");
 }
+
+/// [`start`], writing the access log to `access.log` in the fixture's folder
+/// (read it with [`access_log`]).
+pub async fn start_logged(listener_extra: &str) -> Fixture {
+    start_edited(listener_extra, |text, dir| {
+        let log = dir.join("access.log");
+        text.replace(
+            "access_log = \"off\"",
+            &format!("access_log = \"{}\"", log.display()),
+        )
+    })
+    .await
+}
+
+/// The access log of a [`start_logged`] fixture, once it holds `want` records (up to 5 s;
+/// it is written by its own thread).
+pub async fn access_log(fx: &Fixture, want: usize) -> Vec<serde_json::Value> {
+    let path = fx.dir.path().join("access.log");
+    let mut lines = Vec::new();
+    for _ in 0..250 {
+        lines = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(lines.len(), want, "{lines:?}");
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}

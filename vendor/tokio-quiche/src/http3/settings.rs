@@ -74,6 +74,11 @@ pub struct Http3Settings {
     ///
     /// When unset or `Some(0)`, the driver defaults to 16 KiB.
     pub max_recv_body_buf_size: Option<usize>,
+    /// rampart: when set, a [ServerH3Driver](crate::http3::driver::ServerH3Driver) emits
+    /// `ServerH3Event::ConnectionEstablished` (server name, resumption) once the handshake
+    /// completes or early data is accepted, before any request. Off by default, so the
+    /// event stream is unchanged for those who do not ask.
+    pub report_connection_established: bool,
 }
 
 impl From<&Http3Settings> for quiche::h3::Config {

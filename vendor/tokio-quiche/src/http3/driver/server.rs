@@ -107,6 +107,15 @@ pub enum ServerH3Event {
         priority: Option<RawPriorityValue>,
         is_in_early_data: IsInEarlyData,
     },
+
+    /// rampart: the connection's TLS facts, once per connection before any `Headers`, when
+    /// `Http3Settings::report_connection_established` is set.
+    ConnectionEstablished {
+        /// The server name the client asked for (SNI), if any.
+        server_name: Option<String>,
+        /// Whether the TLS session was resumed (a ticket was accepted).
+        session_resumed: bool,
+    },
 }
 
 impl From<H3Event> for ServerH3Event {
@@ -167,6 +176,8 @@ pub struct ServerHooks {
     /// Whether the extended CONNECT protocol is enabled. When disabled,
     /// skip DATAGRAM flow creation for `:protocol` requests.
     extended_connect_enabled: bool,
+    /// rampart: emit `ServerH3Event::ConnectionEstablished`.
+    report_connection_established: bool,
 }
 
 impl ServerHooks {
@@ -275,6 +286,7 @@ impl DriverHooks for ServerHooks {
             requests: 0,
             post_accept_timeout: None,
             extended_connect_enabled: settings.enable_extended_connect,
+            report_connection_established: settings.report_connection_established,
         }
     }
 
@@ -303,6 +315,17 @@ impl DriverHooks for ServerHooks {
                 .settings_enforcer
                 .add_timeout(Http3TimeoutType::PostAccept, remaining);
             driver.hooks.post_accept_timeout = Some(key);
+        }
+
+        // rampart: tell the application who the client asked for and whether it resumed.
+        if driver.hooks.report_connection_established {
+            driver
+                .h3_event_sender
+                .send(ServerH3Event::ConnectionEstablished {
+                    server_name: qconn.server_name().map(str::to_owned),
+                    session_resumed: qconn.is_resumed(),
+                })
+                .map_err(|_| H3ConnectionError::ControllerWentAway)?;
         }
 
         Ok(())

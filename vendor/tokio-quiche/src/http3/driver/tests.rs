@@ -1060,6 +1060,46 @@ mod server_side_driver {
 
     use super::*;
 
+    /// rampart: with `report_connection_established`, the handshake's server name and
+    /// resumption arrive as the first event, before the request; without it, the request is
+    /// the first event.
+    #[test]
+    fn connection_established_event_precedes_requests_when_asked_for() {
+        for report in [true, false] {
+            let mut helper =
+                DriverTestHelper::<ServerHooks>::with_pipe_and_http3_settings(
+                    quiche::test_utils::Pipe::with_config_and_buf(
+                        &mut default_quiche_config(),
+                    )
+                    .unwrap(),
+                    Http3Settings {
+                        report_connection_established: report,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            helper.complete_handshake().unwrap();
+            helper.advance_and_run_loop().unwrap();
+            helper
+                .peer_client_send_request(make_request_headers("GET"), true)
+                .unwrap();
+            helper.advance_and_run_loop().unwrap();
+            if report {
+                assert_matches!(
+                    helper.driver_recv_server_event().unwrap(),
+                    ServerH3Event::ConnectionEstablished {
+                        server_name: Some(name),
+                        session_resumed: false,
+                    } => assert_eq!(name, "quic.tech")
+                );
+            }
+            assert_matches!(
+                helper.driver_recv_server_event().unwrap(),
+                ServerH3Event::Headers { .. }
+            );
+        }
+    }
+
     /// Server-side equivalent of
     /// [`client_side_driver::client_body_recv_buf_not_allocated_when_idle`]:
     /// `body_recv_buf` is `H3Driver` state shared by both `ClientHooks` and
