@@ -5481,9 +5481,9 @@ impl<F: BufFactory> Connection<F> {
             AddrTupleFmt(path.local_addr(), path.peer_addr())
         );
 
+        // rampart: empty until qlog is on (it was allocated for every packet).
         #[cfg(feature = "qlog")]
-        let mut qlog_frames: Vec<qlog::events::quic::QuicFrame> =
-            Vec::with_capacity(frames.len());
+        let mut qlog_frames: Vec<qlog::events::quic::QuicFrame> = Vec::new();
 
         for frame in &mut frames {
             trace!("{} tx frm {:?}", self.trace_id, frame);

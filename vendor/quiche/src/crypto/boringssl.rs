@@ -132,6 +132,19 @@ impl PacketKey {
             return Err(Error::CryptoFail);
         }
 
+        // rampart: `extra_in`'s ciphertext lands right after `in`'s, so moving its first bytes
+        // into `buf` changes nothing in the output. Moving enough of them to end `in` on a
+        // 16-byte boundary spares the cipher a partial block where the two meet (one more
+        // AES block and GHASH multiplication per packet).
+        let (in_len, extra_in_ptr, extra_in_len) = match extra_in {
+            Some(extra) if in_len % 16 != 0 => {
+                let k = (16 - in_len % 16).min(extra.len());
+                buf[in_len..in_len + k].copy_from_slice(&extra[..k]);
+                (in_len + k, extra[k..].as_ptr(), extra.len() - k)
+            },
+            _ => (in_len, extra_in_ptr, extra_in_len),
+        };
+
         let nonce = make_nonce(&self.nonce, counter);
 
         let rc = unsafe {

@@ -532,6 +532,81 @@ extern "C" {
 mod tests {
     use super::*;
 
+    /// rampart: sealing with part of the plaintext in `extra_in` (as stream data is sealed
+    /// straight from its send buffer) gives the same packet as sealing it all from `buf`,
+    /// wherever the split falls (the seal may move `extra_in`'s first bytes across it).
+    #[test]
+    fn seal_with_extra_in_matches_a_contiguous_seal() {
+        for aead in [
+            Algorithm::AES128_GCM,
+            Algorithm::AES256_GCM,
+            Algorithm::ChaCha20_Poly1305,
+        ] {
+            let secret = [0x5a; 48];
+            let secret_len = if aead == Algorithm::AES256_GCM { 48 } else { 32 };
+            let plain: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+            let ad = b"header";
+            let tag_len = aead.tag_len();
+            let mut whole = vec![0; plain.len() + tag_len];
+            whole[..plain.len()].copy_from_slice(&plain);
+            let mut seal = Seal::from_secret(aead, &secret[..secret_len])
+                .unwrap();
+            let n = seal
+                .seal_with_u64_counter(9, ad, &mut whole, plain.len(), None)
+                .unwrap();
+            assert_eq!(n, whole.len());
+            for split in [0, 1, 5, 15, 16, 17, 31, 33, 290, 299, 300] {
+                for extra_len in [0, 1, 10, 15, 16, 17] {
+                    let total = (split + extra_len).min(plain.len());
+                    let extra = &plain[split.min(total)..total];
+                    let mut buf = vec![0xee; total + tag_len];
+                    buf[..split.min(total)]
+                        .copy_from_slice(&plain[..split.min(total)]);
+                    let mut seal =
+                        Seal::from_secret(aead, &secret[..secret_len])
+                            .unwrap();
+                    let n = seal
+                        .seal_with_u64_counter(
+                            9,
+                            ad,
+                            &mut buf,
+                            split.min(total),
+                            Some(extra),
+                        )
+                        .unwrap();
+                    assert_eq!(n, buf.len(), "{aead:?} {split} {extra_len}");
+                    let open =
+                        Open::from_secret(aead, &secret[..secret_len])
+                            .unwrap();
+                    let m = open.open_with_u64_counter(9, ad, &mut buf).unwrap();
+                    assert_eq!(
+                        &buf[..m],
+                        &plain[..total],
+                        "{aead:?} {split} {extra_len}"
+                    );
+                    if total == plain.len() {
+                        let mut again = vec![0; total + tag_len];
+                        again[..split].copy_from_slice(&plain[..split]);
+                        let mut seal = Seal::from_secret(
+                            aead,
+                            &secret[..secret_len],
+                        )
+                        .unwrap();
+                        seal.seal_with_u64_counter(
+                            9,
+                            ad,
+                            &mut again,
+                            split,
+                            Some(&plain[split..]),
+                        )
+                        .unwrap();
+                        assert_eq!(again, whole, "{aead:?} split at {split}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn derive_initial_secrets_v1() {
         let dcid = [0x83, 0x94, 0xc8, 0xf0, 0x3e, 0x51, 0x57, 0x08];
