@@ -4002,6 +4002,21 @@ impl<F: BufFactory> Connection<F> {
         &mut self, out: &mut [u8], from: Option<SocketAddr>,
         to: Option<SocketAddr>,
     ) -> Result<(usize, SendInfo)> {
+        self.send_on_path_at(out, from, to, Instant::now())
+    }
+
+    /// rampart: [`send_on_path()`] with the caller's reading of the clock.
+    ///
+    /// A caller that fills one GSO buffer with many packets, all leaving in one `sendmsg`,
+    /// reads the clock once for the buffer instead of once per packet. `now` must be a recent
+    /// reading (the time the buffer's first packet was written is right): it stamps the
+    /// packets for loss detection and RTT and drives the timers.
+    ///
+    /// [`send_on_path()`]: struct.Connection.html#method.send_on_path
+    pub fn send_on_path_at(
+        &mut self, out: &mut [u8], from: Option<SocketAddr>,
+        to: Option<SocketAddr>, now: Instant,
+    ) -> Result<(usize, SendInfo)> {
         if out.is_empty() {
             return Err(Error::BufferTooShort);
         }
@@ -4009,8 +4024,6 @@ impl<F: BufFactory> Connection<F> {
         if self.is_closed() || self.is_draining() {
             return Err(Error::Done);
         }
-
-        let now = Instant::now();
 
         if self.local_error.is_none() {
             self.do_handshake(now)?;
