@@ -3,13 +3,16 @@
 # bulk-download CPU per GB; then Caddy (GOMAXPROCS=1, same certificates, static files) over
 # HTTP/3 when a `caddy` binary is found. Servers pinned to CPU 0, load generator and upstream
 # to CPU 1.
-#   scripts/bench-h3.sh        # DURATION=8s ENGINE=batch by default
+#   scripts/bench-h3.sh        # DURATION=8s ENGINE=batch ROUNDS=3 by default
+# The bulk downloads, HTTP/3 then HTTPS, run ROUNDS times in turn; the tables give each one's
+# median and the HTTP/3 ÷ HTTPS ratio of every round, since this machine drifts between runs.
 #   go install github.com/caddyserver/caddy/v2/cmd/caddy@latest   # for the Caddy rows
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 DURATION=${DURATION:-8s}
 ENGINE=${ENGINE:-batch}
+ROUNDS=${ROUNDS:-3}
 CADDY=${CADDY:-$(command -v caddy || echo "$HOME/go/bin/caddy")}
 OUT=${OUT:-target/bench-h3}
 BIN=./target/release/rampart
@@ -50,11 +53,13 @@ b h3-rsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256
 b https-rsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256
 b h3-ecdsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
 b https-ecdsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
-b h3-download h3-download --url "$U/bytes/100000000" -c 2
+for i in $(seq 1 "$ROUNDS"); do
+  b h3-download-$i h3-download --url "$U/bytes/100000000" -c 2
+  b https-download-$i https-download --url "$U/bytes/100000000" -c 2
+done
 # The same download with the client reading datagram by datagram (no UDP_GRO): on loopback the
 # kernel then splits each GSO send into datagrams on the server's CPU.
 b h3-download-nogro h3-download --url "$U/bytes/100000000" -c 2 --no-gro
-b https-download https-download --url "$U/bytes/100000000" -c 2
 kill $gw; wait $gw 2>/dev/null || true
 
 if [ -x "$CADDY" ]; then
@@ -90,10 +95,13 @@ CFG
     kill $cp; wait $cp 2>/dev/null || true
   done
 fi
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$ROUNDS" <<'PY'
 import json, sys, os
-o = sys.argv[1]
+o, rounds = sys.argv[1], int(sys.argv[2])
 L = lambda n: json.load(open(os.path.join(o, n + ".json")))
+def median_run(name):  # the round whose CPU per GB is the median
+    runs = sorted((L(f"{name}-{i}") for i in range(1, rounds + 1)), key=lambda d: d[GB])
+    return runs[(len(runs) - 1) // 2]
 US, GB = "server_cpu_us_per_op", "server_cpu_seconds_per_gb"
 def hs(d, err=True):  # handshake cell: CPU µs (rate, errors)
     return f"{d[US]:.1f} ({d['rate_per_sec']:.0f}/s" + (f", {d['errors']} err)" if err else ")")
@@ -105,10 +113,14 @@ print("|---|---|---|---|")
 for k, t in HANDSHAKES:
     h, s = L("h3-" + k), L("https-" + k)
     print(f"| {t} | {hs(h)} | {hs(s)} | {h[US]/s[US]:.2f} |")
-h, s = L("h3-download"), L("https-download")
-print(f"| bulk download 100 MB objects: server CPU s per GB | {bulk(h)} | {bulk(s)} | {h[GB]/s[GB]:.2f} |")
+h, s = median_run("h3-download"), median_run("https-download")
+print(f"| bulk download 100 MB objects, median of {rounds}: server CPU s per GB | {bulk(h)} | {bulk(s)} | {h[GB]/s[GB]:.2f} |")
+each = lambda name: [L(f"{name}-{i}")[GB] for i in range(1, rounds + 1)]
+hs_, ss_ = each("h3-download"), each("https-download")
+fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
+print(f"| the same, each round in turn | {fmt(hs_)} | {fmt(ss_)} | {fmt(a / b for a, b in zip(hs_, ss_))} |")
 n = L("h3-download-nogro")
-print(f"| the same, client without UDP_GRO | {bulk(n)} | | {n[GB]/s[GB]:.2f} |")
+print(f"| the same, client without UDP_GRO (one run) | {bulk(n)} | | {n[GB]/s[GB]:.2f} |")
 if os.path.exists(os.path.join(o, "caddy-h3-rsa.json")):
     print()
     print("| HTTP/3 measurement | rampart | Caddy (GOMAXPROCS=1) | rampart ÷ Caddy |")
@@ -116,6 +128,6 @@ if os.path.exists(os.path.join(o, "caddy-h3-rsa.json")):
     for k, t in HANDSHAKES:
         r, c = L("h3-" + k), L("caddy-h3-" + k)
         print(f"| {t} | {hs(r, err=False)} | {hs(c)} | {r[US]/c[US]:.2f} |")
-    r, c = L("h3-download"), L("caddy-h3-download")
+    r, c = median_run("h3-download"), L("caddy-h3-download")
     print(f"| bulk download 100 MB: server CPU s per GB (rampart proxies from an upstream; Caddy serves a file) | {bulk(r)} | {bulk(c)} | {r[GB]/c[GB]:.2f} |")
 PY
