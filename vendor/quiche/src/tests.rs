@@ -11174,6 +11174,26 @@ fn retiring_active_path_dcid(
     assert_eq!(pipe.client.retire_dcid(0), Err(Error::OutOfIdentifiers));
 }
 
+/// rampart: `send_on_path_at` stamps the packet with the caller's clock reading, not its own.
+#[rstest]
+fn send_on_path_at_uses_the_given_time(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = test_utils::Pipe::new(cc_algorithm_name).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert_eq!(pipe.client.stream_send(0, b"hello", true), Ok(5));
+
+    let later = Instant::now() + Duration::from_secs(1);
+    let mut buf = [0; 1500];
+    let (len, info) = pipe
+        .client
+        .send_on_path_at(&mut buf, None, None, later)
+        .expect("a packet");
+    assert!(len > 5);
+    // Its own reading would be about a second earlier; a pacer may only push it later.
+    assert!(info.at >= later, "stamped {:?} before {:?}", info.at, later);
+}
+
 #[rstest]
 fn send_on_path_test(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
