@@ -258,12 +258,7 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
         let client = conn.peer_addr();
         // Replaced by the connection's TLS facts when the driver reports the handshake, which
         // it does before any request.
-        let mut info = Arc::new(ConnInfo {
-            client,
-            sni: None,
-            tls_version: "TLSv1.3",
-            resumed: false,
-        });
+        let mut info = quic_conn_info(client, None, false);
         let mut h3_settings = Http3Settings::default();
         h3_settings.report_connection_established = true;
         let (driver, mut controller) = ServerH3Driver::new(h3_settings);
@@ -289,12 +284,7 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
                             if session_resumed { "true" } else { "false" },
                         ])
                         .observe(us as f64 / 1e6);
-                    info = Arc::new(ConnInfo {
-                        client,
-                        sni: server_name,
-                        tls_version: "TLSv1.3",
-                        resumed: session_resumed,
-                    });
+                    info = quic_conn_info(client, server_name, session_resumed);
                 } else if let ServerH3Event::Headers {
                     incoming_headers,
                     is_in_early_data,
@@ -323,6 +313,16 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
             record_closed(&shared, &conn_stats).await;
         });
     }
+}
+
+/// What the access log and the proxy know of a QUIC connection (always TLS 1.3).
+fn quic_conn_info(client: SocketAddr, sni: Option<String>, resumed: bool) -> Arc<ConnInfo> {
+    Arc::new(ConnInfo {
+        client,
+        sni,
+        tls_version: "TLSv1.3",
+        resumed,
+    })
 }
 
 /// A request body arriving on a QUIC stream.
