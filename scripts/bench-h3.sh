@@ -119,6 +119,9 @@ each = lambda name: [L(f"{name}-{i}")[GB] for i in range(1, rounds + 1)]
 hs_, ss_ = each("h3-download"), each("https-download")
 fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
 print(f"| the same, each round in turn | {fmt(hs_)} | {fmt(ss_)} | {fmt(a / b for a, b in zip(hs_, ss_))} |")
+UG, KG = "server_user_cpu_seconds_per_gb", "server_system_cpu_seconds_per_gb"
+split = lambda d: f"user {d[UG]:.2f} + kernel {d[KG]:.2f}"
+print(f"| the median round's CPU s per GB split: user space + kernel | {split(h)} | {split(s)} | user {h[UG]/s[UG]:.2f}, kernel {h[KG]/s[KG]:.2f} |")
 n = L("h3-download-nogro")
 print(f"| the same, client without UDP_GRO (one run) | {bulk(n)} | | {n[GB]/s[GB]:.2f} |")
 if os.path.exists(os.path.join(o, "caddy-h3-rsa.json")):

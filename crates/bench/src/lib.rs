@@ -383,7 +383,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
     let budget = Arc::new(AtomicI64::new(args.requests.map_or(i64::MAX, |n| n as i64)));
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + args.duration;
-    let cpu_before = args.server_pid.map(cpu::process_cpu_seconds).transpose()?;
+    let server_cpu = cpu::ServerCpuMeter::start(args.server_pid)?;
     let start = Instant::now();
     let recorders: Vec<Recorder> = (0..args.concurrency.max(1))
         .map(|_| Recorder::new(budget.clone(), stop.clone(), deadline))
@@ -465,9 +465,6 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
     if !args.json {
         eprintln!();
     }
-    let server_cpu = match (args.server_pid, cpu_before) {
-        (Some(pid), Some(before)) => Some(cpu::process_cpu_seconds(pid)? - before),
-        _ => None,
-    };
+    let server_cpu = cpu::ServerCpuMeter::stop(server_cpu)?;
     Ok(Summary::build(&args, &recorders, elapsed, server_cpu))
 }

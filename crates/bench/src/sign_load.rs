@@ -74,10 +74,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Summary> {
     let budget = Arc::new(AtomicI64::new(args.requests.map_or(i64::MAX, |n| n as i64)));
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + args.duration;
-    let cpu_before = args
-        .server_pid
-        .map(crate::cpu::process_cpu_seconds)
-        .transpose()?;
+    let server_cpu = crate::cpu::ServerCpuMeter::start(args.server_pid)?;
     let recorders: Vec<Recorder> = (0..args.concurrency.max(1))
         .map(|_| Recorder::new(budget.clone(), stop.clone(), deadline))
         .collect();
@@ -105,9 +102,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Summary> {
     }
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed();
-    let server_cpu = match (args.server_pid, cpu_before) {
-        (Some(pid), Some(before)) => Some(crate::cpu::process_cpu_seconds(pid)? - before),
-        _ => None,
-    };
+    let server_cpu = crate::cpu::ServerCpuMeter::stop(server_cpu)?;
     Ok(Summary::build(&args, &recorders, elapsed, server_cpu))
 }

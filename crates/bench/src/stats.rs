@@ -1,5 +1,6 @@
 //! Per-worker recording and the run summary.
 
+use crate::cpu::CpuTime;
 use crate::BenchArgs;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -103,6 +104,10 @@ pub struct Summary {
     pub gbit_per_sec: f64,
     /// Server CPU seconds per GB (10^9 bytes) of response body.
     pub server_cpu_seconds_per_gb: Option<f64>,
+    /// The user-space part of `server_cpu_seconds_per_gb`.
+    pub server_user_cpu_seconds_per_gb: Option<f64>,
+    /// The kernel part of `server_cpu_seconds_per_gb`.
+    pub server_system_cpu_seconds_per_gb: Option<f64>,
 }
 
 impl Summary {
@@ -110,7 +115,7 @@ impl Summary {
         args: &BenchArgs,
         recs: &[Recorder],
         elapsed: Duration,
-        server_cpu: Option<f64>,
+        server_cpu: Option<CpuTime>,
     ) -> Self {
         let mut lat = Vec::new();
         let mut errors_by_kind = BTreeMap::new();
@@ -133,6 +138,12 @@ impl Summary {
         };
         let ok = lat.len() as u64;
         let secs = elapsed.as_secs_f64();
+        let per_gb = |part: fn(CpuTime) -> f64| {
+            server_cpu
+                .filter(|_| bytes > 0)
+                .map(|c| part(c) / (bytes as f64 / 1e9))
+        };
+        let server_cpu_total = server_cpu.map(CpuTime::total);
         Summary {
             mode: format!("{:?}", args.mode),
             url: args.url.clone(),
@@ -145,13 +156,15 @@ impl Summary {
             latency_ms_p50: pct(0.50),
             latency_ms_p90: pct(0.90),
             latency_ms_p99: pct(0.99),
-            server_cpu_seconds: server_cpu,
-            server_cpu_us_per_op: server_cpu.filter(|_| ok > 0).map(|c| c * 1e6 / ok as f64),
+            server_cpu_seconds: server_cpu_total,
+            server_cpu_us_per_op: server_cpu_total
+                .filter(|_| ok > 0)
+                .map(|c| c * 1e6 / ok as f64),
             bytes,
             gbit_per_sec: bytes as f64 * 8.0 / secs / 1e9,
-            server_cpu_seconds_per_gb: server_cpu
-                .filter(|_| bytes > 0)
-                .map(|c| c / (bytes as f64 / 1e9)),
+            server_cpu_seconds_per_gb: per_gb(CpuTime::total),
+            server_user_cpu_seconds_per_gb: per_gb(|c| c.user),
+            server_system_cpu_seconds_per_gb: per_gb(|c| c.system),
         }
     }
 
@@ -167,8 +180,14 @@ impl Summary {
                 self.bytes, self.gbit_per_sec
             );
         }
-        if let Some(per_gb) = self.server_cpu_seconds_per_gb {
-            s += &format!("  server CPU {per_gb:.2} s per GB\n");
+        if let (Some(per_gb), Some(user), Some(system)) = (
+            self.server_cpu_seconds_per_gb,
+            self.server_user_cpu_seconds_per_gb,
+            self.server_system_cpu_seconds_per_gb,
+        ) {
+            s += &format!(
+                "  server CPU {per_gb:.2} s per GB (user {user:.2}, kernel {system:.2})\n"
+            );
         }
         if let (Some(c), Some(per)) = (self.server_cpu_seconds, self.server_cpu_us_per_op) {
             s += &format!("  server CPU {c:.2}s  →  {per:.1} µs per operation\n");
