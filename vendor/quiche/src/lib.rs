@@ -6707,6 +6707,25 @@ impl<F: BufFactory> Connection<F> {
         }
     }
 
+    /// rampart: returns true once all this endpoint sends on the stream has
+    /// been delivered: the send side is finished and the peer acknowledged all
+    /// of its data, or the send side was reset, or the stream was already
+    /// collected. Returns false for a stream that was never opened.
+    ///
+    /// [`stream_closed()`] answers true as soon as the final offset is
+    /// written. A server that stopped taking requests (HTTP/3 GOAWAY) uses
+    /// this instead, to close the connection only after its last response
+    /// arrived: closing discards stream data not yet sent.
+    ///
+    /// [`stream_closed()`]: struct.Connection.html#method.stream_closed
+    #[inline]
+    pub fn stream_send_complete(&self, stream_id: u64) -> bool {
+        match self.streams.get(stream_id) {
+            Some(stream) => stream.send.is_complete(),
+            None => self.streams.is_collected(stream_id),
+        }
+    }
+
     /// Returns the number of bidirectional streams that can be created
     /// before the peer's stream count limit is reached.
     ///

@@ -1081,6 +1081,38 @@ fn stream_closed_bidi(
 }
 
 #[rstest]
+/// rampart: a stream's send side is complete only once the peer acknowledged
+/// all of it, not when the final offset is written.
+fn stream_send_complete_waits_for_the_peer_ack(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = test_utils::Pipe::new(cc_algorithm_name).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert!(!pipe.server.stream_send_complete(0), "never opened");
+
+    assert_eq!(pipe.client.stream_send(0, b"request", true), Ok(7));
+    assert_eq!(pipe.advance(), Ok(()));
+    let mut buf = [0; 16];
+    assert_eq!(pipe.server.stream_recv(0, &mut buf), Ok((7, true)));
+
+    assert_eq!(pipe.server.stream_send(0, b"response", true), Ok(8));
+    assert!(pipe.server.stream_closed(0));
+    assert!(!pipe.server.stream_send_complete(0), "written, not yet sent");
+
+    // The response reaches the client, whose ACK reaches the server.
+    assert_eq!(pipe.advance(), Ok(()));
+    assert!(pipe.server.stream_send_complete(0));
+
+    // A reset send side has nothing left to deliver.
+    assert_eq!(pipe.client.stream_send(4, b"request", true), Ok(7));
+    assert_eq!(pipe.advance(), Ok(()));
+    assert_eq!(pipe.server.stream_send(4, b"partial", false), Ok(7));
+    assert!(!pipe.server.stream_send_complete(4));
+    assert_eq!(pipe.server.stream_shutdown(4, Shutdown::Write, 0), Ok(()));
+    assert!(pipe.server.stream_send_complete(4));
+}
+
+#[rstest]
 fn stream_closed_uni(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
 ) {
