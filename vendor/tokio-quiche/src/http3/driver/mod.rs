@@ -409,6 +409,13 @@ pub struct H3Driver<H: DriverHooks> {
 
     /// The maximum HTTP/3 stream ID seen on this connection.
     max_stream_seen: u64,
+    /// rampart: whether any stream was seen, which `max_stream_seen == 0` does not tell.
+    any_stream_seen: bool,
+    /// rampart: the ID this endpoint's GOAWAY carried, once sent. A server refuses requests
+    /// on streams at or above it.
+    local_goaway_id: Option<u64>,
+    /// rampart: a GOAWAY was asked for and waits for room on the control stream.
+    goaway_pending: bool,
 
     /// Tracks whether we have forwarded the HTTP/3 SETTINGS frame
     /// to the [H3Controller] once.
@@ -444,6 +451,9 @@ impl<H: DriverHooks> H3Driver<H> {
                 dgram_recv,
                 dgram_send: PollSender::new(dgram_send),
                 max_stream_seen: 0,
+                any_stream_seen: false,
+                local_goaway_id: None,
+                goaway_pending: false,
                 body_recv_buf: None,
                 // `Some(0)` would make `recv_body_buf` a no-op, so treat it as
                 // unset.
@@ -501,6 +511,7 @@ impl<H: DriverHooks> H3Driver<H> {
     fn insert_stream(&mut self, stream_id: u64, ctx: StreamCtx) {
         self.stream_map.insert(stream_id, ctx);
         self.max_stream_seen = self.max_stream_seen.max(stream_id);
+        self.any_stream_seen = true;
     }
 
     /// Fetches body chunks from the [`quiche::h3::Connection`] and forwards
@@ -510,10 +521,14 @@ impl<H: DriverHooks> H3Driver<H> {
     ) -> H3ConnectionResult<()> {
         // Split self borrow between conn and stream_map
         let conn = self.conn.as_mut().ok_or(Self::connection_not_present())?;
-        let ctx = self
-            .stream_map
-            .get_mut(&stream_id)
-            .ok_or(H3ConnectionError::NonexistentStream)?;
+        let Some(ctx) = self.stream_map.get_mut(&stream_id) else {
+            // rampart: a request refused after GOAWAY has no context; the read
+            // shutdown discards its body.
+            if self.local_goaway_id.is_some_and(|id| stream_id >= id) {
+                return Ok(());
+            }
+            return Err(H3ConnectionError::NonexistentStream);
+        };
 
         enum StreamStatus {
             Done { close: bool },
@@ -1167,6 +1182,39 @@ impl<H: DriverHooks> H3Driver<H> {
         self.cleanup_stream(qconn, stream_id)
     }
 
+    /// rampart: sends a GOAWAY asked for by [`H3Command::GoAway`].
+    ///
+    /// RFC 9114 section 5.2: the ID is that of the first request stream not
+    /// processed, one past the highest seen (0 when none), taken when the
+    /// frame is written; upstream sent the highest seen, which told the client
+    /// its last request was not processed. While the connection's send
+    /// capacity is taken up (a download fills the congestion window) the
+    /// control stream has no room and it is retried with the next writes;
+    /// upstream failed the connection. Before the HTTP/3 connection exists
+    /// there is nothing to send it on (upstream panicked).
+    fn flush_goaway(&mut self, qconn: &mut QuicheConnection) -> H3ConnectionResult<()> {
+        if !self.goaway_pending {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let first_unprocessed = if self.any_stream_seen {
+            (self.max_stream_seen & !3) + 4
+        } else {
+            0
+        };
+        match conn.send_goaway(qconn, first_unprocessed) {
+            Ok(()) => {
+                self.goaway_pending = false;
+                self.local_goaway_id = Some(first_unprocessed);
+                Ok(())
+            },
+            Err(h3::Error::StreamBlocked) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Handles a regular [`H3Command`]. May be called internally by
     /// [DriverHooks] for non-endpoint-specific [`H3Command`]s.
     fn handle_core_command(
@@ -1175,10 +1223,12 @@ impl<H: DriverHooks> H3Driver<H> {
         match cmd {
             H3Command::QuicCmd(cmd) => cmd.execute(qconn),
             H3Command::GoAway => {
-                let max_id = self.max_stream_seen;
-                self.conn_mut()
-                    .expect("connection should be established")
-                    .send_goaway(qconn, max_id)?;
+                // rampart: sent once, when the control stream has room
+                // (see `flush_goaway`).
+                if self.local_goaway_id.is_none() {
+                    self.goaway_pending = true;
+                    self.flush_goaway(qconn)?;
+                }
             },
             H3Command::ShutdownStream {
                 stream_id,
@@ -1390,6 +1440,7 @@ impl<H: DriverHooks> ApplicationOverQuic for H3Driver<H> {
     /// all sources. This will attempt to write any queued frames into their
     /// respective streams, if writable.
     fn process_writes(&mut self, qconn: &mut QuicheConnection) -> QuicResult<()> {
+        self.flush_goaway(qconn)?;
         while let Some(stream_id) = qconn.stream_writable_next() {
             self.process_writable_stream(qconn, stream_id)?;
         }

@@ -205,6 +205,17 @@ impl ServerHooks {
             return Ok(());
         }
 
+        // rampart: a request on a stream at or above the ID of the GOAWAY this
+        // server sent left the client before the GOAWAY arrived. It is refused
+        // as not processed (H3_REQUEST_REJECTED), so the client may retry it
+        // elsewhere.
+        if driver.local_goaway_id.is_some_and(|id| stream_id >= id) {
+            let code = quiche::h3::WireErrorCode::RequestRejected as u64;
+            let _ = qconn.stream_shutdown(stream_id, quiche::Shutdown::Read, code);
+            let _ = qconn.stream_shutdown(stream_id, quiche::Shutdown::Write, code);
+            return Ok(());
+        }
+
         let (mut stream_ctx, send, recv) =
             StreamCtx::new(stream_id, STREAM_CAPACITY);
 

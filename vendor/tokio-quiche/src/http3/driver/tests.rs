@@ -2806,6 +2806,166 @@ mod server_side_driver {
         assert_eq!(helper.peer_client_poll(), Ok((0, h3::Event::Finished)));
     }
 
+    /// rampart: the server's GOAWAY carries the first request stream it did
+    /// not process (RFC 9114 section 5.2), a request the client sent before
+    /// learning of it is refused as not processed, and the requests it did
+    /// take complete.
+    #[test]
+    fn server_goaway_names_the_first_unprocessed_stream_and_refuses_later_ones() {
+        // Before any request, nothing was processed: GOAWAY 0.
+        let mut helper = DriverTestHelper::<ServerHooks>::new().unwrap();
+        helper.complete_handshake().unwrap();
+        helper.advance_and_run_loop().unwrap();
+        helper.controller.send_goaway();
+        helper.advance_and_run_loop().unwrap();
+        assert_eq!(helper.peer_client_poll(), Ok((0, h3::Event::GoAway)));
+
+        let mut helper = DriverTestHelper::<ServerHooks>::new().unwrap();
+        helper.complete_handshake().unwrap();
+        helper.advance_and_run_loop().unwrap();
+        for expected in [0, 4] {
+            let id = helper
+                .peer_client_send_request(make_request_headers("GET"), true)
+                .unwrap();
+            assert_eq!(id, expected);
+        }
+        helper.advance_and_run_loop().unwrap();
+        let mut to_client = Vec::new();
+        while let Ok(ev) = helper.driver_recv_server_event() {
+            if let ServerH3Event::Headers {
+                incoming_headers, ..
+            } = ev
+            {
+                assert_eq!(incoming_headers.stream_id, 4 * to_client.len() as u64);
+                to_client.push(incoming_headers.send.get_ref().unwrap().clone());
+            }
+        }
+        assert_eq!(to_client.len(), 2);
+
+        // Sent twice, the GOAWAY goes out once.
+        helper.controller.send_goaway();
+        helper.controller.send_goaway();
+        helper.advance_and_run_loop().unwrap();
+        // A request that crossed the GOAWAY (the client has not read it yet),
+        // with a body to come.
+        let late = helper
+            .peer_client_send_request(make_request_headers("POST"), false)
+            .unwrap();
+        assert_eq!(late, 8);
+        helper.advance_and_run_loop().unwrap();
+        // The server stopped reading it (STOP_SENDING, H3_REQUEST_REJECTED).
+        assert_eq!(
+            helper.peer_client_send_body(late, &[7; 100], true),
+            Err(h3::Error::TransportError(quiche::Error::StreamStopped(
+                h3::WireErrorCode::RequestRejected as u64
+            )))
+        );
+        helper.advance_and_run_loop().unwrap();
+
+        let mut goaway = None;
+        let mut late_reset = None;
+        while let Ok((stream, ev)) = helper.peer_client_poll() {
+            match ev {
+                h3::Event::GoAway => {
+                    assert!(goaway.is_none(), "a second GOAWAY");
+                    goaway = Some(stream);
+                },
+                h3::Event::Reset(code) if stream == late => late_reset = Some(code),
+                other => panic!("unexpected event on {stream}: {other:?}"),
+            }
+        }
+        assert_eq!(goaway, Some(8), "one past the last request taken");
+        assert_eq!(
+            late_reset,
+            Some(h3::WireErrorCode::RequestRejected as u64),
+            "the late request is refused as not processed"
+        );
+        while let Ok(ev) = helper.driver_recv_server_event() {
+            assert!(
+                !matches!(ev, ServerH3Event::Headers { .. }),
+                "the late request reached the application"
+            );
+        }
+
+        // The requests taken before the GOAWAY are answered in full.
+        for (stream, tx) in [0, 4].into_iter().zip(to_client) {
+            tx.try_send(OutboundFrame::Headers(make_response_headers(), None))
+                .unwrap();
+            helper.advance_and_run_loop().unwrap();
+            tx.try_send(OutboundFrame::Body(Bytes::from_static(b"done"), true))
+                .unwrap();
+            helper.advance_and_run_loop().unwrap();
+            assert_matches!(
+                helper.peer_client_poll(),
+                Ok((s, h3::Event::Headers { .. })) if s == stream
+            );
+            assert_eq!(helper.peer_client_poll(), Ok((stream, h3::Event::Data)));
+            assert_eq!(
+                helper.peer_client_recv_body_vec(stream, 64),
+                Ok(b"done".to_vec())
+            );
+            assert_eq!(helper.peer_client_poll(), Ok((stream, h3::Event::Finished)));
+        }
+        assert!(helper.pipe.server.local_error().is_none());
+    }
+
+    /// rampart: a GOAWAY asked for while a large response is being sent is
+    /// delivered, and the response completes. (When the response leaves the
+    /// control stream no room, the GOAWAY waits for it; rampart's gateway test
+    /// `graceful_shutdown_drains_h3_connections` meets that case with a real
+    /// download.)
+    #[test]
+    fn server_goaway_during_a_large_response() {
+        let mut helper = DriverTestHelper::<ServerHooks>::new().unwrap();
+        helper.complete_handshake().unwrap();
+        helper.advance_and_run_loop().unwrap();
+        helper
+            .peer_client_send_request(make_request_headers("GET"), true)
+            .unwrap();
+        helper.advance_and_run_loop().unwrap();
+        let mut to_client = None;
+        while let Ok(ev) = helper.driver_recv_server_event() {
+            if let ServerH3Event::Headers {
+                incoming_headers, ..
+            } = ev
+            {
+                to_client = Some(incoming_headers.send.get_ref().unwrap().clone());
+            }
+        }
+        let to_client = to_client.unwrap();
+        to_client
+            .try_send(OutboundFrame::Headers(make_response_headers(), None))
+            .unwrap();
+        helper.advance_and_run_loop().unwrap();
+        // Far more than the initial congestion window.
+        to_client
+            .try_send(OutboundFrame::Body(Bytes::from(vec![5; 200_000]), true))
+            .unwrap();
+        helper.driver.process_writes(&mut helper.pipe.server).unwrap();
+
+        helper.controller.send_goaway();
+        let mut goaway = None;
+        let mut body = 0;
+        for _ in 0..200 {
+            helper.advance_and_run_loop().unwrap();
+            while let Ok((stream, ev)) = helper.peer_client_poll() {
+                match ev {
+                    h3::Event::GoAway => goaway = Some(stream),
+                    h3::Event::Data => {
+                        body += helper.peer_client_recv_body_vec(0, 1 << 20).unwrap().len()
+                    },
+                    _ => {},
+                }
+            }
+            if goaway.is_some() && body == 200_000 {
+                break;
+            }
+        }
+        assert_eq!(goaway, Some(4));
+        assert_eq!(body, 200_000);
+        assert!(helper.pipe.server.local_error().is_none());
+    }
+
     // Test that dropping the H3 event receiver when there are no active streams
     // and datagram flows causes the connection to close immediately.
     #[test]
