@@ -249,18 +249,34 @@ fn run_worker(
                     };
                     tasks.push(tokio::spawn(task.run(stop.clone(), graceful.clone())));
                 }
-                for (q, shared) in plan.quic {
-                    tasks.push(tokio::spawn(quic::serve(q, shared, stop.clone())));
-                }
+                // QUIC listeners drain their own connections (GOAWAY, then close once every
+                // response is delivered) for up to `grace` after `stop`.
+                let quic: Vec<_> = plan
+                    .quic
+                    .into_iter()
+                    .map(|(q, shared)| tokio::spawn(quic::serve(q, shared, stop.clone(), grace)))
+                    .collect();
+                // TCP listeners return at `stop`; their connections drain under `graceful`.
                 for t in tasks {
                     let _ = t.await;
                 }
                 let Ok(graceful) = Arc::try_unwrap(graceful) else {
                     return false;
                 };
-                tokio::time::timeout(grace, graceful.shutdown())
-                    .await
-                    .is_ok()
+                let tcp_drained = async {
+                    tokio::time::timeout(grace, graceful.shutdown())
+                        .await
+                        .is_ok()
+                };
+                let quic_drained = async {
+                    let mut drained = true;
+                    for t in quic {
+                        drained &= t.await.unwrap_or(false);
+                    }
+                    drained
+                };
+                let (tcp, quic) = tokio::join!(tcp_drained, quic_drained);
+                tcp && quic
             });
             let _ = done.send(drained);
         })?;

@@ -16,21 +16,28 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_quiche::datagram_socket::QuicAuditStats;
 use tokio_quiche::http3::driver::{
     InboundFrame, IncomingH3Headers, OutboundFrame, OutboundFrameSender, ServerH3Event,
 };
 use tokio_quiche::http3::settings::Http3Settings;
 use tokio_quiche::metrics::DefaultMetrics;
-use tokio_quiche::quic::{ConnectionHook, RetryGate, SimpleConnectionIdGenerator};
+use tokio_quiche::quic::{
+    ConnectionHook, ConnectionShutdownBehaviour, QuicCommand, RetryGate,
+    SimpleConnectionIdGenerator,
+};
 use tokio_quiche::quiche::h3::{Header, NameValue};
 use tokio_quiche::quiche::ConnectionId;
 use tokio_quiche::settings::{CertificateKind, Hooks, QuicSettings, TlsCertificatePaths};
 use tokio_quiche::socket::QuicListener;
 use tokio_quiche::{ConnectionIdGenerator, QuicResult};
-use tokio_quiche::{ConnectionParams, ServerH3Driver};
+use tokio_quiche::{ConnectionParams, ServerH3Controller, ServerH3Driver};
 
 /// Binds a UDP socket of a QUIC listener, with large buffers (warning when capped), in a
 /// `SO_REUSEPORT` group when `reuse_port` (one socket per worker, see [`crate::quic_workers`]).
@@ -152,9 +159,14 @@ pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
     }
 }
 
-/// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the
-/// calling runtime.
-pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Receiver<bool>) {
+/// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the On `stop` the open connections drain (see [`serve_connection`]) for up to
+/// `grace`; returns false when some were still open then and had to be closed.
+pub async fn serve(
+    q: QuicWorker,
+    shared: Arc<ProxyShared>,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) -> bool {
     let QuicWorker {
         socket,
         worker,
@@ -182,7 +194,7 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "QUIC socket");
-            return;
+            return true;
         }
     };
     let cid_generator: Arc<dyn ConnectionIdGenerator<'static>> = if workers > 1 {
@@ -224,25 +236,32 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
         &format!("{}/quic", shared.listener),
         shared.limits.max_connections,
     );
+    // While shutting down, new attempts are refused the same way (and not counted as shed).
+    let shutting_down = Arc::new(AtomicBool::new(false));
     params.refuse_new_connections = Some(Arc::new({
         let cap = cap.clone();
-        move || cap.refuse()
+        let shutting_down = shutting_down.clone();
+        move || shutting_down.load(Ordering::Relaxed) || cap.refuse()
     }));
     let mut streams =
         match tokio_quiche::listen_with_capabilities([listener], params, DefaultMetrics) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "QUIC listener failed to start");
-                return;
+                return true;
             }
         };
     let mut conns = streams.remove(0);
+    // Connections run as tasks of this set, so shutdown can wait for them to drain.
+    let mut connections = JoinSet::new();
+    let (close_now_tx, close_now) = watch::channel(false);
     loop {
         let next = tokio::select! {
             c = conns.next() => c,
-            _ = stop.wait_for(|s| *s) => return,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            _ = stop.wait_for(|s| *s) => break,
         };
-        let Some(conn) = next else { return };
+        let Some(conn) = next else { break };
         let conn = match conn {
             Ok(c) => c,
             Err(e) => {
@@ -256,63 +275,164 @@ pub async fn serve(q: QuicWorker, shared: Arc<ProxyShared>, mut stop: watch::Rec
             .with_label_values(&[&shared.listener, &worker])
             .inc();
         let client = conn.peer_addr();
-        // Replaced by the connection's TLS facts when the driver reports the handshake, which
-        // it does before any request.
-        let mut info = quic_conn_info(client, None, false);
         let mut h3_settings = Http3Settings::default();
         h3_settings.report_connection_established = true;
-        let (driver, mut controller) = ServerH3Driver::new(h3_settings);
+        let (driver, controller) = ServerH3Driver::new(h3_settings);
         let stats = conn.audit_log_stats();
         let conn_stats = conn.stats().clone();
         conn.start(driver);
-        let shared = shared.clone();
         let open = cap.open();
-        tokio::spawn(async move {
-            while let Some(ev) = controller.event_receiver_mut().recv().await {
-                if let ServerH3Event::ConnectionEstablished {
-                    server_name,
-                    session_resumed,
-                } = ev
-                {
-                    let us = stats.transport_handshake_duration_us().max(0);
-                    shared
-                        .metrics
-                        .handshake_seconds
-                        .with_label_values(&[
-                            shared.listener.as_str(),
-                            "quic",
-                            if session_resumed { "true" } else { "false" },
-                        ])
-                        .observe(us as f64 / 1e6);
-                    info = quic_conn_info(client, server_name, session_resumed);
-                } else if let ServerH3Event::Headers {
-                    incoming_headers,
-                    is_in_early_data,
-                    ..
-                } = ev
-                {
-                    let streams = crate::metrics::GaugeGuard::new(
-                        shared
-                            .metrics
-                            .quic_open_streams
-                            .with_label_values(&[&shared.listener]),
-                    );
-                    let req = serve_request(
-                        shared.clone(),
-                        info.clone(),
-                        incoming_headers,
-                        *is_in_early_data,
-                    );
-                    tokio::spawn(async move {
-                        req.await;
-                        drop(streams);
-                    });
-                }
-            }
+        let shared = shared.clone();
+        let (stop, close_now) = (stop.clone(), close_now.clone());
+        connections.spawn(async move {
+            serve_connection(&shared, controller, client, &stats, stop, close_now).await;
             drop(open);
             record_closed(&shared, &conn_stats).await;
         });
     }
+    // Shutdown: new connection attempts are refused from here on (CONNECTION_REFUSED, so a
+    // client turns elsewhere at once). The accept stream stays open while connections drain:
+    // without it the router would drop new Initials unanswered. Each open connection saw
+    // `stop` and sent its GOAWAY.
+    shutting_down.store(true, Ordering::Relaxed);
+    let all_closed = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, all_closed).await.is_ok() {
+        return true;
+    }
+    // Out of time: close what is left (CONNECTION_CLOSE, H3_NO_ERROR) rather than go silent,
+    // and give the closes a moment to leave.
+    let _ = close_now_tx.send(true);
+    let all_closed = async { while connections.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(CLOSE_FLUSH, all_closed).await;
+    drop(conns);
+    false
+}
+
+/// How long connections closed at the end of the grace period get to send their close.
+const CLOSE_FLUSH: Duration = Duration::from_millis(200);
+
+/// How often a draining connection asks whether its responses were delivered.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// Serves one HTTP/3 connection's requests until it closes.
+///
+/// On `stop` it drains (RFC 9114 section 5.2): a GOAWAY tells the client to open no more
+/// requests, those already taken complete, and once every response is delivered (acknowledged,
+/// not merely written, since closing discards unsent stream data) the connection closes with
+/// H3_NO_ERROR. A connection still in its handshake is closed at once. `close_now` closes it
+/// whatever is in flight (the grace period ran out).
+async fn serve_connection(
+    shared: &Arc<ProxyShared>,
+    mut controller: ServerH3Controller,
+    client: SocketAddr,
+    stats: &QuicAuditStats,
+    mut stop: watch::Receiver<bool>,
+    mut close_now: watch::Receiver<bool>,
+) {
+    // Replaced by the connection's TLS facts when the driver reports the handshake, which
+    // it does before any request.
+    let mut info = quic_conn_info(client, None, false);
+    let mut established = false;
+    let mut requests = JoinSet::new();
+    // Request streams are client-initiated bidirectional: 0, 4, 8, ... While draining,
+    // `undelivered` is the lowest whose response may not have arrived yet.
+    let mut next_stream = 0;
+    let mut undelivered = 0;
+    let mut draining = false;
+    let mut closing = false;
+    let mut drain_poll = tokio::time::interval(DRAIN_POLL);
+    drain_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            ev = controller.event_receiver_mut().recv() => {
+                let Some(ev) = ev else { break };
+                match ev {
+                    ServerH3Event::ConnectionEstablished { server_name, session_resumed } => {
+                        established = true;
+                        let us = stats.transport_handshake_duration_us().max(0);
+                        shared
+                            .metrics
+                            .handshake_seconds
+                            .with_label_values(&[
+                                shared.listener.as_str(),
+                                "quic",
+                                if session_resumed { "true" } else { "false" },
+                            ])
+                            .observe(us as f64 / 1e6);
+                        info = quic_conn_info(client, server_name, session_resumed);
+                    }
+                    ServerH3Event::Headers { incoming_headers, is_in_early_data, .. } => {
+                        next_stream = next_stream.max(incoming_headers.stream_id + 4);
+                        let streams = crate::metrics::GaugeGuard::new(
+                            shared.metrics.quic_open_streams.with_label_values(&[&shared.listener]),
+                        );
+                        let req = serve_request(
+                            shared.clone(),
+                            info.clone(),
+                            incoming_headers,
+                            *is_in_early_data,
+                        );
+                        requests.spawn(async move {
+                            req.await;
+                            drop(streams);
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+            _ = turned_true(&mut stop), if !draining => {
+                draining = true;
+                if established {
+                    controller.send_goaway();
+                } else {
+                    closing = close(&controller);
+                }
+            }
+            _ = drain_poll.tick(), if draining && !closing && requests.is_empty() => {
+                undelivered = first_undelivered(&controller, undelivered, next_stream).await;
+                if undelivered >= next_stream {
+                    closing = close(&controller);
+                }
+            }
+            _ = turned_true(&mut close_now), if !closing => closing = close(&controller),
+        }
+    }
+    // The driver is gone; requests still running have nowhere to answer.
+    requests.abort_all();
+}
+
+/// Waits until the flag is true (or its sender is gone).
+async fn turned_true(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|v| *v).await;
+}
+
+/// Closes a connection with H3_NO_ERROR; true once asked (false: the driver is gone).
+fn close(controller: &ServerH3Controller) -> bool {
+    let cmd = QuicCommand::ConnectionClose(ConnectionShutdownBehaviour {
+        send_application_close: true,
+        error_code: tokio_quiche::quiche::h3::WireErrorCode::NoError as u64,
+        reason: Vec::new(),
+    });
+    controller.cmd_sender().send(cmd).is_ok()
+}
+
+/// The lowest request stream in `from..until` whose response the client has not yet
+/// acknowledged in full (`until` when all have), asked of the connection itself.
+async fn first_undelivered(controller: &ServerH3Controller, from: u64, until: u64) -> u64 {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let ask = QuicCommand::Custom(Box::new(move |conn| {
+        let mut id = from;
+        while id < until && conn.stream_send_complete(id) {
+            id += 4;
+        }
+        let _ = tx.send(id);
+    }));
+    if controller.cmd_sender().send(ask).is_err() {
+        return until;
+    }
+    // No answer: the connection went away, with nothing left to deliver.
+    rx.await.unwrap_or(until)
 }
 
 /// What the access log and the proxy know of a QUIC connection (always TLS 1.3).

@@ -2,9 +2,18 @@
 
 mod common;
 use common::*;
+use std::time::Duration;
 
 fn h3(fx: &Fixture, args: &[&str]) -> std::process::Command {
-    let port = fx.gw().quic_listeners[0].1.port();
+    h3_at(quic_port(fx), args)
+}
+
+fn quic_port(fx: &Fixture) -> u16 {
+    fx.gw().quic_listeners[0].1.port()
+}
+
+/// The HTTP/3 test client against a QUIC port (for when the fixture's gateway is shutting down).
+fn h3_at(port: u16, args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new("python3");
     c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py"))
         .args(["--port", &port.to_string()])
@@ -540,4 +549,93 @@ async fn quic_connections_beyond_the_limit_are_refused_at_once() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(served, "no connection served after the first one closed");
+}
+
+/// Graceful shutdown over HTTP/3: a request in flight when shutdown starts is answered in full,
+/// the connection is then closed by the server (H3_NO_ERROR) as soon as the response is
+/// delivered, not left to the idle timeout, new connection attempts are refused at once, and
+/// shutdown reports everything drained well within the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_drains_h3_connections() {
+    let mut fx = start("", QUIC).await;
+    let port = quic_port(&fx);
+    // The client keeps its connection open afterwards until the server closes it (or 20 s).
+    let in_flight = tokio::spawn(run(h3_at(
+        port,
+        &["--path", "/delay/1500", "--linger-ms", "20000"],
+    )));
+    // A download on its own connection; if it is still running at shutdown, closing once its
+    // request finished (the body handed to the QUIC stack) rather than once it was delivered
+    // would cut it short.
+    let download = tokio::spawn(run(h3_at(
+        port,
+        &["--path", "/bytes/20000000", "--linger-ms", "20000"],
+    )));
+    // As in the TCP test: the request is upstream for 700 ms or more when shutdown starts.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let t0 = std::time::Instant::now();
+    let done = tokio::spawn(fx.gw.take().unwrap().shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = run(h3_at(port, &["--path", "/"])).await;
+    assert!(!refused.status.success(), "a new connection was served");
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("error_code=0x2"),
+        "not CONNECTION_REFUSED: {why}"
+    );
+
+    let out = in_flight.await.unwrap();
+    let r = json_lines(&out);
+    assert_eq!(r[0]["status"], 200);
+    assert_eq!(r[0]["body"], "slept 1500 ms\n");
+    let closed = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        closed.contains("error_code=0x100"),
+        "the server did not close the drained connection with H3_NO_ERROR: {closed}"
+    );
+    let out = download.await.unwrap();
+    assert_eq!(json_lines(&out)[0]["body_len"], 20_000_000);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("error_code=0x100"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        done.await.unwrap(),
+        "shutdown reported undrained connections"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "shutdown took {:?} (grace 5 s): the drained connection was not closed at once",
+        t0.elapsed()
+    );
+}
+
+/// When the grace period runs out with a request still in flight, the server closes the
+/// connection (the client learns at once instead of at its idle timeout) and shutdown says it
+/// did not drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_h3_connections_still_busy_after_the_grace_period() {
+    let mut fx = start_edited(QUIC, |text, _| {
+        text.replace("shutdown_grace = \"5s\"", "shutdown_grace = \"1s\"")
+    })
+    .await;
+    let port = quic_port(&fx);
+    let slow = tokio::spawn(run(h3_at(port, &["--path", "/delay/8000"])));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let t0 = std::time::Instant::now();
+    let drained = fx.gw.take().unwrap().shutdown().await;
+    assert!(!drained, "a request 7 s from done counted as drained");
+    let out = slow.await.unwrap();
+    let waited = t0.elapsed();
+    assert!(!out.status.success(), "the slow request was answered");
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        why.contains("error_code=0x100"),
+        "not closed by the server: {why}"
+    );
+    assert!(
+        waited < Duration::from_secs(4),
+        "the client learnt of the close only after {waited:?}"
+    );
 }

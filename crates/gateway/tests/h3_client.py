@@ -35,6 +35,11 @@ class Client(QuicConnectionProtocol):
         if isinstance(event, ConnectionTerminated):
             # The server's reason for closing, for tests to check (e.g. 0x2 CONNECTION_REFUSED).
             print(f"connection closed: error_code={event.error_code:#x}", file=sys.stderr, flush=True)
+            # Requests still waiting will get no answer.
+            for w in self.waiters.values():
+                if not w.done():
+                    w.set_exception(ConnectionError(f"connection closed: {event.error_code:#x}"))
+            self.waiters.clear()
         for ev in self.h3.handle_event(event):
             if isinstance(ev, (HeadersReceived, DataReceived)):
                 r = self.responses.setdefault(ev.stream_id, {"headers": [], "body": bytearray()})
@@ -78,6 +83,8 @@ async def main():
     p.add_argument("--print-cid", action="store_true", help="print the server's connection ID (hex)")
     p.add_argument("--session-file", help="save the session ticket here; with --zero-rtt, resume from it")
     p.add_argument("--zero-rtt", action="store_true", help="send the requests as 0-RTT early data")
+    p.add_argument("--linger-ms", type=int, default=0,
+                   help="after the requests, keep the connection open this long or until the server closes it")
     p.add_argument("--migrate-after", type=int, default=-1,
                    help="after this many requests, move to a new UDP source port (path migration)")
     args = p.parse_args()
@@ -131,6 +138,11 @@ async def main():
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()
             print(json.dumps(out), flush=True)
+        if args.linger_ms:
+            try:
+                await asyncio.wait_for(client.wait_closed(), args.linger_ms / 1000)
+            except asyncio.TimeoutError:
+                print("linger ended with the connection open", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
