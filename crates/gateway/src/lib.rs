@@ -394,6 +394,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                         workers,
                         tls: qtls.clone(),
                         cfg: l.quic.clone(),
+                        handshake_timeout: l.tls.handshake_timeout,
                         retry_gate: retry_gate.clone(),
                     };
                     plan.quic.push((q, shared));

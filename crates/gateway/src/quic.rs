@@ -29,7 +29,7 @@ use tokio_quiche::http3::driver::{
 use tokio_quiche::http3::settings::Http3Settings;
 use tokio_quiche::metrics::DefaultMetrics;
 use tokio_quiche::quic::{
-    ConnectionHook, ConnectionShutdownBehaviour, QuicCommand, RetryGate,
+    ConnectionHook, ConnectionShutdownBehaviour, HandshakeError, QuicCommand, RetryGate,
     SimpleConnectionIdGenerator,
 };
 use tokio_quiche::quiche::h3::{Header, NameValue};
@@ -145,6 +145,8 @@ pub struct QuicWorker {
     pub workers: usize,
     pub tls: QuicTls,
     pub cfg: QuicConfig,
+    /// The listener's `tls.handshake_timeout`: a QUIC handshake must finish within it too.
+    pub handshake_timeout: Duration,
     /// The listener's Retry gate, shared by its workers so the pending-handshake threshold
     /// is the listener's.
     pub retry_gate: Option<Arc<RetryGate>>,
@@ -173,6 +175,7 @@ pub async fn serve(
         workers,
         tls,
         cfg,
+        handshake_timeout,
         retry_gate,
     } = q;
     use futures_util::StreamExt;
@@ -180,6 +183,8 @@ pub async fn serve(
     settings.alpn = vec![b"h3".to_vec()];
     settings.enable_pacing = cfg.pacing;
     settings.max_idle_timeout = Some(shared.limits.idle_timeout);
+    // A client that stalls its handshake is dropped then, not at the idle timeout.
+    settings.handshake_timeout = Some(handshake_timeout);
     settings.cc_algorithm = cfg.congestion_control.clone();
     settings.initial_congestion_window_packets = cfg.initial_congestion_window;
     settings.max_send_udp_payload_size = cfg.max_udp_payload;
@@ -400,6 +405,37 @@ async fn serve_connection(
     }
     // The driver is gone; requests still running have nowhere to answer.
     requests.abort_all();
+    if !established {
+        let timed_out = stats.connection_close_reason().as_ref().is_some_and(|e| {
+            matches!(e.downcast_ref(), Some(HandshakeError::Timeout))
+                || e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        });
+        let reason = handshake_failure(
+            timed_out,
+            stats.sent_conn_close_transport_error_code(),
+            stats.recvd_conn_close_transport_error_code(),
+        );
+        shared
+            .metrics
+            .handshake_errors
+            .with_label_values(&[&format!("{}/quic", shared.listener), reason])
+            .inc();
+    }
+}
+
+/// Why a QUIC connection ended before its handshake completed, as the TCP path labels it:
+/// `timeout` (the listener's handshake timeout), `tls` (a TLS alert either way: QUIC's
+/// CRYPTO_ERROR codes 0x100-0x1ff), or `io` (anything else, e.g. the client gave up).
+fn handshake_failure(timed_out: bool, sent: i64, received: i64) -> &'static str {
+    let crypto_error = |code: i64| (0x100..0x200).contains(&code);
+    if timed_out {
+        "timeout"
+    } else if crypto_error(sent) || crypto_error(received) {
+        "tls"
+    } else {
+        "io"
+    }
 }
 
 /// Waits until the flag is true (or its sender is gone).
@@ -719,6 +755,16 @@ async fn record_closed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_quic_handshakes_are_labelled_like_tcp_ones() {
+        assert_eq!(handshake_failure(true, 0x0c, 0), "timeout");
+        // A TLS alert (here handshake_failure, 40) sent or received as CRYPTO_ERROR.
+        assert_eq!(handshake_failure(false, 0x100 + 40, 0), "tls");
+        assert_eq!(handshake_failure(false, 0, 0x100 + 40), "tls");
+        assert_eq!(handshake_failure(false, 0x0a, 0), "io");
+        assert_eq!(handshake_failure(false, -1, -1), "io");
+    }
 
     #[test]
     fn trailer_sections_become_header_maps_and_pseudo_headers_are_refused() {

@@ -639,3 +639,61 @@ async fn shutdown_closes_h3_connections_still_busy_after_the_grace_period() {
         "the client learnt of the close only after {waited:?}"
     );
 }
+
+/// A client that sends its first Initial and then goes silent holds its connection only for
+/// the listener's `tls.handshake_timeout`, as over TCP, not for the idle timeout (60 s); failed
+/// QUIC handshakes are counted by reason, as TCP ones are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_quic_handshakes_end_at_the_handshake_timeout_and_are_counted() {
+    use tokio_quiche::quiche;
+    let fx = start(
+        "",
+        &format!("[listeners.tls]\nhandshake_timeout = \"1s\"\n{QUIC}"),
+    )
+    .await;
+    let server: std::net::SocketAddr = ([127, 0, 0, 1], quic_port(&fx)).into();
+    let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
+    cfg.verify_peer(false);
+    cfg.set_application_protos(&[b"h3"]).unwrap();
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let local = sock.local_addr().unwrap();
+    let scid = quiche::ConnectionId::from_ref(&[7; 16]);
+    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut cfg).unwrap();
+    let mut first = [0u8; 1500];
+    let (n, _) = conn.send(&mut first).unwrap();
+    sock.send_to(&first[..n], server).await.unwrap();
+    // The server answers and waits for the rest of the handshake, which never comes.
+    let open = ["listener=\"https/quic\""];
+    eventually_metric(&fx, "rampart_open_connections", &open, 1.0).await;
+    let t0 = std::time::Instant::now();
+    while metric_sum(&fx.gw().metrics.render(), "rampart_open_connections", &open) > 0.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the stalled handshake still holds a connection after {:?}",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = eventually_metric(
+        &fx,
+        "rampart_tls_handshake_errors_total",
+        &["listener=\"https/quic\"", "reason=\"timeout\""],
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        metric_sum(&m, "rampart_tls_handshake_errors_total", &[]),
+        1.0,
+        "{m}"
+    );
+    // A handshake that fails in TLS (no protocol in common: the no_application_protocol
+    // alert) counts as `tls`.
+    assert!(quic_handshake_alpn(server, b"h2").await.is_err());
+    eventually_metric(
+        &fx,
+        "rampart_tls_handshake_errors_total",
+        &["listener=\"https/quic\"", "reason=\"tls\""],
+        1.0,
+    )
+    .await;
+}

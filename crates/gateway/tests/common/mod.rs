@@ -290,10 +290,18 @@ pub fn rss_kib() -> u64 {
 
 /// One QUIC handshake with quiche as the client (ALPN h3); returns its duration.
 pub async fn quic_handshake(server: std::net::SocketAddr) -> Result<std::time::Duration, String> {
+    quic_handshake_alpn(server, b"h3").await
+}
+
+/// [`quic_handshake`] offering the given ALPN protocol.
+pub async fn quic_handshake_alpn(
+    server: std::net::SocketAddr,
+    alpn: &[u8],
+) -> Result<std::time::Duration, String> {
     use tokio_quiche::quiche;
     let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).map_err(|e| e.to_string())?;
     cfg.verify_peer(false);
-    cfg.set_application_protos(&[b"h3"])
+    cfg.set_application_protos(&[alpn])
         .map_err(|e| e.to_string())?;
     cfg.set_initial_max_data(1 << 20);
     cfg.set_initial_max_stream_data_bidi_local(1 << 16);
