@@ -80,10 +80,12 @@ impl TcpListenerTask {
                         drop(tcp);
                         continue;
                     }
+                    // Counted open from here, not from when the task first runs, so a burst
+                    // of accepts cannot overshoot the cap.
+                    let open = cap.open();
                     let _ = tcp.set_nodelay(true);
                     tokio::spawn(serve_connection(
-                        tcp,
-                        peer,
+                        Accepted { tcp, peer, open },
                         self.acceptor.clone(),
                         self.shared.clone(),
                         self.handshake_timeout,
@@ -101,9 +103,19 @@ impl TcpListenerTask {
     }
 }
 
-async fn serve_connection(
+/// An accepted client connection, counted open until dropped.
+struct Accepted {
     tcp: TcpStream,
     peer: SocketAddr,
+    open: GaugeGuard,
+}
+
+async fn serve_connection(
+    Accepted {
+        tcp,
+        peer,
+        open: _open,
+    }: Accepted,
     acceptor: Arc<SslAcceptor>,
     shared: Arc<ProxyShared>,
     handshake_timeout: Duration,
@@ -112,7 +124,6 @@ async fn serve_connection(
 ) {
     let m = &shared.metrics;
     let listener = shared.listener.as_str();
-    let _open = GaugeGuard::new(m.open_connections.with_label_values(&[listener]));
     let start = Instant::now();
     let handshake = tokio::select! {
         r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, tcp))) => r,
