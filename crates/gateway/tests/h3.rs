@@ -21,6 +21,16 @@ fn h3_at(port: u16, args: &[&str]) -> std::process::Command {
     c
 }
 
+/// The client's connection attempt was refused at once with CONNECTION_REFUSED (0x2).
+fn assert_refused(out: &std::process::Output) {
+    assert!(!out.status.success(), "the connection was served");
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        why.contains("error_code=0x2"),
+        "not CONNECTION_REFUSED: {why}"
+    );
+}
+
 fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
     assert!(
         out.status.success(),
@@ -517,13 +527,7 @@ async fn quic_connections_beyond_the_limit_are_refused_at_once() {
     )
     .await;
     let t0 = std::time::Instant::now();
-    let refused = run(h3(&fx, &["--path", "/"])).await;
-    assert!(!refused.status.success(), "a second connection was served");
-    let why = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        why.contains("error_code=0x2"),
-        "not CONNECTION_REFUSED: {why}"
-    );
+    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
     assert!(
         t0.elapsed() < std::time::Duration::from_secs(5),
         "refused only after {:?}",
@@ -576,13 +580,7 @@ async fn graceful_shutdown_drains_h3_connections() {
     let t0 = std::time::Instant::now();
     let done = tokio::spawn(fx.gw.take().unwrap().shutdown());
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let refused = run(h3_at(port, &["--path", "/"])).await;
-    assert!(!refused.status.success(), "a new connection was served");
-    let why = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        why.contains("error_code=0x2"),
-        "not CONNECTION_REFUSED: {why}"
-    );
+    assert_refused(&run(h3_at(port, &["--path", "/"])).await);
 
     let out = in_flight.await.unwrap();
     let r = json_lines(&out);
