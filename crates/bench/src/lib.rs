@@ -7,6 +7,7 @@
 mod cpu;
 pub mod engine;
 mod h3;
+mod quic_send;
 pub mod sign;
 mod sign_load;
 mod stats;
@@ -49,6 +50,9 @@ pub enum Mode {
     /// Timing-leak check (dudect) of the RSA kernel: fixed vs random exponent, Welch's t.
     /// `-n` measurements (default 4000); `--engines batch:KERNEL` picks the kernel.
     CtRsa,
+    /// quiche's server-side cost per packet of a bulk download, in process (no sockets, no
+    /// server; --url unused): packet building and sealing, ACK processing, body buffering.
+    QuicSend,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -317,6 +321,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.mode == Mode::CtRsa {
         return engine::ct_rsa(&args);
     }
+    if args.mode == Mode::QuicSend {
+        return quic_send::run(&args);
+    }
     if args.mode == Mode::Sign {
         let rates = sign::measure(args.duration)?;
         for r in &rates {
@@ -419,7 +426,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     });
                     h3::worker(h3t, args, rec).await
                 }
-                Mode::Sign | Mode::SignLoad | Mode::Engine | Mode::CtRsa => {
+                Mode::Sign | Mode::SignLoad | Mode::Engine | Mode::CtRsa | Mode::QuicSend => {
                     unreachable!("handled in run")
                 }
             }
