@@ -161,7 +161,8 @@ pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
     }
 }
 
-/// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the On `stop` the open connections drain (see [`serve_connection`]) for up to
+/// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the
+/// calling runtime. On `stop` the open connections drain (see [`serve_connection`]) for up to
 /// `grace`; returns false when some were still open then and had to be closed.
 pub async fn serve(
     q: QuicWorker,
@@ -300,17 +301,23 @@ pub async fn serve(
     // without it the router would drop new Initials unanswered. Each open connection saw
     // `stop` and sent its GOAWAY.
     shutting_down.store(true, Ordering::Relaxed);
-    let all_closed = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(grace, all_closed).await.is_ok() {
+    if tokio::time::timeout(grace, all_ended(&mut connections))
+        .await
+        .is_ok()
+    {
         return true;
     }
     // Out of time: close what is left (CONNECTION_CLOSE, H3_NO_ERROR) rather than go silent,
     // and give the closes a moment to leave.
     let _ = close_now_tx.send(true);
-    let all_closed = async { while connections.join_next().await.is_some() {} };
-    let _ = tokio::time::timeout(CLOSE_FLUSH, all_closed).await;
+    let _ = tokio::time::timeout(CLOSE_FLUSH, all_ended(&mut connections)).await;
     drop(conns);
     false
+}
+
+/// Waits until every task of the set has ended.
+async fn all_ended(tasks: &mut JoinSet<()>) {
+    while tasks.join_next().await.is_some() {}
 }
 
 /// How long connections closed at the end of the grace period get to send their close.

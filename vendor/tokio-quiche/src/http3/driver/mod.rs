@@ -524,7 +524,7 @@ impl<H: DriverHooks> H3Driver<H> {
         let Some(ctx) = self.stream_map.get_mut(&stream_id) else {
             // rampart: a request refused after GOAWAY has no context; the read
             // shutdown discards its body.
-            if self.local_goaway_id.is_some_and(|id| stream_id >= id) {
+            if self.refused_after_goaway(stream_id) {
                 return Ok(());
             }
             return Err(H3ConnectionError::NonexistentStream);
@@ -1180,6 +1180,12 @@ impl<H: DriverHooks> H3Driver<H> {
         }
 
         self.cleanup_stream(qconn, stream_id)
+    }
+
+    /// rampart: whether a request on `stream_id` crossed this endpoint's
+    /// GOAWAY (its ID is at or above the one sent), so is refused.
+    fn refused_after_goaway(&self, stream_id: u64) -> bool {
+        self.local_goaway_id.is_some_and(|id| stream_id >= id)
     }
 
     /// rampart: sends a GOAWAY asked for by [`H3Command::GoAway`].

@@ -209,7 +209,7 @@ impl ServerHooks {
         // server sent left the client before the GOAWAY arrived. It is refused
         // as not processed (H3_REQUEST_REJECTED), so the client may retry it
         // elsewhere.
-        if driver.local_goaway_id.is_some_and(|id| stream_id >= id) {
+        if driver.refused_after_goaway(stream_id) {
             let code = quiche::h3::WireErrorCode::RequestRejected as u64;
             let _ = qconn.stream_shutdown(stream_id, quiche::Shutdown::Read, code);
             let _ = qconn.stream_shutdown(stream_id, quiche::Shutdown::Write, code);
