@@ -21,29 +21,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 C="$OUT/certs"
 bench_site_certs "$C"
 UP=18080; GW=18443
-cat > "$OUT/rampart.toml" <<CFG
-[server]
-worker_threads = 1
-access_log = "off"
-[admin]
-listen = "127.0.0.1:19901"
-[key_engine]
-engines = ["$ENGINE"]
-[[listeners]]
-name = "https"
-listen = "127.0.0.1:$GW"
-[listeners.quic]
-enabled = true
-[[listeners.certificates]]
-server_names = ["localhost"]
-rsa = { cert = "certs/rsa.crt", key = "certs/rsa.key" }
-ecdsa = { cert = "certs/ecdsa.crt", key = "certs/ecdsa.key" }
-[[routes]]
-cluster = "up"
-[[clusters]]
-name = "up"
-endpoints = ["127.0.0.1:$UP"]
-CFG
+bench_h3_gateway_config "$OUT/rampart.toml" "$ENGINE" $GW $UP
 taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
 taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!; pids+=($gw)
 wait_port $GW; wait_port $UP; sleep 0.5

@@ -21,3 +21,32 @@ wait_port() {
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done
   echo "port $1 never opened" >&2; exit 1
 }
+
+# One-worker gateway config for the HTTP/3-and-HTTPS benchmarks, written to $1: key engine $2,
+# TLS and QUIC on 127.0.0.1:$3 (certificates in certs/ beside $1, from bench_site_certs),
+# everything routed to an upstream on 127.0.0.1:$4.
+bench_h3_gateway_config() {
+  cat > "$1" <<CFG
+[server]
+worker_threads = 1
+access_log = "off"
+[admin]
+listen = "127.0.0.1:19901"
+[key_engine]
+engines = ["$2"]
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:$3"
+[listeners.quic]
+enabled = true
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "certs/rsa.crt", key = "certs/rsa.key" }
+ecdsa = { cert = "certs/ecdsa.crt", key = "certs/ecdsa.key" }
+[[routes]]
+cluster = "up"
+[[clusters]]
+name = "up"
+endpoints = ["127.0.0.1:$4"]
+CFG
+}

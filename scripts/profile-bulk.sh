@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Where the gateway's CPU goes during a bulk download, HTTP/3 against HTTPS: samples the gateway
+# with `perf record` (cpu-clock, DWARF call stacks) for PROFILE_S seconds in the middle of each
+# download and turns the shares into CPU seconds per GB, using the CPU per GB that `rampart
+# bench` measured in the same download. Gateway on CPU 0, client and upstream on CPU 1, as in
+# bench-h3.sh.
+#   scripts/profile-bulk.sh        # DURATION=7s PROFILE_S=3; needs `perf` (apt install linux-perf)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+DURATION=${DURATION:-7s}
+PROFILE_S=${PROFILE_S:-3}
+OUT=${OUT:-target/profile-bulk}
+BIN=./target/release/rampart
+[ -x "$BIN" ] || cargo build --release -p rampart
+command -v perf >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+bench_site_certs "$OUT/certs"
+UP=18080; GW=18443
+bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
+taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+
+for kind in h3 https; do
+  taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart-$kind.log" & gw=$!
+  wait_port $GW; wait_port $UP; sleep 0.5
+  taskset -c 1 "$BIN" bench $kind-download --url "https://localhost:$GW/bytes/100000000" -c 2 \
+    -d "$DURATION" --server-pid $gw --json > "$OUT/$kind.json" & load=$!
+  sleep 2
+  perf record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p $gw -o "$OUT/$kind.perf" \
+    -- sleep "$PROFILE_S" >/dev/null 2>&1
+  wait $load
+  kill $gw; wait $gw 2>/dev/null || true
+  perf script -i "$OUT/$kind.perf" -F ip,sym 2>/dev/null > "$OUT/$kind.stacks"
+done
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+import re
+AEAD = ("aes_gcm_", "aes_hw_", "gcm_", "gcm128", "aead_aes", "EVP_AEAD", "CRYPTO_xor16", "ghash")
+KERNEL = [
+    ("kernel: sending to the client", ("sys_sendmsg", "sys_sendto", "sys_write")),
+    ("kernel: receiving (upstream body, client ACKs)", ("sys_recvmsg", "sys_recvfrom", "sys_read", "sys_recvmmsg")),
+]
+KERNEL_REST = "kernel: the rest (timers, epoll, scheduling)"
+# A user-space sample goes to the first of these found walking its stack from the leaf up.
+USER = [
+    ("user: quiche building packets and recovery", ("::send_single", "::send_on_path")),
+    ("user: quiche receiving (ACK processing)", ("quiche::Connection::recv", "recv_single", "::process_frame", "::on_ack_received")),
+    ("user: TLS records (BoringSSL, not AEAD)", ("SSL_", "ssl3_", "tls_")),
+    ("user: HTTP (hyper, HTTP/3 framing and buffering, gateway)", ("hyper::", "quiche::h3::", "H3Driver", "gateway::")),
+    ("user: tokio-quiche I/O loop", ("tokio_quiche::",)),
+]
+AEAD_LABEL = "user: AEAD sealing (AES-GCM, header protection)"
+USER_REST = "user: the rest (runtime, allocation)"
+LABELS = [l for l, _ in KERNEL] + [KERNEL_REST, AEAD_LABEL] + [l for l, _ in USER] + [USER_REST]
+def plain(name):  # a frame's name without generic parameters
+    while True:
+        shorter = re.sub(r"<[^<>]*>", "", name)
+        if shorter == name:
+            return name
+        name = shorter
+def label(frames):
+    names = [plain(n) for _, n in frames]
+    if frames[0][0].startswith("ffff"):
+        for lab, keys in KERNEL:
+            if any(k in n for n in names for k in keys):
+                return lab
+        return KERNEL_REST
+    if any(k in names[0] for k in AEAD):
+        return AEAD_LABEL
+    for n in names:
+        for lab, keys in USER:
+            if any(k in n for k in keys):
+                return lab
+    return USER_REST
+def shares(path):
+    counts, total, frames = {}, 0, []
+    def take(frames):
+        lab = label(frames)
+        counts[lab] = counts.get(lab, 0) + 1
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            if frames:
+                take(frames); total += 1; frames = []
+            continue
+        ip, _, sym = line.partition(" ")
+        frames.append((ip, sym))
+    if frames:
+        take(frames); total += 1
+    return {k: v / total for k, v in counts.items()}, total
+runs = {}
+for kind in ("h3", "https"):
+    d = json.load(open(os.path.join(out, kind + ".json")))
+    s, n = shares(os.path.join(out, kind + ".stacks"))
+    runs[kind] = (d["server_cpu_seconds_per_gb"], d["gbit_per_sec"], s, n)
+(h, hg, hs, hn), (t, tg, ts, tn) = runs["h3"], runs["https"]
+print(f"| CPU s per GB (share of samples) | HTTP/3: {h:.2f} at {hg:.2f} Gbit/s, {hn} samples | HTTPS: {t:.2f} at {tg:.2f} Gbit/s, {tn} samples |")
+print("|---|---|---|")
+for lab in LABELS:
+    a, b = hs.get(lab, 0), ts.get(lab, 0)
+    print(f"| {lab} | {a * h:.3f} ({100 * a:.1f}%) | {b * t:.3f} ({100 * b:.1f}%) |")
+PY
