@@ -18,6 +18,8 @@ run: build
 test: deps
 	$(CARGO) test --workspace
 	scripts/test-vendored.sh
+	# The fuzz targets (their own workspace, run with cargo-fuzz) still build against ours.
+	$(CARGO) check --locked --manifest-path fuzz/Cargo.toml --bins
 
 lint: deps
 	$(CARGO) fmt --all -- --check

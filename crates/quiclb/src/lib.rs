@@ -447,6 +447,41 @@ mod tests {
     }
 
     #[test]
+    fn random_bytes_never_panic_the_decoder() {
+        // The decoder reads the connection IDs of arriving packets: any bytes at all.
+        let decoders: Vec<Decoder> = [
+            vec![cfg(0, 3, 4, None)],
+            vec![cfg(1, 8, 8, Some(KEY))],
+            vec![cfg(2, 3, 4, Some(KEY))],
+            vec![cfg(3, 15, 4, Some(KEY)), cfg(4, 1, 18, None)],
+        ]
+        .into_iter()
+        .map(|c| Decoder::new(c).unwrap())
+        .collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 24) as usize;
+            let cid: Vec<u8> = (0..len).map(|i| (x >> (i % 57)) as u8).collect();
+            for d in &decoders {
+                if let Some(sid) = d.server_id(&cid) {
+                    let rotation = cid[0] >> 5;
+                    let c = &d
+                        .configs
+                        .iter()
+                        .find(|(c, _)| c.rotation == rotation)
+                        .unwrap()
+                        .0;
+                    assert_eq!(sid.len(), c.server_id_len);
+                    assert!(cid.len() > c.plain_len());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn invalid_configs_and_unroutable_ids() {
         assert_eq!(cfg(7, 3, 4, None).validate(), Err(ConfigError::Rotation(7)));
         assert_eq!(
