@@ -2,13 +2,18 @@
 //! network (signature_algorithms, supported_versions, cipher suites).
 #![no_main]
 
-use gateway::tls::client_hello::{can_use_ecdsa, offers_ecdhe_ecdsa_suite, offers_ecdsa_p256, offers_tls13};
+use gateway::tls::client_hello::{
+    can_use_ecdsa, offers_ecdhe_ecdsa_suite, offers_ecdsa_p256, offers_tls13,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // Split the input into the three fields at two positions taken from its first bytes.
     let (a, b) = match data {
-        [x, y, rest @ ..] => (*x as usize % (rest.len() + 1), *y as usize % (rest.len() + 1)),
+        [x, y, rest @ ..] => (
+            *x as usize % (rest.len() + 1),
+            *y as usize % (rest.len() + 1),
+        ),
         _ => return,
     };
     let rest = &data[2..];

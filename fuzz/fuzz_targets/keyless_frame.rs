@@ -9,7 +9,9 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     while let Ok(Some((msg, used))) = decode(rest) {
         let again = encode(&msg, false).expect("decoded messages re-encode");
-        let (back, _) = decode(&again).expect("re-encoded frame decodes").expect("complete");
+        let (back, _) = decode(&again)
+            .expect("re-encoded frame decodes")
+            .expect("complete");
         assert_eq!(back, msg);
         rest = &rest[used..];
     }

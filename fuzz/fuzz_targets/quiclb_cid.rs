@@ -28,7 +28,9 @@ fuzz_target!(|data: &[u8]| {
 
     // Round trip: server ID and nonce from the input, padded with zeros.
     let take = |n: usize, skip: usize| -> Vec<u8> {
-        (0..n).map(|i| rest.get(skip + i).copied().unwrap_or(0)).collect()
+        (0..n)
+            .map(|i| rest.get(skip + i).copied().unwrap_or(0))
+            .collect()
     };
     let sid = take(server_id_len, 0);
     let nonce = take(nonce_len, server_id_len);
