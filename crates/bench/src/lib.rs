@@ -7,6 +7,7 @@
 mod cpu;
 pub mod engine;
 mod h3;
+mod packet_seal;
 mod quic_send;
 pub mod sign;
 mod sign_load;
@@ -53,6 +54,9 @@ pub enum Mode {
     /// quiche's server-side cost per packet of a bulk download, in process (no sockets, no
     /// server; --url unused): packet building and sealing, ACK processing, body buffering.
     QuicSend,
+    /// Sealing one QUIC packet, BoringSSL's AEAD against packetseal, and a 16 KB TLS record
+    /// as the per-byte reference (in process; --url unused).
+    PacketSeal,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -324,6 +328,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.mode == Mode::QuicSend {
         return quic_send::run(&args);
     }
+    if args.mode == Mode::PacketSeal {
+        return packet_seal::run(&args);
+    }
     if args.mode == Mode::Sign {
         let rates = sign::measure(args.duration)?;
         for r in &rates {
@@ -426,7 +433,12 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     });
                     h3::worker(h3t, args, rec).await
                 }
-                Mode::Sign | Mode::SignLoad | Mode::Engine | Mode::CtRsa | Mode::QuicSend => {
+                Mode::Sign
+                | Mode::SignLoad
+                | Mode::Engine
+                | Mode::CtRsa
+                | Mode::QuicSend
+                | Mode::PacketSeal => {
                     unreachable!("handled in run")
                 }
             }

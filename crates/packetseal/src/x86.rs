@@ -1,0 +1,738 @@
+//! The AVX-512 implementation: AES-CTR four blocks to a `zmm` register, eight registers in
+//! flight; GHASH on byte-reflected blocks with VPCLMULQDQ, one reduction per packet (per
+//! sixteen blocks beyond 128).
+//!
+//! GHASH convention (as in BoringSSL's and Linux's AVX-512 AES-GCM): blocks are byte-reversed
+//! so GCM's bit-reflected field elements become 128-bit integers, the hash key is stored
+//! multiplied by `x` (which absorbs the product's one-bit offset), and a product is reduced in
+//! two folds by `x^63 + x^62 + x^57` (the constant `0xc2 << 56`).
+
+use std::arch::x86_64::*;
+
+/// How many powers of H are kept. A message of at most this many GHASH blocks (header,
+/// ciphertext and lengths: a packet of up to about 2 KB) has every block multiplied by its own
+/// power, independently, and one reduction in all; longer ones are hashed in chunks of
+/// [`CHUNK_BLOCKS`] with a reduction each.
+const POWERS: usize = 128;
+
+/// Blocks between two reductions on the chunked path for long messages.
+const CHUNK_BLOCKS: usize = 16;
+
+/// Bytes handled per CTR round trip: 4 registers of 4 blocks.
+const STRIDE: usize = 256;
+
+pub(crate) fn available() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("vaes")
+        && is_x86_feature_detected!("vpclmulqdq")
+        && is_x86_feature_detected!("aes")
+        && is_x86_feature_detected!("pclmulqdq")
+}
+
+#[repr(C, align(64))]
+pub(crate) struct Key {
+    round_keys: [__m128i; 15],
+    /// The same round keys, each in all four lanes of a 512-bit register.
+    wide_round_keys: [__m512i; 15],
+    /// 10 (AES-128) or 14 (AES-256).
+    rounds: usize,
+    /// H^128, H^127, …, H^1 (byte-reflected, times x), then three zero blocks, so that four
+    /// consecutive powers can be loaded from any starting power. H^k is at `POWERS - k`.
+    h_powers: [__m128i; POWERS + 3],
+}
+
+impl Key {
+    /// Callers have checked [`available`].
+    pub(crate) fn new(key: &[u8]) -> Option<Box<Key>> {
+        // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
+        let zero: __m128i = unsafe { std::mem::zeroed() };
+        let mut k = Box::new(Key {
+            round_keys: [zero; 15],
+            // SAFETY: as above, for __m512i (a plain 64-byte value).
+            wide_round_keys: unsafe { std::mem::zeroed() },
+            rounds: 0,
+            h_powers: [zero; POWERS + 3],
+        });
+        // SAFETY: `available()` held (SealKey::new checks it first), so AES-NI and PCLMULQDQ
+        // exist; the functions read only the arrays they are given.
+        unsafe {
+            match key.len() {
+                16 => {
+                    expand_128(key.try_into().expect("16 bytes"), &mut k.round_keys);
+                    k.rounds = 10;
+                }
+                32 => {
+                    expand_256(key.try_into().expect("32 bytes"), &mut k.round_keys);
+                    k.rounds = 14;
+                }
+                _ => return None,
+            }
+            k.h_powers = hash_key_powers(&k.round_keys, k.rounds);
+            k.wide_round_keys = broadcast_round_keys(&k.round_keys);
+        }
+        Some(k)
+    }
+
+    /// `text[..in_len]` is encrypted in place and `extra` into `text[in_len..]`; `in_len` is a
+    /// multiple of 16 or `extra` is empty, and `text.len() == in_len + extra.len()` (checked by
+    /// `SealKey::seal`).
+    pub(crate) fn seal(
+        &self,
+        nonce: &[u8; 12],
+        aad: &[u8],
+        text: &mut [u8],
+        in_len: usize,
+        extra: &[u8],
+        tag: &mut [u8; 16],
+    ) {
+        debug_assert!(in_len.is_multiple_of(16) || extra.is_empty());
+        debug_assert_eq!(text.len(), in_len + extra.len());
+        // SAFETY: a Key is only built where `available()` held; lengths as documented above.
+        unsafe {
+            if self.rounds == 10 {
+                seal_with::<10>(self, nonce, aad, text, in_len, extra, tag)
+            } else {
+                seal_with::<14>(self, nonce, aad, text, in_len, extra, tag)
+            }
+        }
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        for block in self.round_keys.iter_mut().chain(self.h_powers.iter_mut()) {
+            // SAFETY: a valid, aligned, exclusively borrowed __m128i; volatile so the wipe is
+            // not removed as a dead store.
+            unsafe { std::ptr::write_volatile(block, _mm_setzero_si128()) };
+        }
+        let words = self.wide_round_keys.as_mut_ptr().cast::<u64>();
+        for i in 0..std::mem::size_of_val(&self.wide_round_keys) / 8 {
+            // SAFETY: inside the exclusively borrowed array, 8-byte aligned (it is 64-byte
+            // aligned); any bit pattern is a valid __m512i.
+            unsafe { std::ptr::write_volatile(words.add(i), 0) };
+        }
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// ---- AES key schedule and single blocks ----
+
+/// `k ^ (k << 32) ^ (k << 64) ^ (k << 96)`: the running XOR of a key schedule step.
+#[target_feature(enable = "aes")]
+fn prefix_xor(mut k: __m128i) -> __m128i {
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    _mm_xor_si128(k, _mm_slli_si128::<4>(k))
+}
+
+#[target_feature(enable = "aes")]
+unsafe fn expand_128(key: &[u8; 16], rk: &mut [__m128i; 15]) {
+    // SAFETY: 16 readable bytes.
+    let mut k = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
+    rk[0] = k;
+    macro_rules! step {
+        ($i:expr, $rcon:expr) => {{
+            let t = _mm_shuffle_epi32::<0xff>(_mm_aeskeygenassist_si128::<$rcon>(k));
+            k = _mm_xor_si128(prefix_xor(k), t);
+            rk[$i] = k;
+        }};
+    }
+    step!(1, 0x01);
+    step!(2, 0x02);
+    step!(3, 0x04);
+    step!(4, 0x08);
+    step!(5, 0x10);
+    step!(6, 0x20);
+    step!(7, 0x40);
+    step!(8, 0x80);
+    step!(9, 0x1b);
+    step!(10, 0x36);
+}
+
+#[target_feature(enable = "aes")]
+unsafe fn expand_256(key: &[u8; 32], rk: &mut [__m128i; 15]) {
+    // SAFETY: 32 readable bytes.
+    let (mut a, mut b) = unsafe {
+        (
+            _mm_loadu_si128(key.as_ptr().cast()),
+            _mm_loadu_si128(key.as_ptr().add(16).cast()),
+        )
+    };
+    rk[0] = a;
+    rk[1] = b;
+    // Even round keys from the previous even one (RotWord, SubWord, rcon); odd ones from the
+    // previous odd one (SubWord only). The last step makes only the even key 14.
+    macro_rules! even {
+        ($i:expr, $rcon:expr) => {{
+            let t = _mm_shuffle_epi32::<0xff>(_mm_aeskeygenassist_si128::<$rcon>(b));
+            a = _mm_xor_si128(prefix_xor(a), t);
+            rk[$i] = a;
+        }};
+    }
+    macro_rules! odd {
+        ($i:expr) => {{
+            let t = _mm_shuffle_epi32::<0xaa>(_mm_aeskeygenassist_si128::<0x00>(a));
+            b = _mm_xor_si128(prefix_xor(b), t);
+            rk[$i] = b;
+        }};
+    }
+    even!(2, 0x01);
+    odd!(3);
+    even!(4, 0x02);
+    odd!(5);
+    even!(6, 0x04);
+    odd!(7);
+    even!(8, 0x08);
+    odd!(9);
+    even!(10, 0x10);
+    odd!(11);
+    even!(12, 0x20);
+    odd!(13);
+    even!(14, 0x40);
+}
+
+#[target_feature(enable = "avx512f")]
+fn broadcast_round_keys(rk: &[__m128i; 15]) -> [__m512i; 15] {
+    rk.map(|k| _mm512_broadcast_i32x4(k))
+}
+
+#[target_feature(enable = "aes")]
+fn encrypt_block(rk: &[__m128i; 15], rounds: usize, block: __m128i) -> __m128i {
+    let mut x = _mm_xor_si128(block, rk[0]);
+    for key in &rk[1..rounds] {
+        x = _mm_aesenc_si128(x, *key);
+    }
+    _mm_aesenclast_si128(x, rk[rounds])
+}
+
+// ---- GHASH ----
+
+/// Reverses the 16 bytes of a block (per 128-bit lane when broadcast).
+#[target_feature(enable = "sse2")]
+fn byte_reverse_mask() -> __m128i {
+    _mm_set_epi64x(0x0001_0203_0405_0607, 0x0809_0a0b_0c0d_0e0f)
+}
+
+/// Folds the 256-bit product `hi:mi:lo` (mi straddling the middle) to 128 bits.
+#[target_feature(enable = "pclmulqdq")]
+fn reduce(lo: __m128i, mi: __m128i, hi: __m128i) -> __m128i {
+    let poly = _mm_set_epi64x(0xc200_0000_0000_0000_u64 as i64, 1);
+    let t = _mm_clmulepi64_si128::<0x01>(poly, lo);
+    let mi = _mm_xor_si128(_mm_xor_si128(mi, t), _mm_shuffle_epi32::<0x4e>(lo));
+    let t = _mm_clmulepi64_si128::<0x01>(poly, mi);
+    _mm_xor_si128(_mm_xor_si128(hi, t), _mm_shuffle_epi32::<0x4e>(mi))
+}
+
+#[target_feature(enable = "pclmulqdq")]
+fn ghash_mul(a: __m128i, b: __m128i) -> __m128i {
+    let lo = _mm_clmulepi64_si128::<0x00>(a, b);
+    let mi = _mm_xor_si128(
+        _mm_clmulepi64_si128::<0x01>(a, b),
+        _mm_clmulepi64_si128::<0x10>(a, b),
+    );
+    let hi = _mm_clmulepi64_si128::<0x11>(a, b);
+    reduce(lo, mi, hi)
+}
+
+/// H = E(K, 0), byte-reflected and multiplied by x, and its powers up to H^128, highest first.
+#[target_feature(enable = "aes,pclmulqdq,ssse3")]
+fn hash_key_powers(rk: &[__m128i; 15], rounds: usize) -> [__m128i; POWERS + 3] {
+    let h = encrypt_block(rk, rounds, _mm_setzero_si128());
+    let h = _mm_shuffle_epi8(h, byte_reverse_mask());
+    // h * x: shift left one bit across both halves; where bit 127 falls out, add the
+    // polynomial (0xc2 << 120 | 1); bit 63 carries into bit 64.
+    let carries = _mm_srai_epi32::<31>(_mm_shuffle_epi32::<0xd3>(h));
+    let poly_and_carry = _mm_set_epi64x(0xc200_0000_0000_0001_u64 as i64, 1);
+    let h = _mm_xor_si128(_mm_add_epi64(h, h), _mm_and_si128(carries, poly_and_carry));
+    let mut powers = [_mm_setzero_si128(); POWERS + 3];
+    let mut p = h;
+    powers[POWERS - 1] = h;
+    for i in (0..POWERS - 1).rev() {
+        p = ghash_mul(p, h);
+        powers[i] = p;
+    }
+    powers
+}
+
+/// The lanes of a 512-bit register XORed into one block.
+#[target_feature(enable = "avx512f,avx512vl")]
+fn fold_lanes(z: __m512i) -> __m128i {
+    let y = _mm256_xor_si256(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64::<1>(z));
+    _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+}
+
+/// Mask of the first `bytes` (≤ 64) bytes of a 512-bit register.
+#[inline(always)]
+fn byte_mask(bytes: usize) -> __mmask64 {
+    if bytes >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bytes) - 1
+    }
+}
+
+/// GHASH products not yet reduced: four lanes each of the low, middle and high parts.
+struct Products {
+    lo: __m512i,
+    mi: __m512i,
+    hi: __m512i,
+}
+
+impl Products {
+    #[target_feature(enable = "avx512f")]
+    fn new() -> Products {
+        Products {
+            lo: _mm512_setzero_si512(),
+            mi: _mm512_setzero_si512(),
+            hi: _mm512_setzero_si512(),
+        }
+    }
+
+    /// Adds the four products `d[i] * h[i]` (`d` byte-reflected).
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn add(&mut self, d: __m512i, h: __m512i) {
+        self.lo = _mm512_xor_si512(self.lo, _mm512_clmulepi64_epi128::<0x00>(d, h));
+        self.mi = _mm512_ternarylogic_epi32::<0x96>(
+            self.mi,
+            _mm512_clmulepi64_epi128::<0x01>(d, h),
+            _mm512_clmulepi64_epi128::<0x10>(d, h),
+        );
+        self.hi = _mm512_xor_si512(self.hi, _mm512_clmulepi64_epi128::<0x11>(d, h));
+    }
+
+    /// The sum of everything added, reduced to one field element.
+    #[target_feature(enable = "avx512f,avx512vl,pclmulqdq")]
+    fn reduce(&self) -> __m128i {
+        reduce(
+            fold_lanes(self.lo),
+            fold_lanes(self.mi),
+            fold_lanes(self.hi),
+        )
+    }
+}
+
+/// Absorbs `len` bytes at `data` (the last block zero-padded) into the GHASH state `acc`.
+///
+/// # Safety
+/// `data..data + len` readable; the CPU has the features named.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq")]
+unsafe fn ghash(key: &Key, mut acc: __m128i, data: *const u8, len: usize) -> __m128i {
+    let reverse = _mm512_broadcast_i32x4(byte_reverse_mask());
+    let mut off = 0;
+    while off < len {
+        let chunk = (len - off).min(CHUNK_BLOCKS * 16);
+        let blocks = chunk.div_ceil(16);
+        // Block j of the chunk is multiplied by H^(blocks - j).
+        let powers = key.h_powers[POWERS - blocks..].as_ptr().cast::<u8>();
+        let mut sum = Products::new();
+        let mut group = 0;
+        while group < chunk {
+            let m = byte_mask(chunk - group);
+            // SAFETY: the mask covers only bytes inside `data..data + len`; masked-off bytes
+            // are not read. `powers + group` has four blocks left in `h_powers` (its three
+            // trailing zero blocks cover the last group).
+            let (d, h) = unsafe {
+                (
+                    _mm512_maskz_loadu_epi8(m, data.add(off + group).cast()),
+                    _mm512_loadu_si512(powers.add(group).cast()),
+                )
+            };
+            let mut d = _mm512_shuffle_epi8(d, reverse);
+            if group == 0 {
+                d = _mm512_xor_si512(d, _mm512_zextsi128_si512(acc));
+            }
+            sum.add(d, h);
+            group += 64;
+        }
+        acc = sum.reduce();
+        off += chunk;
+    }
+    acc
+}
+
+// ---- AES-CTR ----
+
+/// Encrypts `K` registers of counter blocks with `NR` rounds, all rounds interleaved.
+#[target_feature(enable = "avx512f,vaes")]
+fn encrypt_4x<const NR: usize, const K: usize>(
+    rk: &[__m512i; 15],
+    mut x: [__m512i; K],
+) -> [__m512i; K] {
+    for v in x.iter_mut() {
+        *v = _mm512_xor_si512(*v, rk[0]);
+    }
+    for key in &rk[1..NR] {
+        for v in x.iter_mut() {
+            *v = _mm512_aesenc_epi128(*v, *key);
+        }
+    }
+    for v in x.iter_mut() {
+        *v = _mm512_aesenclast_epi128(*v, rk[NR]);
+    }
+    x
+}
+
+/// Counter blocks for GCM's `inc32`: each lane holds the nonce and its counter in native
+/// order in the last dword; `to_block` swaps that dword to big-endian.
+struct Counter {
+    lanes: __m512i,
+    to_block: __m512i,
+    step: __m512i,
+}
+
+impl Counter {
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn new(nonce: __m128i, first: u32) -> Counter {
+        // Lanes 0..3 count first, first + 1, first + 2, first + 3.
+        let offsets = _mm512_set_epi32(3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0);
+        let start = _mm512_set4_epi32(first as i32, 0, 0, 0);
+        Counter {
+            lanes: _mm512_add_epi32(
+                _mm512_add_epi32(_mm512_broadcast_i32x4(nonce), offsets),
+                start,
+            ),
+            to_block: _mm512_broadcast_i32x4(_mm_set_epi64x(
+                0x0c0d_0e0f_0b0a_0908,
+                0x0706_0504_0302_0100,
+            )),
+            step: _mm512_set4_epi32(4, 0, 0, 0),
+        }
+    }
+
+    /// The next four counter blocks.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn next(&mut self) -> __m512i {
+        let blocks = _mm512_shuffle_epi8(self.lanes, self.to_block);
+        self.lanes = _mm512_add_epi32(self.lanes, self.step);
+        blocks
+    }
+}
+
+/// XORs `len` bytes from `src` with the keystream from `ctr` into `dst` (`src == dst` allowed).
+///
+/// # Safety
+/// `src..src + len` readable, `dst..dst + len` writable; the CPU has the features named.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,vaes")]
+unsafe fn ctr_xor<const NR: usize>(
+    rk: &[__m512i; 15],
+    ctr: &mut Counter,
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+) {
+    let mut off = 0;
+    while len - off >= STRIDE {
+        let ks = encrypt_4x::<NR, 4>(rk, [ctr.next(), ctr.next(), ctr.next(), ctr.next()]);
+        for (i, k) in ks.iter().enumerate() {
+            // SAFETY: off + 64 * i + 64 <= off + STRIDE <= len.
+            unsafe {
+                let p = _mm512_loadu_si512(src.add(off + 64 * i).cast());
+                _mm512_storeu_si512(dst.add(off + 64 * i).cast(), _mm512_xor_si512(p, *k));
+            }
+        }
+        off += STRIDE;
+    }
+    let rest = len - off;
+    if rest == 0 {
+        return;
+    }
+    // Up to four registers, only as many as the rest needs, encrypted together.
+    let mut ks = [_mm512_setzero_si512(); 4];
+    match rest.div_ceil(64) {
+        1 => ks[..1].copy_from_slice(&encrypt_4x::<NR, 1>(rk, [ctr.next()])),
+        2 => ks[..2].copy_from_slice(&encrypt_4x::<NR, 2>(rk, [ctr.next(), ctr.next()])),
+        3 => ks[..3].copy_from_slice(&encrypt_4x::<NR, 3>(
+            rk,
+            [ctr.next(), ctr.next(), ctr.next()],
+        )),
+        _ => ks = encrypt_4x::<NR, 4>(rk, [ctr.next(), ctr.next(), ctr.next(), ctr.next()]),
+    }
+    for k in ks.iter() {
+        if off >= len {
+            break;
+        }
+        let m = byte_mask(len - off);
+        // SAFETY: the mask covers only bytes below `len`; masked-off bytes are neither read
+        // nor written.
+        unsafe {
+            let p = _mm512_maskz_loadu_epi8(m, src.add(off).cast());
+            _mm512_mask_storeu_epi8(dst.add(off).cast(), m, _mm512_xor_si512(p, *k));
+        }
+        off += 64;
+    }
+}
+
+// ---- the seal ----
+
+/// Registers of keystream made per round trip on the one-pass path: eight 512-bit registers
+/// (32 blocks) in flight keep both AES units of a core with two busy through the rounds'
+/// latency.
+const WIDE: usize = 8;
+
+/// The plaintext of one packet as quiche's writer holds it: `in_len` bytes already in the output
+/// buffer (encrypted in place), then the stream data still in the send buffer.
+#[derive(Clone, Copy)]
+struct Plaintext {
+    /// The output buffer; its first `in_len` bytes are plaintext.
+    out: *mut u8,
+    in_len: usize,
+    extra: *const u8,
+    total: usize,
+}
+
+impl Plaintext {
+    /// 64 bytes of plaintext from `off` (< `total`); bytes at or past `total` read as zero and
+    /// are not touched.
+    ///
+    /// # Safety
+    /// `out..out + in_len` and `extra..extra + total - in_len` readable; the CPU has AVX-512 BW.
+    #[inline(always)]
+    unsafe fn load(&self, off: usize) -> __m512i {
+        let valid = byte_mask(self.total - off);
+        // SAFETY (all three): every byte the mask selects lies inside one of the two parts;
+        // masked-off bytes are not accessed (AVX-512 masked loads suppress them, faults
+        // included), so the second part's pointer may be formed from before its start.
+        unsafe {
+            if off + 64 <= self.in_len {
+                _mm512_loadu_si512(self.out.add(off).cast())
+            } else if off >= self.in_len {
+                _mm512_maskz_loadu_epi8(valid, self.extra.add(off - self.in_len).cast())
+            } else {
+                let first = byte_mask(self.in_len - off);
+                let a = _mm512_maskz_loadu_epi8(first, self.out.add(off).cast());
+                let b = _mm512_maskz_loadu_epi8(
+                    valid & !first,
+                    self.extra.wrapping_sub(self.in_len - off).cast(),
+                );
+                _mm512_or_si512(a, b)
+            }
+        }
+    }
+}
+
+/// Encrypts the whole plaintext into `text.out` and adds every ciphertext block's GHASH product
+/// to `sum`, block `j` times the power at `powers + j`. Each register of ciphertext is hashed as
+/// soon as it is made, with no dependence between products, so the hashing overlaps the next
+/// registers' AES rounds.
+///
+/// # Safety
+/// As [`Plaintext::load`], and `out..out + total` writable; `powers` points into `h_powers` with
+/// `total.div_ceil(16)` powers and then at least three more entries after it; the CPU has the
+/// features named.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,vaes,vpclmulqdq")]
+unsafe fn encrypt_and_hash<const NR: usize>(
+    rk: &[__m512i; 15],
+    ctr: &mut Counter,
+    text: Plaintext,
+    mut powers: *const __m128i,
+    sum: &mut Products,
+) {
+    let reverse = _mm512_broadcast_i32x4(byte_reverse_mask());
+    let mut off = 0;
+    while text.total - off >= WIDE * 64 {
+        let ks = encrypt_4x::<NR, WIDE>(rk, std::array::from_fn(|_| ctr.next()));
+        for (i, k) in ks.iter().enumerate() {
+            // SAFETY: off + 64 * i + 64 <= total; `powers + 4 * i` has four powers of this
+            // packet's blocks.
+            unsafe {
+                let c = _mm512_xor_si512(text.load(off + 64 * i), *k);
+                _mm512_storeu_si512(text.out.add(off + 64 * i).cast(), c);
+                let h = _mm512_loadu_si512(powers.add(4 * i).cast());
+                sum.add(_mm512_shuffle_epi8(c, reverse), h);
+            }
+        }
+        // SAFETY: stays within `h_powers` (the packet has 4 * WIDE more blocks).
+        powers = unsafe { powers.add(4 * WIDE) };
+        off += WIDE * 64;
+    }
+    if off == text.total {
+        return;
+    }
+    // The rest, at most WIDE registers, encrypted together: four or eight at once, whichever
+    // covers it (a spare register's rounds cost less than a second pass's latency).
+    let mut ks = [_mm512_setzero_si512(); WIDE];
+    if text.total - off <= 4 * 64 {
+        ks[..4].copy_from_slice(&encrypt_4x::<NR, 4>(
+            rk,
+            std::array::from_fn(|_| ctr.next()),
+        ));
+    } else {
+        ks = encrypt_4x::<NR, WIDE>(rk, std::array::from_fn(|_| ctr.next()));
+    }
+    for k in ks.iter() {
+        if off >= text.total {
+            break;
+        }
+        let m = byte_mask(text.total - off);
+        // SAFETY: the mask covers only bytes below `total`; masked-off bytes are neither read
+        // nor written. The four powers loaded start at a block of this packet; past its last
+        // block they run into the lengths block's power and the zero padding, multiplied by
+        // zeroed lanes.
+        unsafe {
+            let c = _mm512_xor_si512(text.load(off), *k);
+            _mm512_mask_storeu_epi8(text.out.add(off).cast(), m, c);
+            // GHASH pads the last block with zeros, not with keystream.
+            let c = _mm512_maskz_mov_epi8(m, c);
+            let h = _mm512_loadu_si512(powers.cast());
+            sum.add(_mm512_shuffle_epi8(c, reverse), h);
+            powers = powers.add(4);
+        }
+        off += 64;
+    }
+}
+
+/// Adds the GHASH products of `len` bytes at `data` (the last block zero-padded), block `j`
+/// times the power at `powers + j`.
+///
+/// # Safety
+/// As [`encrypt_and_hash`] for `data..data + len` and `powers`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq")]
+unsafe fn hash_into(sum: &mut Products, data: *const u8, len: usize, powers: *const __m128i) {
+    let reverse = _mm512_broadcast_i32x4(byte_reverse_mask());
+    let mut off = 0;
+    while off < len {
+        let m = byte_mask(len - off);
+        // SAFETY: masked to bytes below `len`; four powers from a block of this message.
+        unsafe {
+            let d = _mm512_maskz_loadu_epi8(m, data.add(off).cast());
+            let h = _mm512_loadu_si512(powers.add(off / 16).cast());
+            sum.add(_mm512_shuffle_epi8(d, reverse), h);
+        }
+        off += 64;
+    }
+}
+
+/// # Safety
+/// The CPU has the features named; `text.len() == in_len + extra.len()`, and `in_len % 16 == 0`
+/// or `extra` is empty.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,vaes,vpclmulqdq,aes,pclmulqdq")]
+unsafe fn seal_with<const NR: usize>(
+    key: &Key,
+    nonce: &[u8; 12],
+    aad: &[u8],
+    text: &mut [u8],
+    in_len: usize,
+    extra: &[u8],
+    tag: &mut [u8; 16],
+) {
+    let mut nonce_block = [0u8; 16];
+    nonce_block[..12].copy_from_slice(nonce);
+    // SAFETY: 16 readable bytes.
+    let nonce = unsafe { _mm_loadu_si128(nonce_block.as_ptr().cast()) };
+    // J0 = nonce ‖ 1 (big-endian): its encryption masks the tag. Issued first, so its rounds
+    // overlap the bulk work below.
+    let tag_mask = encrypt_block(
+        &key.round_keys,
+        NR,
+        _mm_insert_epi32::<3>(nonce, 0x0100_0000),
+    );
+    let rk = &key.wide_round_keys;
+
+    let mut lengths = [0u8; 16];
+    lengths[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+    lengths[8..].copy_from_slice(&(text.len() as u64 * 8).to_be_bytes());
+
+    // The first data block counts from 2; the second part's blocks follow the first's.
+    let out = text.as_mut_ptr();
+    let aad_blocks = aad.len().div_ceil(16);
+    let blocks = aad_blocks + text.len().div_ceil(16) + 1;
+    let hash = if blocks <= POWERS {
+        // Every block times its own power (the header's first block times H^blocks, the
+        // lengths block times H^1), one reduction.
+        let powers = key.h_powers.as_ptr();
+        let first = POWERS - blocks;
+        let mut sum = Products::new();
+        // SAFETY: each part's powers lie in `h_powers[first..POWERS]` in message order, and
+        // `h_powers` has three zero entries after H^1. `text` holds in_len + extra.len()
+        // bytes: the first part is read and written in place, the second read from `extra`
+        // and written after it.
+        unsafe {
+            hash_into(&mut sum, aad.as_ptr(), aad.len(), powers.add(first));
+            let mut ctr = Counter::new(nonce, 2);
+            let plaintext = Plaintext {
+                out,
+                in_len,
+                extra: extra.as_ptr(),
+                total: text.len(),
+            };
+            encrypt_and_hash::<NR>(
+                rk,
+                &mut ctr,
+                plaintext,
+                powers.add(first + aad_blocks),
+                &mut sum,
+            );
+            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
+        }
+        sum.reduce()
+    } else {
+        // Longer than a packet: encrypt, then hash in chunks.
+        // SAFETY: as above, and each pointer and length below is one whole slice.
+        unsafe {
+            let mut ctr = Counter::new(nonce, 2);
+            ctr_xor::<NR>(rk, &mut ctr, out, out, in_len);
+            if !extra.is_empty() {
+                let mut ctr = Counter::new(nonce, 2 + (in_len / 16) as u32);
+                ctr_xor::<NR>(rk, &mut ctr, extra.as_ptr(), out.add(in_len), extra.len());
+            }
+            let acc = ghash(key, _mm_setzero_si128(), aad.as_ptr(), aad.len());
+            let acc = ghash(key, acc, text.as_ptr(), text.len());
+            ghash(key, acc, lengths.as_ptr(), lengths.len())
+        }
+    };
+    let t = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
+    // SAFETY: 16 writable bytes.
+    unsafe { _mm_storeu_si128(tag.as_mut_ptr().cast(), t) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_bytes(b: __m128i) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // SAFETY: 16 writable bytes.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
+        out
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    // FIPS-197 appendix C.1 and C.3.
+    #[test]
+    fn key_schedules_match_fips_197() {
+        if !available() {
+            eprintln!("skipped: CPU lacks AVX-512 VAES/VPCLMULQDQ");
+            return;
+        }
+        let plain = hex("00112233445566778899aabbccddeeff");
+        for (key, expect) in [
+            (
+                "000102030405060708090a0b0c0d0e0f",
+                "69c4e0d86a7b0430d8cdb78070b4c55a",
+            ),
+            (
+                "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+                "8ea2b7ca516745bfeafc49904b496089",
+            ),
+        ] {
+            let k = Key::new(&hex(key)).unwrap();
+            // SAFETY: AES-NI present (available()); 16 readable bytes.
+            let out = unsafe {
+                encrypt_block(
+                    &k.round_keys,
+                    k.rounds,
+                    _mm_loadu_si128(plain.as_ptr().cast()),
+                )
+            };
+            assert_eq!(block_bytes(out).to_vec(), hex(expect), "key {key}");
+        }
+    }
+}

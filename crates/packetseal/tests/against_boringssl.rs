@@ -1,0 +1,194 @@
+//! `SealKey::seal` produces exactly BoringSSL's AES-GCM ciphertext and tag, for every split of
+//! the plaintext quiche can hand it, and the GCM specification's vectors.
+
+use packetseal::{SealError, SealKey, TAG_LEN};
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// None (and a note) where the CPU cannot run the sealer: the tests then have nothing to check.
+fn key_or_skip(key: &[u8]) -> Option<SealKey> {
+    let k = SealKey::new(key);
+    if k.is_none() {
+        assert!(
+            !packetseal::available(),
+            "available() but no key for a {}-byte key",
+            key.len()
+        );
+        eprintln!("skipped: CPU lacks AVX-512 VAES/VPCLMULQDQ");
+    }
+    k
+}
+
+/// BoringSSL's AES-GCM seal of a contiguous plaintext: ciphertext ‖ tag.
+fn boring_seal(key: &[u8], nonce: &[u8; 12], aad: &[u8], plain: &[u8]) -> Vec<u8> {
+    // SAFETY: plain FFI on buffers sized here; the context is freed before returning.
+    unsafe {
+        let aead = match key.len() {
+            16 => boring_sys::EVP_aead_aes_128_gcm(),
+            _ => boring_sys::EVP_aead_aes_256_gcm(),
+        };
+        let ctx = boring_sys::EVP_AEAD_CTX_new(aead, key.as_ptr(), key.len(), TAG_LEN);
+        assert!(!ctx.is_null());
+        let mut out = vec![0u8; plain.len() + TAG_LEN];
+        let mut out_len = 0usize;
+        let rc = boring_sys::EVP_AEAD_CTX_seal(
+            ctx,
+            out.as_mut_ptr(),
+            &mut out_len,
+            out.len(),
+            nonce.as_ptr(),
+            nonce.len(),
+            plain.as_ptr(),
+            plain.len(),
+            aad.as_ptr(),
+            aad.len(),
+        );
+        boring_sys::EVP_AEAD_CTX_free(ctx);
+        assert_eq!(rc, 1);
+        out.truncate(out_len);
+        out
+    }
+}
+
+/// Seals `plain` split at `in_len` (head in the buffer, the rest as `extra_in`), with a
+/// guard byte after the tag that must survive.
+fn our_seal(k: &SealKey, nonce: &[u8; 12], aad: &[u8], plain: &[u8], in_len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; plain.len() + TAG_LEN + 1];
+    buf[..in_len].copy_from_slice(&plain[..in_len]);
+    *buf.last_mut().unwrap() = 0xa5;
+    let extra = plain[in_len..].to_vec();
+    let n = k.seal(nonce, aad, &mut buf, in_len, &extra).unwrap();
+    assert_eq!(n, plain.len() + TAG_LEN);
+    assert_eq!(buf[n], 0xa5, "wrote past the tag");
+    assert_eq!(extra, plain[in_len..], "extra_in was modified");
+    buf.truncate(n);
+    buf
+}
+
+// The GCM specification (McGrew and Viega), test cases 4 (AES-128) and 16 (AES-256).
+#[test]
+fn gcm_specification_vectors() {
+    let plain = hex(
+        "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72\
+         1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+    );
+    let aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+    let nonce: [u8; 12] = hex("cafebabefacedbaddecaf888").try_into().unwrap();
+    for (key, cipher, tag) in [
+        (
+            "feffe9928665731c6d6a8f9467308308",
+            "42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e\
+             21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091",
+            "5bc94fbc3221a5db94fae95ae7121a47",
+        ),
+        (
+            "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308",
+            "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa\
+             8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662",
+            "76fc6ece0f4e1768cddf8853bb2d551b",
+        ),
+    ] {
+        let Some(k) = key_or_skip(&hex(key)) else {
+            return;
+        };
+        let mut expect = hex(cipher);
+        expect.extend(hex(tag));
+        for in_len in [0, 16, 32, plain.len()] {
+            assert_eq!(
+                our_seal(&k, &nonce, &aad, &plain, in_len),
+                expect,
+                "key {key} split {in_len}"
+            );
+        }
+    }
+}
+
+#[test]
+fn matches_boringssl_for_every_split_and_size() {
+    let mut rng = fastrand::Rng::with_seed(0x5ea1);
+    for key_len in [16, 32] {
+        for round in 0..4000 {
+            let key: Vec<u8> = (0..key_len).map(|_| rng.u8(..)).collect();
+            let Some(k) = key_or_skip(&key) else { return };
+            let nonce: [u8; 12] = std::array::from_fn(|_| rng.u8(..));
+            // QUIC headers: 1 + connection ID + packet number; long headers up to ~60 bytes.
+            let aad: Vec<u8> = (0..rng.usize(0..80)).map(|_| rng.u8(..)).collect();
+            // Small, around one packet and GSO-sized: every tail length and stride boundary.
+            let len = match round % 4 {
+                0 => rng.usize(0..300),
+                1 => rng.usize(1200..1500),
+                2 => rng.usize(0..4096),
+                _ => 256 * rng.usize(0..8) + rng.usize(0..2),
+            };
+            let plain: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            // Splits as quiche makes them (block-aligned head), and unaligned ones (copied).
+            let aligned = 16 * rng.usize(0..=len / 16);
+            let any = rng.usize(0..=len);
+            let expect = boring_seal(&key, &nonce, &aad, &plain);
+            for in_len in [aligned, any, 0, len] {
+                assert_eq!(
+                    our_seal(&k, &nonce, &aad, &plain, in_len),
+                    expect,
+                    "key {key_len} B, aad {} B, text {len} B, split {in_len}",
+                    aad.len()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_largest_packet_matches_boringssl() {
+    let key = [7u8; 16];
+    let Some(k) = key_or_skip(&key) else { return };
+    let plain: Vec<u8> = (0..packetseal::MAX_PLAINTEXT_LEN)
+        .map(|i| i as u8)
+        .collect();
+    let nonce = [9u8; 12];
+    let expect = boring_seal(&key, &nonce, b"hdr", &plain);
+    assert_eq!(our_seal(&k, &nonce, b"hdr", &plain, 4096), expect);
+}
+
+#[test]
+fn refuses_what_does_not_fit_and_writes_nothing() {
+    let Some(k) = key_or_skip(&[1u8; 16]) else {
+        return;
+    };
+    let nonce = [0u8; 12];
+    let mut buf = vec![0x11u8; 40];
+    // 24 + 1 plaintext bytes and a 16-byte tag need 41.
+    assert_eq!(
+        k.seal(&nonce, b"", &mut buf, 24, &[0]),
+        Err(SealError::BufferTooSmall)
+    );
+    assert!(buf.iter().all(|&b| b == 0x11));
+    let mut big = vec![0u8; packetseal::MAX_PLAINTEXT_LEN + 1 + TAG_LEN];
+    let len = big.len() - TAG_LEN;
+    assert_eq!(
+        k.seal(&nonce, b"", &mut big, len, &[]),
+        Err(SealError::TooLong)
+    );
+}
+
+#[test]
+fn keys_of_other_lengths_are_refused() {
+    for len in [0, 15, 17, 24, 31, 33] {
+        assert!(
+            SealKey::new(&vec![0u8; len]).is_none(),
+            "{len}-byte key accepted"
+        );
+    }
+}
+
+#[test]
+fn debug_output_shows_no_key_material() {
+    let Some(k) = key_or_skip(&[0x42u8; 16]) else {
+        return;
+    };
+    assert_eq!(format!("{k:?}"), "SealKey { .. }");
+}
