@@ -37,7 +37,7 @@ python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 import re
-AEAD = ("aes_gcm_", "aes_hw_", "gcm_", "gcm128", "aead_aes", "EVP_AEAD", "CRYPTO_xor16", "ghash")
+AEAD = ("aes_gcm_", "aes_hw_", "gcm_", "gcm128", "aead_aes", "EVP_AEAD", "CRYPTO_xor16", "ghash", "packetseal::")
 KERNEL = [
     ("kernel: sending to the client", ("sys_sendmsg", "sys_sendto", "sys_write")),
     ("kernel: receiving (upstream body, client ACKs)", ("sys_recvmsg", "sys_recvfrom", "sys_read", "sys_recvmmsg")),

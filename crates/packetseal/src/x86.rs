@@ -550,10 +550,13 @@ unsafe fn encrypt_and_hash<const NR: usize>(
     if off == text.total {
         return;
     }
-    // The rest, at most WIDE registers, encrypted together: four or eight at once, whichever
-    // covers it (a spare register's rounds cost less than a second pass's latency).
+    // The rest, at most WIDE registers, encrypted together: one, four or eight at once,
+    // whichever covers it (a spare register's rounds cost less than a second pass's latency;
+    // one register covers an ACK-only packet).
     let mut ks = [_mm512_setzero_si512(); WIDE];
-    if text.total - off <= 4 * 64 {
+    if text.total - off <= 64 {
+        ks[0] = encrypt_4x::<NR, 1>(rk, [ctr.next()])[0];
+    } else if text.total - off <= 4 * 64 {
         ks[..4].copy_from_slice(&encrypt_4x::<NR, 4>(
             rk,
             std::array::from_fn(|_| ctr.next()),
