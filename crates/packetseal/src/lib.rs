@@ -9,7 +9,7 @@
 //! to a 512-bit register, thirty-two per round trip, each register of ciphertext is hashed as
 //! it is made (header, ciphertext and lengths block each multiplied by its own precomputed
 //! power of H), and the packet's GHASH is reduced once. Messages longer than 128 blocks
-//! (about 2 KB, more than a packet) are hashed in chunks of sixteen blocks instead.
+//! (about 2 KB, more than a packet) go through in windows of 128 blocks, one reduction each.
 //!
 //! It takes a packet the way quiche's writer holds it after its zero-copy patch: the frame
 //! headers in the output buffer and the stream data still in the send buffer (`extra_in`),

@@ -1,6 +1,6 @@
 //! The AVX-512 implementation: AES-CTR four blocks to a `zmm` register, eight registers in
 //! flight; GHASH on byte-reflected blocks with VPCLMULQDQ, one reduction per packet (per
-//! sixteen blocks beyond 128).
+//! 128-block window for longer messages).
 //!
 //! GHASH convention (as in BoringSSL's and Linux's AVX-512 AES-GCM): blocks are byte-reversed
 //! so GCM's bit-reflected field elements become 128-bit integers, the hash key is stored
@@ -11,15 +11,13 @@ use std::arch::x86_64::*;
 
 /// How many powers of H are kept. A message of at most this many GHASH blocks (header,
 /// ciphertext and lengths: a packet of up to about 2 KB) has every block multiplied by its own
-/// power, independently, and one reduction in all; longer ones are hashed in chunks of
-/// [`CHUNK_BLOCKS`] with a reduction each.
+/// power, independently, and one reduction in all; longer ones are hashed in windows of this
+/// many blocks with a reduction each.
 const POWERS: usize = 128;
 
-/// Blocks between two reductions on the chunked path for long messages.
-const CHUNK_BLOCKS: usize = 16;
-
-/// Bytes handled per CTR round trip: 4 registers of 4 blocks.
-const STRIDE: usize = 256;
+/// Bytes of a window on the path for long messages: a whole number of round trips (`WIDE`
+/// registers of 64 bytes), so the counter needs no adjusting between windows.
+const WINDOW: usize = POWERS * 16;
 
 pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -302,6 +300,19 @@ impl Products {
         self.hi = _mm512_xor_si512(self.hi, _mm512_clmulepi64_epi128::<0x11>(d, h));
     }
 
+    /// Adds `acc * H^n`, the running hash carried into a window of `n` blocks, where `powers`
+    /// points at H^n in `h_powers`.
+    ///
+    /// # Safety
+    /// `powers` has three more entries after it (true for any H^n, n ≥ 1).
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    unsafe fn add_carry(&mut self, acc: __m128i, powers: *const __m128i) {
+        // SAFETY: four entries from H^n, as the caller promised; lanes 1..3 of the data are
+        // zero, so only acc * H^n is added.
+        let h = unsafe { _mm512_loadu_si512(powers.cast()) };
+        self.add(_mm512_zextsi128_si512(acc), h);
+    }
+
     /// The sum of everything added, reduced to one field element.
     #[target_feature(enable = "avx512f,avx512vl,pclmulqdq")]
     fn reduce(&self) -> __m128i {
@@ -311,45 +322,6 @@ impl Products {
             fold_lanes(self.hi),
         )
     }
-}
-
-/// Absorbs `len` bytes at `data` (the last block zero-padded) into the GHASH state `acc`.
-///
-/// # Safety
-/// `data..data + len` readable; the CPU has the features named.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,vpclmulqdq,pclmulqdq")]
-unsafe fn ghash(key: &Key, mut acc: __m128i, data: *const u8, len: usize) -> __m128i {
-    let reverse = _mm512_broadcast_i32x4(byte_reverse_mask());
-    let mut off = 0;
-    while off < len {
-        let chunk = (len - off).min(CHUNK_BLOCKS * 16);
-        let blocks = chunk.div_ceil(16);
-        // Block j of the chunk is multiplied by H^(blocks - j).
-        let powers = key.h_powers[POWERS - blocks..].as_ptr().cast::<u8>();
-        let mut sum = Products::new();
-        let mut group = 0;
-        while group < chunk {
-            let m = byte_mask(chunk - group);
-            // SAFETY: the mask covers only bytes inside `data..data + len`; masked-off bytes
-            // are not read. `powers + group` has four blocks left in `h_powers` (its three
-            // trailing zero blocks cover the last group).
-            let (d, h) = unsafe {
-                (
-                    _mm512_maskz_loadu_epi8(m, data.add(off + group).cast()),
-                    _mm512_loadu_si512(powers.add(group).cast()),
-                )
-            };
-            let mut d = _mm512_shuffle_epi8(d, reverse);
-            if group == 0 {
-                d = _mm512_xor_si512(d, _mm512_zextsi128_si512(acc));
-            }
-            sum.add(d, h);
-            group += 64;
-        }
-        acc = sum.reduce();
-        off += chunk;
-    }
-    acc
 }
 
 // ---- AES-CTR ----
@@ -410,66 +382,13 @@ impl Counter {
     }
 }
 
-/// XORs `len` bytes from `src` with the keystream from `ctr` into `dst` (`src == dst` allowed).
-///
-/// # Safety
-/// `src..src + len` readable, `dst..dst + len` writable; the CPU has the features named.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,vaes")]
-unsafe fn ctr_xor<const NR: usize>(
-    rk: &[__m512i; 15],
-    ctr: &mut Counter,
-    src: *const u8,
-    dst: *mut u8,
-    len: usize,
-) {
-    let mut off = 0;
-    while len - off >= STRIDE {
-        let ks = encrypt_4x::<NR, 4>(rk, [ctr.next(), ctr.next(), ctr.next(), ctr.next()]);
-        for (i, k) in ks.iter().enumerate() {
-            // SAFETY: off + 64 * i + 64 <= off + STRIDE <= len.
-            unsafe {
-                let p = _mm512_loadu_si512(src.add(off + 64 * i).cast());
-                _mm512_storeu_si512(dst.add(off + 64 * i).cast(), _mm512_xor_si512(p, *k));
-            }
-        }
-        off += STRIDE;
-    }
-    let rest = len - off;
-    if rest == 0 {
-        return;
-    }
-    // Up to four registers, only as many as the rest needs, encrypted together.
-    let mut ks = [_mm512_setzero_si512(); 4];
-    match rest.div_ceil(64) {
-        1 => ks[..1].copy_from_slice(&encrypt_4x::<NR, 1>(rk, [ctr.next()])),
-        2 => ks[..2].copy_from_slice(&encrypt_4x::<NR, 2>(rk, [ctr.next(), ctr.next()])),
-        3 => ks[..3].copy_from_slice(&encrypt_4x::<NR, 3>(
-            rk,
-            [ctr.next(), ctr.next(), ctr.next()],
-        )),
-        _ => ks = encrypt_4x::<NR, 4>(rk, [ctr.next(), ctr.next(), ctr.next(), ctr.next()]),
-    }
-    for k in ks.iter() {
-        if off >= len {
-            break;
-        }
-        let m = byte_mask(len - off);
-        // SAFETY: the mask covers only bytes below `len`; masked-off bytes are neither read
-        // nor written.
-        unsafe {
-            let p = _mm512_maskz_loadu_epi8(m, src.add(off).cast());
-            _mm512_mask_storeu_epi8(dst.add(off).cast(), m, _mm512_xor_si512(p, *k));
-        }
-        off += 64;
-    }
-}
-
 // ---- the seal ----
 
 /// Registers of keystream made per round trip on the one-pass path: eight 512-bit registers
 /// (32 blocks) in flight keep both AES units of a core with two busy through the rounds'
 /// latency.
 const WIDE: usize = 8;
+const _: () = assert!(WINDOW.is_multiple_of(WIDE * 64));
 
 /// The plaintext of one packet as quiche's writer holds it: `in_len` bytes already in the output
 /// buffer (encrypted in place), then the stream data still in the send buffer.
@@ -671,18 +590,46 @@ unsafe fn seal_with<const NR: usize>(
         }
         sum.reduce()
     } else {
-        // Longer than a packet: encrypt, then hash in chunks.
-        // SAFETY: as above, and each pointer and length below is one whole slice.
+        // Longer than a packet: header and text in windows of `POWERS` blocks, each with one
+        // reduction, the running hash carried into the next window as acc * H^n.
+        let powers = key.h_powers.as_ptr();
+        let mut acc = _mm_setzero_si128();
+        // SAFETY: every window lies inside `aad` or the plaintext's two parts (see above),
+        // and its powers are H^n..H^1 followed by the zero padding.
         unsafe {
-            let mut ctr = Counter::new(nonce, 2);
-            ctr_xor::<NR>(rk, &mut ctr, out, out, in_len);
-            if !extra.is_empty() {
-                let mut ctr = Counter::new(nonce, 2 + (in_len / 16) as u32);
-                ctr_xor::<NR>(rk, &mut ctr, extra.as_ptr(), out.add(in_len), extra.len());
+            for window in aad.chunks(WINDOW) {
+                let n = window.len().div_ceil(16);
+                let mut sum = Products::new();
+                sum.add_carry(acc, powers.add(POWERS - n));
+                hash_into(
+                    &mut sum,
+                    window.as_ptr(),
+                    window.len(),
+                    powers.add(POWERS - n),
+                );
+                acc = sum.reduce();
             }
-            let acc = ghash(key, _mm_setzero_si128(), aad.as_ptr(), aad.len());
-            let acc = ghash(key, acc, text.as_ptr(), text.len());
-            ghash(key, acc, lengths.as_ptr(), lengths.len())
+            let mut ctr = Counter::new(nonce, 2);
+            let mut base = 0;
+            while base < text.len() {
+                let len = (text.len() - base).min(WINDOW);
+                let n = len.div_ceil(16);
+                let window = Plaintext {
+                    out: out.add(base),
+                    in_len: in_len.saturating_sub(base),
+                    extra: extra.as_ptr().add(base.saturating_sub(in_len)),
+                    total: len,
+                };
+                let mut sum = Products::new();
+                sum.add_carry(acc, powers.add(POWERS - n));
+                encrypt_and_hash::<NR>(rk, &mut ctr, window, powers.add(POWERS - n), &mut sum);
+                acc = sum.reduce();
+                base += len;
+            }
+            let mut sum = Products::new();
+            sum.add_carry(acc, powers.add(POWERS - 1));
+            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
+            sum.reduce()
         }
     };
     let t = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);

@@ -154,6 +154,33 @@ fn the_largest_packet_matches_boringssl() {
     assert_eq!(our_seal(&k, &nonce, b"hdr", &plain, 4096), expect);
 }
 
+/// Messages past the one-reduction path (more than 128 GHASH blocks) go through in windows of
+/// 2 KB: long headers, texts around window boundaries, and seams inside later windows.
+#[test]
+fn long_messages_match_boringssl_across_windows() {
+    let mut rng = fastrand::Rng::with_seed(0x10ad);
+    for key_len in [16, 32] {
+        let key: Vec<u8> = (0..key_len).map(|_| rng.u8(..)).collect();
+        let Some(k) = key_or_skip(&key) else { return };
+        for aad_len in [0, 17, 2047, 2048, 2049, 5000] {
+            let aad: Vec<u8> = (0..aad_len).map(|_| rng.u8(..)).collect();
+            for len in [2000, 2032, 2033, 2048, 2049, 4096, 4111, 9000] {
+                let plain: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+                let nonce: [u8; 12] = std::array::from_fn(|_| rng.u8(..));
+                let expect = boring_seal(&key, &nonce, &aad, &plain);
+                for in_len in [0, 16, 2048, 2064, len / 2, len] {
+                    let in_len = in_len.min(len);
+                    assert_eq!(
+                        our_seal(&k, &nonce, &aad, &plain, in_len),
+                        expect,
+                        "key {key_len} B, aad {aad_len} B, text {len} B, split {in_len}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn refuses_what_does_not_fit_and_writes_nothing() {
     let Some(k) = key_or_skip(&[1u8; 16]) else {
