@@ -46,6 +46,12 @@ pub(crate) struct PacketKey {
     // (`packetseal`), for encrypting keys on CPUs with AVX-512 VAES and VPCLMULQDQ; `None`
     // elsewhere, for decrypting keys and for ChaCha20-Poly1305, which seal through `ctx`.
     fast_seal: Option<packetseal::SealKey>,
+
+    // rampart: the lowest counter `fast_seal` may use next. A repeated GCM nonce gives away
+    // the XOR of two plaintexts and the hash key, so the one-pass path refuses a counter
+    // that does not increase (packet numbers always do), as BoringSSL's TLS 1.3 AEAD refuses
+    // a repeated one.
+    fast_seal_next_counter: u64,
 }
 
 impl PacketKey {
@@ -64,6 +70,7 @@ impl PacketKey {
             ctx: make_aead_ctx(alg, &key)?,
             nonce: iv,
             fast_seal,
+            fast_seal_next_counter: 0,
         })
     }
 
@@ -169,9 +176,15 @@ impl PacketKey {
         // rampart: the one-pass sealer, where this key has one. Same AES-GCM output
         // (packetseal's tests compare it with BoringSSL's byte for byte).
         if let Some(fast) = &self.fast_seal {
-            return fast
+            if counter < self.fast_seal_next_counter {
+                return Err(Error::CryptoFail);
+            }
+            let next = counter.checked_add(1).ok_or(Error::CryptoFail)?;
+            let written = fast
                 .seal(&nonce, ad, buf, in_len, extra_tail)
-                .map_err(|_| Error::CryptoFail);
+                .map_err(|_| Error::CryptoFail)?;
+            self.fast_seal_next_counter = next;
+            return Ok(written);
         }
 
         let rc = unsafe {
@@ -414,4 +427,96 @@ extern "C" {
         out: *mut u8, inp: *const u8, in_len: usize, key: *const u8,
         nonce: *const u8, counter: u32,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An AES-GCM sealing key, sealing through packetseal (`fast`) or BoringSSL; None when
+    /// `fast` is asked for and this CPU has no one-pass sealer.
+    fn key(alg: Algorithm, fast: bool) -> Option<PacketKey> {
+        let key = vec![0x3c; alg.key_len()];
+        let iv = vec![0x5a; alg.nonce_len()];
+        let mut k = PacketKey::new(alg, key, iv, Seal::ENCRYPT).unwrap();
+        if !fast {
+            k.fast_seal = None;
+        }
+        (k.fast_seal.is_some() == fast).then_some(k)
+    }
+
+    /// Seals `plain`: the first `split` bytes in `buf` and the rest as `extra_in`, or all of
+    /// it in `buf` when `split` is None; one spare byte after the tag.
+    fn seal(
+        key: &mut PacketKey, counter: u64, plain: &[u8], split: Option<usize>,
+    ) -> Result<(usize, Vec<u8>)> {
+        let mut buf = vec![0xee; plain.len() + 16 + 1];
+        let in_len = split.unwrap_or(plain.len());
+        buf[..in_len].copy_from_slice(&plain[..in_len]);
+        let extra_in = split.map(|s| &plain[s..]);
+        let n = key.seal_with_u64_counter(
+            counter, b"header", &mut buf, in_len, extra_in,
+        )?;
+        Ok((n, buf))
+    }
+
+    /// rampart: where the CPU has the instructions, encrypting AES-GCM keys seal through
+    /// packetseal (patch 10). The packet and the length returned are BoringSSL's, for packet
+    /// sizes around every block boundary and every split between the bytes in `buf` and
+    /// `extra_in` (including patch 6's block-aligning copy).
+    #[test]
+    fn one_pass_seal_matches_boringssl() {
+        for alg in [Algorithm::AES128_GCM, Algorithm::AES256_GCM] {
+            let Some(mut fast_whole) = key(alg, true) else {
+                eprintln!("skipped: no one-pass sealer on this CPU");
+                return;
+            };
+            let mut fast_split = key(alg, true).unwrap();
+            let mut boring_whole = key(alg, false).unwrap();
+            let mut boring_split = key(alg, false).unwrap();
+            let plain: Vec<u8> = (0..1400u32).map(|i| (i * 13 + 1) as u8).collect();
+            // Every key sees increasing counters, as packet numbers are.
+            let mut counter = 0;
+            for len in [1, 15, 16, 17, 63, 64, 65, 100, 1200, 1307, 1339, 1400] {
+                // At least one byte in `buf`: quiche writes the frame headers there, and
+                // BoringSSL's AEAD refuses an empty `in` with `extra_in`.
+                for split in [1, 3, 16, 17, 32, len / 2, len] {
+                    let split = split.clamp(1, len);
+                    let p = &plain[..len];
+                    let expect = seal(&mut boring_whole, counter, p, None).unwrap();
+                    assert_eq!(expect.0, len + 16);
+                    for (key, split) in [
+                        (&mut boring_split, Some(split)),
+                        (&mut fast_whole, None),
+                        (&mut fast_split, Some(split)),
+                    ] {
+                        let got = seal(key, counter, p, split).unwrap();
+                        assert_eq!(got, expect, "{alg:?} {len} {split:?}");
+                    }
+                    counter += 1;
+                }
+            }
+        }
+    }
+
+    /// rampart: the one-pass sealer refuses a counter that does not increase, so a packet
+    /// number is never sealed twice under one key; BoringSSL refuses at least a repeat.
+    #[test]
+    fn one_pass_seal_refuses_a_counter_that_does_not_increase() {
+        let plain = [7u8; 100];
+        let mut boring = key(Algorithm::AES128_GCM, false).unwrap();
+        assert!(seal(&mut boring, 5, &plain, Some(16)).is_ok());
+        assert!(seal(&mut boring, 5, &plain, Some(16)).is_err());
+        let Some(mut fast) = key(Algorithm::AES128_GCM, true) else {
+            eprintln!("skipped: no one-pass sealer on this CPU");
+            return;
+        };
+        assert!(seal(&mut fast, 5, &plain, Some(16)).is_ok());
+        assert!(seal(&mut fast, 5, &plain, Some(16)).is_err());
+        assert!(seal(&mut fast, 4, &plain, None).is_err());
+        assert!(seal(&mut fast, 6, &plain, Some(16)).is_ok());
+        assert!(seal(&mut fast, 9, &plain, None).is_ok());
+        assert!(seal(&mut fast, 7, &plain, None).is_err());
+        assert!(seal(&mut fast, u64::MAX, &plain, None).is_err());
+    }
 }
