@@ -125,70 +125,53 @@ fn prefix_xor(mut k: __m128i) -> __m128i {
     _mm_xor_si128(k, _mm_slli_si128::<4>(k))
 }
 
+/// One step of the AES key schedule: `prev`'s running XOR plus word `SEL` of
+/// AESKEYGENASSIST of `from` in every lane (`0xff`: RotWord, SubWord and `RCON` of the last
+/// word; `0xaa`: SubWord of the last word, for AES-256's odd round keys).
 #[target_feature(enable = "aes")]
-unsafe fn expand_128(key: &[u8; 16], rk: &mut [__m128i; 15]) {
-    // SAFETY: 16 readable bytes.
-    let mut k = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
-    rk[0] = k;
-    macro_rules! step {
-        ($i:expr, $rcon:expr) => {{
-            let t = _mm_shuffle_epi32::<0xff>(_mm_aeskeygenassist_si128::<$rcon>(k));
-            k = _mm_xor_si128(prefix_xor(k), t);
-            rk[$i] = k;
-        }};
-    }
-    step!(1, 0x01);
-    step!(2, 0x02);
-    step!(3, 0x04);
-    step!(4, 0x08);
-    step!(5, 0x10);
-    step!(6, 0x20);
-    step!(7, 0x40);
-    step!(8, 0x80);
-    step!(9, 0x1b);
-    step!(10, 0x36);
+fn schedule_step<const RCON: i32, const SEL: i32>(prev: __m128i, from: __m128i) -> __m128i {
+    let t = _mm_shuffle_epi32::<SEL>(_mm_aeskeygenassist_si128::<RCON>(from));
+    _mm_xor_si128(prefix_xor(prev), t)
 }
 
 #[target_feature(enable = "aes")]
+unsafe fn expand_128(key: &[u8; 16], rk: &mut [__m128i; 15]) {
+    // SAFETY: 16 readable bytes.
+    rk[0] = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
+    rk[1] = schedule_step::<0x01, 0xff>(rk[0], rk[0]);
+    rk[2] = schedule_step::<0x02, 0xff>(rk[1], rk[1]);
+    rk[3] = schedule_step::<0x04, 0xff>(rk[2], rk[2]);
+    rk[4] = schedule_step::<0x08, 0xff>(rk[3], rk[3]);
+    rk[5] = schedule_step::<0x10, 0xff>(rk[4], rk[4]);
+    rk[6] = schedule_step::<0x20, 0xff>(rk[5], rk[5]);
+    rk[7] = schedule_step::<0x40, 0xff>(rk[6], rk[6]);
+    rk[8] = schedule_step::<0x80, 0xff>(rk[7], rk[7]);
+    rk[9] = schedule_step::<0x1b, 0xff>(rk[8], rk[8]);
+    rk[10] = schedule_step::<0x36, 0xff>(rk[9], rk[9]);
+}
+
+/// Even round keys follow the even key before them (RotWord, SubWord, rcon of the odd key
+/// between); odd ones follow the odd key before them (SubWord of the even key between).
+#[target_feature(enable = "aes")]
 unsafe fn expand_256(key: &[u8; 32], rk: &mut [__m128i; 15]) {
     // SAFETY: 32 readable bytes.
-    let (mut a, mut b) = unsafe {
-        (
-            _mm_loadu_si128(key.as_ptr().cast()),
-            _mm_loadu_si128(key.as_ptr().add(16).cast()),
-        )
-    };
-    rk[0] = a;
-    rk[1] = b;
-    // Even round keys from the previous even one (RotWord, SubWord, rcon); odd ones from the
-    // previous odd one (SubWord only). The last step makes only the even key 14.
-    macro_rules! even {
-        ($i:expr, $rcon:expr) => {{
-            let t = _mm_shuffle_epi32::<0xff>(_mm_aeskeygenassist_si128::<$rcon>(b));
-            a = _mm_xor_si128(prefix_xor(a), t);
-            rk[$i] = a;
-        }};
+    unsafe {
+        rk[0] = _mm_loadu_si128(key.as_ptr().cast());
+        rk[1] = _mm_loadu_si128(key.as_ptr().add(16).cast());
     }
-    macro_rules! odd {
-        ($i:expr) => {{
-            let t = _mm_shuffle_epi32::<0xaa>(_mm_aeskeygenassist_si128::<0x00>(a));
-            b = _mm_xor_si128(prefix_xor(b), t);
-            rk[$i] = b;
-        }};
-    }
-    even!(2, 0x01);
-    odd!(3);
-    even!(4, 0x02);
-    odd!(5);
-    even!(6, 0x04);
-    odd!(7);
-    even!(8, 0x08);
-    odd!(9);
-    even!(10, 0x10);
-    odd!(11);
-    even!(12, 0x20);
-    odd!(13);
-    even!(14, 0x40);
+    rk[2] = schedule_step::<0x01, 0xff>(rk[0], rk[1]);
+    rk[3] = schedule_step::<0x00, 0xaa>(rk[1], rk[2]);
+    rk[4] = schedule_step::<0x02, 0xff>(rk[2], rk[3]);
+    rk[5] = schedule_step::<0x00, 0xaa>(rk[3], rk[4]);
+    rk[6] = schedule_step::<0x04, 0xff>(rk[4], rk[5]);
+    rk[7] = schedule_step::<0x00, 0xaa>(rk[5], rk[6]);
+    rk[8] = schedule_step::<0x08, 0xff>(rk[6], rk[7]);
+    rk[9] = schedule_step::<0x00, 0xaa>(rk[7], rk[8]);
+    rk[10] = schedule_step::<0x10, 0xff>(rk[8], rk[9]);
+    rk[11] = schedule_step::<0x00, 0xaa>(rk[9], rk[10]);
+    rk[12] = schedule_step::<0x20, 0xff>(rk[10], rk[11]);
+    rk[13] = schedule_step::<0x00, 0xaa>(rk[11], rk[12]);
+    rk[14] = schedule_step::<0x40, 0xff>(rk[12], rk[13]);
 }
 
 #[target_feature(enable = "avx512f")]
