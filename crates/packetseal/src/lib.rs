@@ -99,8 +99,9 @@ impl SealKey {
     /// right after it. Returns the bytes written, `in_len + extra_in.len() + TAG_LEN`.
     ///
     /// The two parts are contiguous in the output only; `extra_in` is read, never written.
-    /// Sealing is fastest when `in_len` is a multiple of 16 or `extra_in` is empty; otherwise
-    /// `extra_in` is first copied behind the first part.
+    /// When `in_len` is not a multiple of 16, the first 1–15 bytes of `extra_in` are copied
+    /// behind the first part (where their ciphertext goes anyway) so the parts meet on a block
+    /// boundary.
     pub fn seal(
         &self,
         nonce: &[u8; NONCE_LEN],
@@ -119,12 +120,14 @@ impl SealKey {
             return Err(SealError::BufferTooSmall);
         }
         // The counter of the second part's first block must follow the first part's last:
-        // a first part ending mid-block would need the keystream split across the seam.
-        let (in_len, extra_in) = if !in_len.is_multiple_of(16) && !extra_in.is_empty() {
-            buf[in_len..total].copy_from_slice(extra_in);
-            (total, &[][..])
-        } else {
+        // a first part ending mid-block would need the keystream split across the seam, so
+        // the first part is completed to a block boundary from `extra_in` (or takes all of it).
+        let (in_len, extra_in) = if in_len.is_multiple_of(16) {
             (in_len, extra_in)
+        } else {
+            let k = (16 - in_len % 16).min(extra_in.len());
+            buf[in_len..in_len + k].copy_from_slice(&extra_in[..k]);
+            (in_len + k, &extra_in[k..])
         };
         #[cfg(target_arch = "x86_64")]
         {
