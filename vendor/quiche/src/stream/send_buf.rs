@@ -350,11 +350,33 @@ impl<F: BufFactory> SendBuf<F> {
             self.pos += 1;
         }
 
+        // rampart: the next packet's stream data is fetched into cache now,
+        // while this packet is built and sealed, instead of stalling that
+        // packet's seal on it.
+        self.prefetch_front(len);
+
         let next_off = off_front + len as u64;
         let fin = self.fin_off == Some(next_off);
         self.emit_off = cmp::max(self.emit_off, next_off);
 
         Some((data, range, fin))
+    }
+
+    /// rampart: asks the CPU to bring the next `len` bytes waiting to be sent
+    /// into cache (the next packet's share of them, when called with this
+    /// packet's), across at most two buffers. Only a hint: nothing is read and
+    /// nothing changes.
+    fn prefetch_front(&self, len: usize) {
+        let mut left = len;
+        for buf in self.data.range(self.pos..).take(2) {
+            let data = &buf.data.as_ref()[buf.pos..buf.pos + buf.len()];
+            let n = cmp::min(left, data.len());
+            prefetch(&data[..n]);
+            left -= n;
+            if left == 0 {
+                break;
+            }
+        }
     }
 
     /// Updates the max_data limit to the given value.
@@ -645,9 +667,66 @@ impl<F: BufFactory> SendBuf<F> {
     }
 }
 
+
+/// rampart: a prefetch hint for every cache line of `data`.
+#[inline]
+fn prefetch(data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..data.len()).step_by(64) {
+        // SAFETY: `off` is inside `data`, so the pointer is in bounds. A
+        // prefetch reads nothing the program sees and cannot fault.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                data.as_ptr().add(off).cast(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // rampart: zero-copy emission (patch 1) with the next packet's data
+    // prefetched (patch 11) gives back every byte in order, whatever the packet
+    // size against the buffer boundaries, including the last buffer's end.
+    #[test]
+    fn emit_zero_copy_gives_every_byte_in_order() {
+        let input: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
+        for max_len in [1, 15, 1_300, 4_096, 5_000, 40_000] {
+            let mut send = <SendBuf>::new(u64::MAX);
+            // Buffers of several sizes, one of them empty.
+            let mut at = 0;
+            for (i, part) in [3_000, 0, 9_000, 17, 27_983].iter().enumerate() {
+                let fin = i == 4;
+                assert_eq!(send.write(&input[at..at + part], fin), Ok(*part));
+                at += part;
+            }
+            let mut out = Vec::new();
+            let mut scratch = vec![0; max_len];
+            let mut saw_fin = false;
+            while !saw_fin {
+                match send.emit_zero_copy(max_len) {
+                    Some((data, range, fin)) => {
+                        assert!(range.len() <= max_len);
+                        out.extend_from_slice(&data.as_ref()[range]);
+                        saw_fin = fin;
+                    },
+                    None => {
+                        let (n, fin) = send.emit(&mut scratch).unwrap();
+                        assert!(n > 0 || fin);
+                        out.extend_from_slice(&scratch[..n]);
+                        saw_fin = fin;
+                    },
+                }
+            }
+            assert_eq!(out, input, "max_len {max_len}");
+            assert_eq!(send.buffered_bytes, 0);
+            assert!(send.emit_zero_copy(max_len).is_none());
+        }
+    }
 
     #[test]
     fn empty_write() {
