@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A/B of the gateway's bulk-download CPU per GB, variants alternating round by round so that the
+# machine's drift falls on every variant alike. A variant is a gateway binary (a path) or
+# environment settings for ./target/release/rampart (NAME=VALUE, several joined with commas).
+# Each round restarts the gateway for each variant: gateway on CPU 0, client and upstream on
+# CPU 1, 100 MB objects, 2 connections, as in bench-h3.sh.
+#   scripts/ab-bulk.sh /tmp/rampart-before ./target/release/rampart
+#   scripts/ab-bulk.sh ./target/release/rampart RAMPART_QUIC_SEAL=boringssl
+#   ROUNDS=5 KIND=https DURATION=6s scripts/ab-bulk.sh A B ...    # defaults: 3, h3, 6s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+[ $# -ge 1 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3}
+KIND=${KIND:-h3}
+DURATION=${DURATION:-6s}
+OUT=${OUT:-target/ab-bulk}
+BIN=./target/release/rampart
+[ -x "$BIN" ] || cargo build --release -p rampart
+mkdir -p "$OUT"
+bench_site_certs "$OUT/certs"
+UP=18080; GW=18443
+bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
+taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+wait_port $UP
+
+: > "$OUT/results.tsv"
+for round in $(seq "$ROUNDS"); do
+  for variant in "$@"; do
+    gw_bin=$BIN; gw_env=()
+    if [[ $variant == *=* ]]; then IFS=, read -r -a gw_env <<< "$variant"; else gw_bin=$variant; fi
+    env "${gw_env[@]}" taskset -c 0 "$gw_bin" run --config "$OUT/rampart.toml" 2>"$OUT/gateway.log" &
+    gw=$!
+    wait_port $GW; sleep 0.5
+    taskset -c 1 "$BIN" bench "$KIND-download" --url "https://localhost:$GW/bytes/100000000" -c 2 \
+      -d "$DURATION" --server-pid $gw --json > "$OUT/run.json"
+    kill $gw; wait $gw 2>/dev/null || true
+    python3 - "$OUT/run.json" "$round" "$variant" >> "$OUT/results.tsv" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("\t".join([sys.argv[2], sys.argv[3], f"{r['server_cpu_seconds_per_gb']:.3f}",
+                 f"{r['server_user_cpu_seconds_per_gb']:.3f}",
+                 f"{r['server_system_cpu_seconds_per_gb']:.3f}", f"{r['gbit_per_sec']:.2f}"]))
+PY
+    tail -1 "$OUT/results.tsv" | awk -F'\t' '{printf "round %s  %-40s %s CPU s/GB (user %s, kernel %s), %s Gbit/s\n", $1, $2, $3, $4, $5, $6}'
+  done
+done
+
+python3 - "$OUT/results.tsv" "$@" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+print("\n| variant | CPU s/GB, each round | min–max | Gbit/s, min–max |\n|---|---|---|---|")
+for v in sys.argv[2:]:
+    mine = [r for r in rows if r[1] == v]
+    cpu = [float(r[2]) for r in mine]
+    gbit = [float(r[5]) for r in mine]
+    print(f"| `{v}` | {', '.join(f'{c:.2f}' for c in cpu)} | {min(cpu):.2f}–{max(cpu):.2f} "
+          f"| {min(gbit):.1f}–{max(gbit):.1f} |")
+PY
