@@ -368,7 +368,9 @@ impl<F: BufFactory> SendBuf<F> {
     /// nothing changes.
     fn prefetch_front(&self, len: usize) {
         let mut left = len;
-        for buf in self.data.range(self.pos..).take(2) {
+        // `pos` never passes the end, but a hint is not worth a panic.
+        let start = cmp::min(self.pos, self.data.len());
+        for buf in self.data.range(start..).take(2) {
             let data = &buf.data.as_ref()[buf.pos..buf.pos + buf.len()];
             let n = cmp::min(left, data.len());
             prefetch(&data[..n]);
