@@ -371,9 +371,8 @@ impl<F: BufFactory> SendBuf<F> {
         // `pos` never passes the end, but a hint is not worth a panic.
         let start = cmp::min(self.pos, self.data.len());
         for buf in self.data.range(start..).take(2) {
-            let data = &buf.data.as_ref()[buf.pos..buf.pos + buf.len()];
-            let n = cmp::min(left, data.len());
-            prefetch(&data[..n]);
+            let n = cmp::min(left, buf.len());
+            prefetch(&buf[..n]);
             left -= n;
             if left == 0 {
                 break;
@@ -669,7 +668,6 @@ impl<F: BufFactory> SendBuf<F> {
     }
 }
 
-
 /// rampart: a prefetch hint for every cache line of `data`.
 #[inline]
 fn prefetch(data: &[u8]) {
@@ -699,7 +697,7 @@ mod tests {
         let input: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
         for max_len in [1, 15, 1_300, 4_096, 5_000, 40_000] {
             let mut send = <SendBuf>::new(u64::MAX);
-            // Buffers of several sizes, one of them empty.
+            // Buffers of several sizes (the empty write adds none).
             let mut at = 0;
             for (i, part) in [3_000, 0, 9_000, 17, 27_983].iter().enumerate() {
                 let fin = i == 4;
