@@ -1526,6 +1526,10 @@ where
     /// packet.
     ack_eliciting_sent: bool,
 
+    /// rampart: packets written by `send_stream_only` (tests only).
+    #[cfg(test)]
+    stream_only_sent: u64,
+
     /// Whether the connection is closed.
     closed: bool,
 
@@ -1886,6 +1890,16 @@ pub fn retry(
 
 /// rampart: copies stream data left in its send buffer (see `send_single`) into
 /// the packet at `at`, where `emit()` would have written it.
+/// rampart: whether the stream-only packet writer (`send_stream_only`) may be
+/// used. On by default; `RAMPART_QUIC_WRITER=general` in the environment (read
+/// once) writes every packet through `send_single`, for comparing the two.
+fn stream_only_writer_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        std::env::var("RAMPART_QUIC_WRITER").map_or(true, |v| v != "general")
+    })
+}
+
 fn copy_stream_data_in(
     b: &mut octets::OctetsMut, data: &[u8], at: usize,
 ) -> Result<()> {
@@ -2204,6 +2218,9 @@ impl<F: BufFactory> Connection<F> {
             key_phase: false,
 
             ack_eliciting_sent: false,
+
+            #[cfg(test)]
+            stream_only_sent: 0,
 
             closed: false,
 
@@ -4085,6 +4102,16 @@ impl<F: BufFactory> Connection<F> {
             left = cmp::min(left, send_path.max_send_bytes);
         }
 
+        // rampart: during a bulk download nothing but stream data is due,
+        // packet after packet; such a packet is written by the stream-only
+        // writer, and ends the datagram as any 1-RTT packet does.
+        if let Some(written) =
+            self.send_stream_only(&mut out[..left], send_pid, now)?
+        {
+            done = written;
+            left = 0;
+        }
+
         // Generate coalesced packets.
         while left > 0 {
             let (ty, written) = match self.send_single(
@@ -5655,6 +5682,336 @@ impl<F: BufFactory> Connection<F> {
         }
 
         Ok((pkt_type, written))
+    }
+
+    /// rampart: writes the packet of a bulk download without `send_single`'s
+    /// general machinery: a 1-RTT packet carrying one STREAM frame, from the
+    /// first flushable stream, and nothing else.
+    ///
+    /// For every packet `send_single` visits every source of frames (lost
+    /// frames on each path, ACKs, path probes, connection IDs, flow-control
+    /// updates, blocked and reset signals, CRYPTO, DATAGRAM), builds the STREAM
+    /// frame through the general frame list, and takes and drops references to
+    /// the stream's priority key. During a bulk download every one of those
+    /// sources is empty, packet after packet. This checks that they are (see
+    /// `nothing_but_stream_data_due`) and then writes what `send_single` would
+    /// have written in that state: the same header, frame, seal and recovery
+    /// record. When anything else might be due it returns `Ok(None)` having
+    /// changed nothing, and the caller takes `send_single`.
+    fn send_stream_only(
+        &mut self, out: &mut [u8], send_pid: usize, now: Instant,
+    ) -> Result<Option<usize>> {
+        if !self.nothing_but_stream_data_due(send_pid) {
+            return Ok(None);
+        }
+
+        let epoch = packet::Epoch::Application;
+
+        // Before anything is emitted, as `send_single` does.
+        let is_app_limited = self.delivery_rate_check_if_app_limited();
+
+        let stream_id = match self.streams.peek_flushable_id() {
+            Some(v) => v,
+            None => return Ok(None),
+        };
+
+        let path = self.paths.get_mut(send_pid)?;
+
+        let left = match path.pmtud.as_ref() {
+            Some(pmtud) => cmp::min(pmtud.get_current_mtu(), out.len()),
+            None => out.len(),
+        };
+
+        let pn = self.next_pkt_num;
+        let largest_acked_pkt =
+            path.recovery.get_largest_acked_on_epoch(epoch).unwrap_or(0);
+        let pn_len = packet::pkt_num_len(pn, largest_acked_pkt);
+
+        let crypto_overhead = match self.crypto_ctx[epoch].crypto_overhead() {
+            Some(v) => v,
+            None => return Ok(None),
+        };
+
+        let dcid_seq = match path.active_dcid_seq {
+            Some(v) => v,
+            None => return Ok(None),
+        };
+
+        let mut b = octets::OctetsMut::with_slice(out);
+
+        // Nothing has changed yet if this returns early: only `out`, which
+        // `send_single` writes over.
+        Header {
+            ty: Type::Short,
+            version: self.version,
+            dcid: ConnectionId::from_ref(self.ids.get_dcid(dcid_seq)?.cid.as_ref()),
+            scid: ConnectionId::default(),
+            pkt_num: 0,
+            pkt_num_len: pn_len,
+            token: None,
+            versions: None,
+            key_phase: self.key_phase,
+        }
+        .to_bytes(&mut b)?;
+
+        let overhead = b.off() + pn_len + crypto_overhead;
+
+        // As `send_single` limits the packet: by the buffer, then by the
+        // congestion window (no ACK frame takes a share of it here).
+        let left = match left.checked_sub(overhead) {
+            Some(v) if v >= PAYLOAD_MIN_LEN => v,
+            _ => return Ok(None),
+        };
+        let cwnd_available =
+            path.recovery.cwnd_available().saturating_sub(overhead);
+        let left = cmp::min(left, cwnd_available);
+
+        if left <= frame::MAX_STREAM_OVERHEAD {
+            return Ok(None);
+        }
+
+        let stream = match self.streams.get_mut(stream_id) {
+            Some(v) if !v.send.is_stopped() => v,
+            _ => return Ok(None),
+        };
+
+        let stream_off = stream.send.off_front();
+
+        let hdr_len = 1 + // frame type
+            octets::varint_len(stream_id) + // stream_id
+            octets::varint_len(stream_off) + // offset
+            2; // length, always encode as 2-byte varint
+
+        // With at least one byte of room a flushable stream emits at least one
+        // byte, so the frame below is never the empty one `send_single`
+        // declines to send.
+        let max_len = match left.checked_sub(hdr_len) {
+            Some(v) if v > 0 => v,
+            _ => return Ok(None),
+        };
+
+        // From here on the packet is sent.
+        packet::encode_pkt_num(pn, pn_len, &mut b)?;
+
+        let payload_offset = b.off();
+        let hdr_off = payload_offset;
+
+        // The data stays in the stream buffer when one buffer covers it (it is
+        // sealed from there); otherwise it is copied into the packet.
+        let (len, fin, zero_copy_data) = match stream.send.emit_zero_copy(max_len)
+        {
+            Some((data, range, fin)) => (range.len(), fin, Some((data, range))),
+
+            None => {
+                let (_, mut stream_payload) = b.split_at(hdr_off + hdr_len)?;
+                let (len, fin) =
+                    stream.send.emit(&mut stream_payload.as_mut()[..max_len])?;
+                (len, fin, None)
+            },
+        };
+
+        {
+            // `split_at()`'s first half starts where `b` starts.
+            let (mut stream_hdr, _) = b.split_at(hdr_off + hdr_len)?;
+            stream_hdr.skip(hdr_off)?;
+            frame::encode_stream_header(
+                stream_id,
+                stream_off,
+                len as u64,
+                fin,
+                &mut stream_hdr,
+            )?;
+        }
+
+        b.skip(hdr_len + len)?;
+
+        // Remove the stream when it is no longer flushable; rotate an
+        // incremental stream to the back of the queue unless it is alone there.
+        let flushable = stream.is_flushable();
+        if !flushable || stream.incremental {
+            let priority_key = Arc::clone(&stream.priority_key);
+
+            if !flushable {
+                self.streams.remove_flushable(&priority_key);
+            } else if !self.streams.is_sole_flushable(&priority_key) {
+                self.streams.remove_flushable(&priority_key);
+                self.streams.insert_flushable(&priority_key);
+            }
+        }
+
+        self.streams.sub_tx_buffered(len);
+
+        // `send_single` alternates between DATAGRAM and STREAM frames; no
+        // DATAGRAM was sent.
+        self.emit_dgram = true;
+
+        let path = self.paths.get_mut(send_pid)?;
+        path.needs_ack_eliciting = false;
+        path.recovery.ping_sent(epoch);
+
+        let payload_len = b.off() - payload_offset;
+
+        let aead = match self.crypto_ctx[epoch].crypto_seal {
+            Some(ref mut v) => v,
+            None => return Err(Error::InvalidState),
+        };
+
+        let extra_in = zero_copy_data
+            .as_ref()
+            .map(|(data, range)| &data.as_ref()[range.clone()]);
+        let extra_len = extra_in.map_or(0, <[u8]>::len);
+
+        let written = packet::encrypt_pkt(
+            &mut b,
+            pn,
+            pn_len,
+            payload_len - extra_len,
+            payload_offset,
+            extra_in,
+            aead,
+        )?;
+
+        let mut frames: SmallVec<[frame::Frame; 1]> = SmallVec::new();
+        frames.push(frame::Frame::StreamHeader {
+            stream_id,
+            offset: stream_off,
+            length: len,
+            fin,
+        });
+
+        let sent_pkt = recovery::Sent {
+            pkt_num: pn,
+            frames,
+            time_sent: now,
+            time_acked: None,
+            time_lost: None,
+            size: written,
+            ack_eliciting: true,
+            in_flight: true,
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            is_app_limited: false,
+            tx_in_flight: 0,
+            lost: 0,
+            has_data: true,
+            is_pmtud_probe: false,
+        };
+
+        if is_app_limited {
+            path.recovery.delivery_rate_update_app_limited(true);
+        }
+
+        self.next_pkt_num += 1;
+
+        let handshake_status = recovery::HandshakeStatus {
+            has_handshake_keys: self.crypto_ctx[packet::Epoch::Handshake]
+                .has_keys(),
+            peer_verified_address: self.peer_verified_initial_address,
+            completed: self.handshake_completed,
+        };
+
+        self.on_packet_sent(send_pid, sent_pkt, epoch, handshake_status, now)?;
+
+        let path = self.paths.get_mut(send_pid)?;
+
+        self.sent_count += 1;
+        self.sent_bytes += written as u64;
+        path.sent_count += 1;
+        path.sent_bytes += written as u64;
+        path.max_send_bytes = path.max_send_bytes.saturating_sub(written);
+
+        if !self.ack_eliciting_sent {
+            if let Some(idle_timeout) = self.idle_timeout() {
+                self.idle_timer = Some(now + idle_timeout);
+            }
+        }
+
+        self.ack_eliciting_sent = true;
+
+        #[cfg(test)]
+        {
+            self.stream_only_sent += 1;
+        }
+
+        Ok(Some(written))
+    }
+
+    /// rampart: whether the next packet on `send_pid`, as `send_single` would
+    /// write it, carries nothing but one STREAM frame: every other source of
+    /// frames it visits is empty, the packet is a 1-RTT one on a validated
+    /// path that needs no padding, and no packet number is to be skipped.
+    /// Cheap checks only; `send_stream_only` relies on every one of them.
+    fn nothing_but_stream_data_due(&self, send_pid: usize) -> bool {
+        let epoch = packet::Epoch::Application;
+
+        if cfg!(feature = "fuzzing") ||
+            !stream_only_writer_enabled() ||
+            log::max_level() == log::LevelFilter::Trace
+        {
+            return false;
+        }
+
+        #[cfg(feature = "qlog")]
+        if self.qlog.streamer.is_some() {
+            return false;
+        }
+
+        let path = match self.paths.get(send_pid) {
+            Ok(v) => v,
+            Err(_) => return false,
+        };
+
+        let app_crypto = &self.crypto_ctx[epoch];
+        let app_space = &self.pkt_num_spaces[epoch];
+
+        // Connection state: the handshake is over and nothing is closing, so
+        // the packet is a 1-RTT one (`write_pkt_type`).
+        self.handshake_confirmed &&
+            !self.should_send_handshake_done() &&
+            self.local_error.is_none() &&
+            self.crypto_ctx[packet::Epoch::Initial].crypto_seal.is_none() &&
+            self.crypto_ctx[packet::Epoch::Handshake].crypto_seal.is_none() &&
+            app_crypto.crypto_seal.is_some() &&
+            app_crypto.key_update.is_none() &&
+            !app_crypto.data_available() &&
+            // No ACK is due, nothing was lost, no probe is wanted.
+            !(app_space.recv_pkt_need_ack.len() > 0 && app_space.ack_elicited) &&
+            self.paths.len() == 1 &&
+            !path.recovery.has_lost_frames(epoch) &&
+            path.recovery.loss_probes(epoch) == 0 &&
+            !path.recovery.should_elicit_ack(epoch) &&
+            // The path: in use, validated (no padding) and not probed.
+            path.active() &&
+            path.validated() &&
+            path.verified_peer_address &&
+            !path.probing_required() &&
+            !path.pmtud.as_ref().is_some_and(|pmtud| pmtud.should_probe()) &&
+            // No control frame is due.
+            !self.ids.has_new_scids() &&
+            !self.ids.has_retire_dcids() &&
+            !self.should_send_max_streams_bidi &&
+            !self.streams.should_update_max_streams_bidi() &&
+            !self.should_send_max_streams_uni &&
+            !self.streams.should_update_max_streams_uni() &&
+            self.blocked_limit.is_none() &&
+            !self
+                .streams_blocked_bidi_state
+                .has_pending_stream_blocked_frame() &&
+            !self
+                .streams_blocked_uni_state
+                .has_pending_stream_blocked_frame() &&
+            !self.streams.has_almost_full() &&
+            !self.should_send_max_data &&
+            !self.flow_control.should_update_max_data() &&
+            !self.streams.has_stopped() &&
+            !self.streams.has_reset() &&
+            !self.streams.has_blocked() &&
+            self.dgram_send_queue.is_empty() &&
+            // The packet number is the next one.
+            !self
+                .pkt_num_manager
+                .should_skip_pn(self.handshake_completed)
     }
 
     fn on_packet_sent(

@@ -1112,6 +1112,165 @@ fn stream_send_complete_waits_for_the_peer_ack(
     assert!(pipe.server.stream_send_complete(4));
 }
 
+/// rampart: a pipe for the stream-only writer's tests: windows large enough for
+/// a bulk response, the handshake done and its aftermath (HANDSHAKE_DONE, ACKs,
+/// connection IDs) exchanged, and the client's request on stream 0 read.
+fn bulk_pipe(cc_algorithm_name: &str) -> test_utils::Pipe {
+    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
+    config.set_initial_max_data(10_000_000);
+    config.set_initial_max_stream_data_bidi_local(10_000_000);
+    config.set_initial_max_stream_data_bidi_remote(10_000_000);
+    let mut pipe = test_utils::Pipe::with_config(&mut config).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert_eq!(pipe.client.stream_send(0, b"GET", true), Ok(3));
+    assert_eq!(pipe.client.stream_send(4, b"upload", false), Ok(6));
+    assert_eq!(pipe.advance(), Ok(()));
+    let mut buf = [0; 16];
+    assert_eq!(pipe.server.stream_recv(0, &mut buf), Ok((3, true)));
+    assert_eq!(pipe.server.stream_recv(4, &mut buf), Ok((6, false)));
+    pipe
+}
+
+/// rampart: sends one server packet into `buf` and returns its length, its
+/// frames as the client reads them, and whether the stream-only writer wrote
+/// it. The client does not receive it.
+fn server_packet(
+    pipe: &mut test_utils::Pipe, buf: &mut [u8],
+) -> Result<(usize, Vec<frame::Frame>, bool)> {
+    let before = pipe.server.stream_only_sent;
+    let (len, _) = pipe.server.send(buf)?;
+    let stream_only = pipe.server.stream_only_sent > before;
+    let mut copy = buf[..len].to_vec();
+    let frames = test_utils::decode_pkt(&mut pipe.client, &mut copy)?;
+    Ok((len, frames, stream_only))
+}
+
+#[rstest]
+/// rampart: during a bulk download the stream-only writer writes the packets,
+/// each a single STREAM frame continuing where the last one ended, and the
+/// client reads back every byte in order.
+fn stream_only_writer_sends_the_stream_in_order(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = bulk_pipe(cc_algorithm_name);
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+
+    let mut received = Vec::new();
+    let (mut written, mut next_off, mut stream_only, mut general) = (0, 0u64, 0, 0);
+    let mut buf = [0; 1500];
+    let mut out = vec![0; 65536];
+    for _ in 0..10_000 {
+        // The server takes what the congestion window has room for.
+        if written < body.len() {
+            written += pipe.server.stream_send(0, &body[written..], true).unwrap_or(0);
+        }
+        match server_packet(&mut pipe, &mut buf) {
+            Ok((len, frames, by_stream_only)) => {
+                if by_stream_only {
+                    stream_only += 1;
+                    match frames.as_slice() {
+                        [frame::Frame::Stream { stream_id: 0, data }] => {
+                            assert_eq!(data.off(), next_off, "a gap or overlap");
+                            next_off += data.len() as u64;
+                        },
+                        other => panic!("stream-only packet carried {other:?}"),
+                    }
+                } else {
+                    general += 1;
+                    for f in &frames {
+                        if let frame::Frame::Stream { stream_id: 0, data } = f {
+                            assert_eq!(data.off(), next_off, "a gap or overlap");
+                            next_off += data.len() as u64;
+                        }
+                    }
+                }
+                assert_eq!(pipe.client_recv(&mut buf[..len]), Ok(len));
+            },
+
+            // The congestion window is full: the client acknowledges.
+            Err(Error::Done) => {
+                if pipe.server.stream_send_complete(0) {
+                    break;
+                }
+                let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
+                test_utils::process_flight(&mut pipe.server, flight).unwrap();
+            },
+
+            Err(e) => panic!("server send: {e:?}"),
+        }
+        while let Ok((n, _)) = pipe.client.stream_recv(0, &mut out) {
+            received.extend_from_slice(&out[..n]);
+        }
+    }
+
+    assert_eq!(received, body);
+    assert_eq!(next_off, body.len() as u64);
+    // The packets after an ACK carry it and go the general way; every other one
+    // is the stream-only writer's.
+    assert!(
+        stream_only > 3 * general,
+        "stream-only {stream_only}, general {general}"
+    );
+}
+
+#[rstest]
+/// rampart: the stream-only writer gives way as soon as anything else is due:
+/// an ACK, a control frame, or the connection closing.
+fn stream_only_writer_gives_way_to_other_frames(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = bulk_pipe(cc_algorithm_name);
+    // Enough for the packets below within the initial congestion window.
+    let body = vec![0x5a; 10_000];
+    assert_eq!(pipe.server.stream_send(0, &body, false), Ok(body.len()));
+    let mut buf = [0; 1500];
+
+    let (_, _, stream_only) = server_packet(&mut pipe, &mut buf).unwrap();
+    assert!(stream_only);
+
+    // The client's upload continues: the next packet acknowledges it.
+    assert_eq!(pipe.client.stream_send(4, b"more", false), Ok(4));
+    let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
+    test_utils::process_flight(&mut pipe.server, flight).unwrap();
+    let (_, frames, stream_only) = server_packet(&mut pipe, &mut buf).unwrap();
+    assert!(!stream_only);
+    assert!(
+        frames.iter().any(|f| matches!(f, frame::Frame::ACK { .. })),
+        "{frames:?}"
+    );
+    let (_, _, stream_only) = server_packet(&mut pipe, &mut buf).unwrap();
+    assert!(stream_only, "back once the ACK is out");
+
+    // A control frame: the server stops reading the upload.
+    assert_eq!(pipe.server.stream_shutdown(4, Shutdown::Read, 42), Ok(()));
+    let (_, frames, stream_only) = server_packet(&mut pipe, &mut buf).unwrap();
+    assert!(!stream_only);
+    assert!(
+        frames.iter().any(|f| matches!(
+            f,
+            frame::Frame::StopSending {
+                stream_id: 4,
+                error_code: 42
+            }
+        )),
+        "{frames:?}"
+    );
+    let (_, _, stream_only) = server_packet(&mut pipe, &mut buf).unwrap();
+    assert!(stream_only);
+
+    // Closing: CONNECTION_CLOSE goes out, and no more stream data.
+    assert_eq!(pipe.server.close(true, 7, b"bye"), Ok(()));
+    let (_, frames, stream_only) = server_packet(&mut pipe, &mut buf).unwrap();
+    assert!(!stream_only);
+    assert!(
+        matches!(
+            frames.as_slice(),
+            [frame::Frame::ApplicationClose { error_code: 7, .. }]
+        ),
+        "{frames:?}"
+    );
+}
+
 #[rstest]
 fn stream_closed_uni(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,

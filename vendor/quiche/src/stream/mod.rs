@@ -479,6 +479,12 @@ impl<F: BufFactory> StreamMap<F> {
         self.flushable.front().clone_pointer()
     }
 
+    /// rampart: the ID of the stream `peek_flushable()` would return, without
+    /// taking a reference to its priority key (two atomic operations).
+    pub fn peek_flushable_id(&self) -> Option<u64> {
+        self.flushable.front().get().map(|k| k.id)
+    }
+
     /// Updates the priorities of a stream.
     pub fn update_priority(
         &mut self, old: &Arc<StreamPriorityKey>, new: &Arc<StreamPriorityKey>,
