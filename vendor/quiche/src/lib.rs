@@ -4183,6 +4183,66 @@ impl<F: BufFactory> Connection<F> {
         Ok((done, info))
     }
 
+    /// rampart: fills `out` with up to `max_packets` packets of `segment`
+    /// bytes each, back to back, for a GSO send, while nothing but stream data
+    /// is due, and returns how many packets and bytes it wrote.
+    ///
+    /// Each packet is the one [`send_on_path_at()`] would write next (it is
+    /// written by the same stream-only writer); the burst spares the caller a
+    /// call per packet, and the connection the per-call preamble. It ends
+    /// early when anything else is due (the caller then goes on with
+    /// [`send_on_path_at()`], which writes it), when the congestion window or
+    /// the data runs out, or after a packet shorter than `segment`, which can
+    /// only be a GSO buffer's last. It writes nothing unless the caller has
+    /// just sent on the path with [`send_on_path_at()`] (so the handshake's
+    /// and 0-RTT's pending work is done) and received nothing since. `now`
+    /// stamps the packets, read again every 8 of them.
+    ///
+    /// [`send_on_path_at()`]: struct.Connection.html#method.send_on_path_at
+    pub fn send_stream_burst_at(
+        &mut self, out: &mut [u8], segment: usize, max_packets: usize,
+        from: Option<SocketAddr>, to: Option<SocketAddr>, mut now: Instant,
+    ) -> Result<(usize, usize)> {
+        if self.is_closed() || self.is_draining() {
+            return Ok((0, 0));
+        }
+
+        let send_pid = match (from, to) {
+            (Some(f), Some(t)) => self
+                .paths
+                .path_id_from_addrs(&(f, t))
+                .ok_or(Error::InvalidState)?,
+
+            _ => self.get_send_path_id(from, to)?,
+        };
+
+        let segment = cmp::min(segment, self.max_send_udp_payload_size());
+
+        let (mut packets, mut written) = (0, 0);
+
+        while packets < max_packets && written + segment <= out.len() {
+            if packets > 0 && packets % 8 == 0 {
+                now = Instant::now();
+            }
+
+            let packet = &mut out[written..written + segment];
+            match self.send_stream_only(packet, send_pid, now)? {
+                Some(len) => {
+                    packets += 1;
+                    written += len;
+
+                    if len < segment {
+                        break;
+                    }
+                },
+
+                None => break,
+            }
+        }
+
+        Ok((packets, written))
+    }
+
     fn send_single(
         &mut self, out: &mut [u8], send_pid: usize, has_initial: bool,
         now: Instant,

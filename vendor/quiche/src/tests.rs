@@ -1272,6 +1272,88 @@ fn stream_only_writer_gives_way_to_other_frames(
 }
 
 #[rstest]
+/// rampart: `send_stream_burst_at` fills a GSO buffer with whole segments of
+/// stream-only packets, a short one only last, each one the client reads in
+/// order, and writes nothing while anything else is due.
+fn send_stream_burst_writes_whole_segments(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = bulk_pipe(cc_algorithm_name);
+    let body: Vec<u8> = (0..6_000u32).map(|i| (i % 253) as u8).collect();
+    assert_eq!(pipe.server.stream_send(0, &body, false), Ok(body.len()));
+
+    // The first packet as a caller sends it; it sets the segment size.
+    let mut gso = vec![0; 65_000];
+    let (segment, _) = pipe.server.send(&mut gso).unwrap();
+    let mut packets = vec![segment];
+
+    // Bursts until the data runs out. A burst may also end early (a packet
+    // number to skip is not the stream-only writer's): `send` then writes the
+    // next packet, as a caller would.
+    let (mut off, mut longest_burst) = (segment, 0);
+    loop {
+        let now = Instant::now();
+        let max = if packets.len() == 1 { 2 } else { 64 };
+        let burst = pipe.server.send_stream_burst_at(
+            &mut gso[off..],
+            segment,
+            max,
+            None,
+            None,
+            now,
+        );
+        let (n, bytes) = burst.unwrap();
+        assert!(n <= max);
+        if n == 0 {
+            match pipe.server.send(&mut gso[off..off + segment]) {
+                Ok((len, _)) => {
+                    packets.push(len);
+                    off += len;
+                    continue;
+                },
+                Err(Error::Done) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        longest_burst = longest_burst.max(n);
+        // Whole segments, and a short packet only last.
+        assert!(bytes <= n * segment && bytes > (n - 1) * segment, "{n} {bytes}");
+        packets.extend(std::iter::repeat_n(segment, n - 1));
+        packets.push(bytes - (n - 1) * segment);
+        off += bytes;
+    }
+    assert!(longest_burst >= 2, "bursts of {longest_burst}");
+
+    let mut received = Vec::new();
+    let mut out = [0; 16_384];
+    let mut at = 0;
+    for len in packets {
+        assert_eq!(pipe.client_recv(&mut gso[at..at + len]), Ok(len));
+        at += len;
+        while let Ok((n, _)) = pipe.client.stream_recv(0, &mut out) {
+            received.extend_from_slice(&out[..n]);
+        }
+    }
+    assert_eq!(received, body);
+
+    // More data, but an ACK is due (the client's upload goes on): the burst
+    // writes nothing, and the next packet carries the ACK.
+    assert!(pipe.server.stream_send(0, &body, false).unwrap() > 0);
+    assert_eq!(pipe.client.stream_send(4, b"more", false), Ok(4));
+    let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
+    test_utils::process_flight(&mut pipe.server, flight).unwrap();
+    assert_eq!(
+        pipe.server.send_stream_burst_at(&mut gso, segment, 64, None, None, Instant::now()),
+        Ok((0, 0))
+    );
+    let (_, frames, _) = server_packet(&mut pipe, &mut gso).unwrap();
+    assert!(
+        frames.iter().any(|f| matches!(f, frame::Frame::ACK { .. })),
+        "{frames:?}"
+    );
+}
+
+#[rstest]
 fn stream_closed_uni(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
 ) {

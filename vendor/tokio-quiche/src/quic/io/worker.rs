@@ -53,6 +53,7 @@ use crate::quic::hooks::ConnectionHook;
 use crate::quic::router::ConnectionMapCommand;
 use crate::quic::DscpHandle;
 use crate::quic::QuicheConnection;
+use crate::BoxError;
 use crate::QuicResult;
 
 use boring::ssl::SslRef;
@@ -725,6 +726,43 @@ where
                 _ => (),
             }
 
+            // rampart: while nothing but stream data is due, quiche writes the
+            // rest of the buffer's packets in one call (quiche patch 13). Not
+            // with gcongestion's pacer, whose release times are asked about
+            // between packets (below).
+            if !gcongestion_enabled {
+                if let Some(size) = segment_size {
+                    // Whole segments only: the loop above writes before it
+                    // checks, so a burst must not stop short of this.
+                    let cap = tune_max_send_size(Some(size), send_buf.len(), send_buf.len())
+                        .min(max_send_size);
+                    let room = (UDP_MAX_SEGMENT_COUNT - self.write_state.num_pkts)
+                        .min(cap.saturating_sub(self.write_state.bytes_written) / size);
+                    let (from, to) = self.write_state.selected_path.unzip();
+                    let out = &mut send_buf[self.write_state.bytes_written..];
+                    match qconn.send_stream_burst_at(out, size, room, from, to, now) {
+                        Ok((0, _)) => (),
+
+                        Ok((packets, bytes)) => {
+                            self.write_state.num_pkts += packets;
+                            self.write_state.bytes_written += bytes;
+
+                            // A short packet ends the buffer, as above.
+                            if bytes != packets * size ||
+                                self.write_state.num_pkts == UDP_MAX_SEGMENT_COUNT ||
+                                self.write_state.bytes_written + size > cap
+                            {
+                                break Ok(bytes - (packets - 1) * size);
+                            }
+
+                            now = Instant::now();
+                        },
+
+                        Err(e) => break Err(self.send_failed(qconn, e)),
+                    }
+                }
+            }
+
             if gcongestion_enabled {
                 // Start a new batch if the next packet has a different release
                 // time or cannot be part of a burst.
@@ -873,23 +911,29 @@ where
                 Ok(0)
             },
 
-            Err(e) => {
-                let error_code = if let Some(local_error) = qconn.local_error() {
-                    local_error.error_code
-                } else {
-                    let internal_error_code =
-                        quiche::WireErrorCode::InternalError as u64;
-                    let _ = qconn.close(false, internal_error_code, &[]);
-
-                    internal_error_code
-                };
-
-                self.audit_log_stats
-                    .set_sent_conn_close_transport_error_code(error_code as i64);
-
-                Err(Box::new(e))
-            },
+            Err(e) => Err(self.send_failed(qconn, e)),
         }
+    }
+
+    /// rampart: what a failed send does (closes the connection unless it is
+    /// closing already, and records the error code), shared by the per-packet
+    /// and the burst sends.
+    fn send_failed(
+        &mut self, qconn: &mut QuicheConnection, e: QuicheError,
+    ) -> BoxError {
+        let error_code = if let Some(local_error) = qconn.local_error() {
+            local_error.error_code
+        } else {
+            let internal_error_code = quiche::WireErrorCode::InternalError as u64;
+            let _ = qconn.close(false, internal_error_code, &[]);
+
+            internal_error_code
+        };
+
+        self.audit_log_stats
+            .set_sent_conn_close_transport_error_code(error_code as i64);
+
+        Box::new(e)
     }
 
     async fn flush_buffer_to_socket(&mut self, send_buf: &[u8]) {
