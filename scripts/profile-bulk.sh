@@ -45,7 +45,7 @@ KERNEL = [
 KERNEL_REST = "kernel: the rest (timers, epoll, scheduling)"
 # A user-space sample goes to the first of these found walking its stack from the leaf up.
 USER = [
-    ("user: quiche building packets and recovery", ("::send_single", "::send_on_path")),
+    ("user: quiche building packets and recovery", ("::send_single", "::send_on_path", "::send_stream_burst_at", "::send_stream_only")),
     ("user: quiche receiving (ACK processing)", ("quiche::Connection::recv", "recv_single", "::process_frame", "::on_ack_received")),
     ("user: TLS records (BoringSSL, not AEAD)", ("SSL_", "ssl3_", "tls_")),
     ("user: HTTP (hyper, HTTP/3 framing and buffering, gateway)", ("hyper::", "quiche::h3::", "H3Driver", "gateway::")),
