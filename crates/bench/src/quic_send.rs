@@ -75,7 +75,8 @@ pub fn measure(duration: Duration, max_packets: Option<u64>) -> anyhow::Result<Q
     let (mut server, mut client) = connected_pair()?;
     let (caddr, saddr) = addrs();
     let mut to_server = Vec::new();
-    let mut batch = vec![[0u8; PAYLOAD]; BATCH];
+    // One buffer of PAYLOAD-sized slots, as a GSO buffer: packet i at i × PAYLOAD.
+    let mut batch = vec![0u8; PAYLOAD * BATCH];
     let mut lens = [0usize; BATCH];
     let mut sink = vec![0u8; 1 << 16];
     let body = vec![0x5a_u8; CHUNK];
@@ -97,10 +98,14 @@ pub fn measure(duration: Duration, max_packets: Option<u64>) -> anyhow::Result<Q
         }
         buffer_t += t.elapsed();
 
+        // As tokio-quiche fills a GSO buffer: packet by packet, except that once the first
+        // has set the segment size, quiche writes what it can of the rest in one burst.
         let t = Instant::now();
+        let now = Instant::now();
         let mut n = 0;
         while n < BATCH {
-            match server.send(&mut batch[n]) {
+            let slot = &mut batch[n * PAYLOAD..(n + 1) * PAYLOAD];
+            match server.send_on_path_at(slot, None, None, now) {
                 Ok((len, _)) => {
                     lens[n] = len;
                     n += 1;
@@ -108,12 +113,28 @@ pub fn measure(duration: Duration, max_packets: Option<u64>) -> anyhow::Result<Q
                 Err(quiche::Error::Done) => break,
                 Err(e) => return Err(e).context("server send"),
             }
+            if n == 1 && lens[0] == PAYLOAD {
+                let (packets, bytes) = server
+                    .send_stream_burst_at(
+                        &mut batch[PAYLOAD..],
+                        PAYLOAD,
+                        BATCH - 1,
+                        None,
+                        None,
+                        now,
+                    )
+                    .context("server burst")?;
+                for (i, len) in lens[1..=packets].iter_mut().enumerate() {
+                    *len = (bytes - i * PAYLOAD).min(PAYLOAD);
+                }
+                n += packets;
+            }
         }
         send_t += t.elapsed();
         packets += n as u64;
 
         // The client (not timed): takes the packets, reads the data, acknowledges.
-        for (pkt, len) in batch.iter_mut().zip(&lens[..n]) {
+        for (pkt, len) in batch.chunks_mut(PAYLOAD).zip(&lens[..n]) {
             let info = quiche::RecvInfo {
                 from: saddr,
                 to: caddr,
