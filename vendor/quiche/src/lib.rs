@@ -3576,7 +3576,45 @@ impl<F: BufFactory> Connection<F> {
         // might have been acked by the received packet.
         let (paths, path_events) = self.paths.iter_mut_and_events();
         for (_, p) in paths {
-            while let Some(acked) = p.recovery.next_acked_frame(epoch) {
+            let mut carried = None;
+            while let Some(mut acked) =
+                carried.take().or_else(|| p.recovery.next_acked_frame(epoch))
+            {
+                // rampart: one stream's adjacent ranges, acknowledged together
+                // (a bulk download's packets, handed back last first), are
+                // applied as one range: one lookup, one range-set insertion
+                // and one collection check instead of one per packet. The
+                // first frame that does not continue the range is carried to
+                // the next turn.
+                if let frame::Frame::StreamHeader {
+                    stream_id,
+                    offset,
+                    length,
+                    ..
+                } = &mut acked
+                {
+                    while let Some(next) = p.recovery.next_acked_frame(epoch) {
+                        match next {
+                            frame::Frame::StreamHeader {
+                                stream_id: id,
+                                offset: off,
+                                length: len,
+                                ..
+                            } if id == *stream_id &&
+                                off + len as u64 == *offset =>
+                            {
+                                *offset = off;
+                                *length += len;
+                            },
+
+                            other => {
+                                carried = Some(other);
+                                break;
+                            },
+                        }
+                    }
+                }
+
                 match acked {
                     frame::Frame::Ping {
                         mtu_probe: Some(mtu_probe),

@@ -1354,6 +1354,48 @@ fn send_stream_burst_writes_whole_segments(
 }
 
 #[rstest]
+/// rampart: one ACK covering many packets of a stream applies their ranges
+/// together; a packet that never arrived leaves a hole that stays unacked
+/// until it is retransmitted, and the stream completes only then.
+fn acks_of_adjacent_stream_ranges(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+    #[values(false, true)] lose_one: bool,
+) {
+    let mut pipe = bulk_pipe(cc_algorithm_name);
+    let body: Vec<u8> = (0..9_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(pipe.server.stream_send(0, &body, true), Ok(body.len()));
+
+    let flight = test_utils::emit_flight(&mut pipe.server).unwrap();
+    assert!(flight.len() >= 6, "{} packets", flight.len());
+    for (i, (mut pkt, info)) in flight.into_iter().enumerate() {
+        if lose_one && i == 2 {
+            continue;
+        }
+        let info = RecvInfo {
+            to: info.to,
+            from: info.from,
+        };
+        pipe.client.recv(&mut pkt, info).unwrap();
+    }
+
+    // The client's ACK covers every packet it received.
+    let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
+    test_utils::process_flight(&mut pipe.server, flight).unwrap();
+    assert_eq!(pipe.server.stream_send_complete(0), !lose_one);
+
+    // The lost packet is sent again, and then the stream completes.
+    assert_eq!(pipe.advance(), Ok(()));
+    assert!(pipe.server.stream_send_complete(0));
+
+    let mut received = Vec::new();
+    let mut out = [0; 16_384];
+    while let Ok((n, _)) = pipe.client.stream_recv(0, &mut out) {
+        received.extend_from_slice(&out[..n]);
+    }
+    assert_eq!(received, body);
+}
+
+#[rstest]
 fn stream_closed_uni(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
 ) {
