@@ -4231,10 +4231,12 @@ impl<F: BufFactory> Connection<F> {
     /// early when anything else is due (the caller then goes on with
     /// [`send_on_path_at()`], which writes it), when the congestion window or
     /// the data runs out, or after a packet shorter than `segment`, which can
-    /// only be a GSO buffer's last. It writes nothing unless the caller has
-    /// just sent on the path with [`send_on_path_at()`] (so the handshake's
-    /// and 0-RTT's pending work is done) and received nothing since. `now`
-    /// stamps the packets, read again every 8 of them.
+    /// only be a GSO buffer's last. It skips [`send_on_path_at()`]'s
+    /// preamble (post-handshake TLS messages, buffered 0-RTT packets), so it
+    /// is meant to follow a [`send_on_path_at()`] on the same path, as the
+    /// rest of that packet's GSO buffer; it writes nothing before the
+    /// handshake is confirmed. `now` stamps the packets, read again every 8
+    /// of them.
     ///
     /// [`send_on_path_at()`]: struct.Connection.html#method.send_on_path_at
     pub fn send_stream_burst_at(
