@@ -1888,8 +1888,6 @@ pub fn retry(
     packet::retry(scid, dcid, new_scid, token, version, out)
 }
 
-/// rampart: copies stream data left in its send buffer (see `send_single`) into
-/// the packet at `at`, where `emit()` would have written it.
 /// rampart: whether the stream-only packet writer (`send_stream_only`) may be
 /// used. On by default; `RAMPART_QUIC_WRITER=general` in the environment (read
 /// once) writes every packet through `send_single`, for comparing the two.
@@ -1900,6 +1898,8 @@ fn stream_only_writer_enabled() -> bool {
     })
 }
 
+/// rampart: copies stream data left in its send buffer (see `send_single`) into
+/// the packet at `at`, where `emit()` would have written it.
 fn copy_stream_data_in(
     b: &mut octets::OctetsMut, data: &[u8], at: usize,
 ) -> Result<()> {
@@ -4106,14 +4106,7 @@ impl<F: BufFactory> Connection<F> {
         // maximum UDP payload size limit.
         let mut left = cmp::min(out.len(), self.max_send_udp_payload_size());
 
-        let send_pid = match (from, to) {
-            (Some(f), Some(t)) => self
-                .paths
-                .path_id_from_addrs(&(f, t))
-                .ok_or(Error::InvalidState)?,
-
-            _ => self.get_send_path_id(from, to)?,
-        };
+        let send_pid = self.send_path_id_for(from, to)?;
 
         let send_path = self.paths.get_mut(send_pid)?;
 
@@ -4221,6 +4214,22 @@ impl<F: BufFactory> Connection<F> {
         Ok((done, info))
     }
 
+    /// The path `send_on_path_at()` (and rampart's `send_stream_burst_at()`)
+    /// writes on: the one with exactly these addresses when both are given,
+    /// else as `get_send_path_id()` chooses.
+    fn send_path_id_for(
+        &self, from: Option<SocketAddr>, to: Option<SocketAddr>,
+    ) -> Result<usize> {
+        match (from, to) {
+            (Some(f), Some(t)) => self
+                .paths
+                .path_id_from_addrs(&(f, t))
+                .ok_or(Error::InvalidState),
+
+            _ => self.get_send_path_id(from, to),
+        }
+    }
+
     /// rampart: fills `out` with up to `max_packets` packets of `segment`
     /// bytes each, back to back, for a GSO send, while nothing but stream data
     /// is due, and returns how many packets and bytes it wrote.
@@ -4247,14 +4256,7 @@ impl<F: BufFactory> Connection<F> {
             return Ok((0, 0));
         }
 
-        let send_pid = match (from, to) {
-            (Some(f), Some(t)) => self
-                .paths
-                .path_id_from_addrs(&(f, t))
-                .ok_or(Error::InvalidState)?,
-
-            _ => self.get_send_path_id(from, to)?,
-        };
+        let send_pid = self.send_path_id_for(from, to)?;
 
         let segment = cmp::min(segment, self.max_send_udp_payload_size());
 
@@ -5499,19 +5501,13 @@ impl<F: BufFactory> Connection<F> {
                     has_data = true;
                 }
 
+                // Remove the stream when it is no longer flushable, or shuffle
+                // an incremental stream to the back of the queue.
                 let priority_key = Arc::clone(&stream.priority_key);
-                // Remove the stream when it is no longer flushable.
-                if !stream.is_flushable() {
-                    self.streams.remove_flushable(&priority_key);
-                } else if stream.incremental &&
-                    !self.streams.is_sole_flushable(&priority_key)
-                {
-                    // Shuffle the incremental stream to the back of the
-                    // queue (rampart: unless it is the only one there, which
-                    // took two tree updates per packet for nothing).
-                    self.streams.remove_flushable(&priority_key);
-                    self.streams.insert_flushable(&priority_key);
-                }
+                let (flushable, incremental) =
+                    (stream.is_flushable(), stream.incremental);
+                self.streams
+                    .requeue_flushable(&priority_key, flushable, incremental);
 
                 // Update tx_buffered when data is emitted.
                 self.streams.sub_tx_buffered(len);
@@ -5925,18 +5921,15 @@ impl<F: BufFactory> Connection<F> {
 
         b.skip(hdr_len + len)?;
 
-        // Remove the stream when it is no longer flushable; rotate an
-        // incremental stream to the back of the queue unless it is alone there.
-        let flushable = stream.is_flushable();
-        if !flushable || stream.incremental {
+        // Remove the stream when it is no longer flushable, or shuffle an
+        // incremental stream to the back of the queue; a flushable
+        // non-incremental stream stays where it is, so its priority key is
+        // not referenced for nothing.
+        let (flushable, incremental) = (stream.is_flushable(), stream.incremental);
+        if !flushable || incremental {
             let priority_key = Arc::clone(&stream.priority_key);
-
-            if !flushable {
-                self.streams.remove_flushable(&priority_key);
-            } else if !self.streams.is_sole_flushable(&priority_key) {
-                self.streams.remove_flushable(&priority_key);
-                self.streams.insert_flushable(&priority_key);
-            }
+            self.streams
+                .requeue_flushable(&priority_key, flushable, incremental);
         }
 
         self.streams.sub_tx_buffered(len);
@@ -6004,12 +5997,7 @@ impl<F: BufFactory> Connection<F> {
 
         self.next_pkt_num += 1;
 
-        let handshake_status = recovery::HandshakeStatus {
-            has_handshake_keys: self.crypto_ctx[packet::Epoch::Handshake]
-                .has_keys(),
-            peer_verified_address: self.peer_verified_initial_address,
-            completed: self.handshake_completed,
-        };
+        let handshake_status = self.handshake_status();
 
         self.on_packet_sent(send_pid, sent_pkt, epoch, handshake_status, now)?;
 

@@ -466,6 +466,23 @@ impl<F: BufFactory> StreamMap<F> {
         c.remove();
     }
 
+    /// Once a STREAM frame was written for `priority_key`'s stream: removes
+    /// the stream from the flushable queue when it is no longer `flushable`,
+    /// and otherwise moves an `incremental` stream to the back of the queue
+    /// (rampart: unless it is the only one there, which took two tree updates
+    /// per packet for nothing).
+    pub fn requeue_flushable(
+        &mut self, priority_key: &Arc<StreamPriorityKey>, flushable: bool,
+        incremental: bool,
+    ) {
+        if !flushable {
+            self.remove_flushable(priority_key);
+        } else if incremental && !self.is_sole_flushable(priority_key) {
+            self.remove_flushable(priority_key);
+            self.insert_flushable(priority_key);
+        }
+    }
+
     /// rampart: whether `priority_key`'s stream is the only flushable one, so
     /// rotating it to the back of the queue would change nothing.
     pub fn is_sole_flushable(&self, priority_key: &Arc<StreamPriorityKey>) -> bool {
