@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # A/B of the gateway's bulk-download CPU per GB, variants alternating round by round so that the
-# machine's drift falls on every variant alike. A variant is a gateway binary (a path) or
-# environment settings for ./target/release/rampart (NAME=VALUE, several joined with commas).
+# machine's drift falls on every variant alike. A variant is a gateway binary (a path),
+# environment settings for ./target/release/rampart (NAME=VALUE, several joined with commas), or
+# settings added to the listener's [listeners.quic] table (quic:KEY=VALUE, several joined with
+# semicolons), or arguments for the load generator (client:ARGS, space-separated).
 # Each round restarts the gateway for each variant: gateway on CPU 0, client and upstream on
 # CPU 1, 100 MB objects, 2 connections, as in bench-h3.sh.
 #   scripts/ab-bulk.sh /tmp/rampart-before ./target/release/rampart
 #   scripts/ab-bulk.sh ./target/release/rampart RAMPART_QUIC_SEAL=boringssl
+#   scripts/ab-bulk.sh quic:pmtu_discovery=true quic:pmtu_discovery=false
+#   scripts/ab-bulk.sh client:--udp-recv-buffer=4194304 client:--udp-recv-buffer=0
 #   ROUNDS=5 KIND=https DURATION=6s scripts/ab-bulk.sh A B ...    # defaults: 3, h3, 6s
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,13 +31,19 @@ wait_port $UP
 : > "$OUT/results.tsv"
 for round in $(seq "$ROUNDS"); do
   for variant in "$@"; do
-    gw_bin=$BIN; gw_env=()
-    if [[ $variant == *=* ]]; then IFS=, read -r -a gw_env <<< "$variant"; else gw_bin=$variant; fi
-    env "${gw_env[@]}" taskset -c 0 "$gw_bin" run --config "$OUT/rampart.toml" 2>"$OUT/gateway.log" &
+    gw_bin=$BIN; gw_env=(); gw_cfg=$OUT/rampart.toml; client_args=()
+    if [[ $variant == client:* ]]; then
+      read -r -a client_args <<< "${variant#client:}"
+    elif [[ $variant == quic:* ]]; then
+      gw_cfg=$OUT/variant.toml
+      awk -v add="${variant#quic:}" '{ print } /^enabled = true$/ { n = split(add, kv, ";"); for (i = 1; i <= n; i++) print kv[i] }' \
+        "$OUT/rampart.toml" > "$gw_cfg"
+    elif [[ $variant == *=* ]]; then IFS=, read -r -a gw_env <<< "$variant"; else gw_bin=$variant; fi
+    env "${gw_env[@]}" taskset -c 0 "$gw_bin" run --config "$gw_cfg" 2>"$OUT/gateway.log" &
     gw=$!
     wait_port $GW; sleep 0.5
     taskset -c 1 "$BIN" bench "$KIND-download" --url "https://localhost:$GW/bytes/100000000" -c 2 \
-      -d "$DURATION" --server-pid $gw --json > "$OUT/run.json"
+      -d "$DURATION" --server-pid $gw --json "${client_args[@]}" > "$OUT/run.json"
     kill $gw; wait $gw 2>/dev/null || true
     python3 - "$OUT/run.json" "$round" "$variant" >> "$OUT/results.tsv" <<'PY'
 import json, sys

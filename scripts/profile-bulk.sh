@@ -5,6 +5,7 @@
 # bench` measured in the same download. Gateway on CPU 0, client and upstream on CPU 1, as in
 # bench-h3.sh.
 #   scripts/profile-bulk.sh        # DURATION=7s PROFILE_S=3; needs `perf` (apt install linux-perf)
+#   CLIENT_ARGS="--udp-recv-buffer 0" scripts/profile-bulk.sh    # extra load-generator arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -23,7 +24,8 @@ taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
 for kind in h3 https; do
   taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart-$kind.log" & gw=$!
   wait_port $GW; wait_port $UP; sleep 0.5
-  taskset -c 1 "$BIN" bench $kind-download --url "https://localhost:$GW/bytes/100000000" -c 2 \
+  # shellcheck disable=SC2086
+  taskset -c 1 "$BIN" bench $kind-download --url "https://localhost:$GW/bytes/100000000" -c 2 ${CLIENT_ARGS:-} \
     -d "$DURATION" --server-pid $gw --json > "$OUT/$kind.json" & load=$!
   sleep 2
   perf record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p $gw -o "$OUT/$kind.perf" \

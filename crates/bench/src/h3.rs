@@ -17,6 +17,10 @@ pub struct H3Target {
     pub sigalgs: Option<String>,
     /// Receive coalesced datagrams (UDP_GRO) where the kernel offers it.
     pub gro: bool,
+    /// SO_RCVBUF for each connection's socket; 0: the kernel's default.
+    pub recv_buffer: usize,
+    /// Send (acknowledge) after at most this many datagrams; 0: once the socket is drained.
+    pub ack_every: usize,
 }
 
 /// Asks the kernel to hand over a GSO train as one buffer (Linux UDP_GRO); false where it
@@ -132,6 +136,7 @@ fn config(sigalgs: Option<&str>) -> anyhow::Result<quiche::Config> {
 pub struct H3Conn {
     sock: UdpSocket,
     gro: bool,
+    ack_every: usize,
     local: SocketAddr,
     conn: quiche::Connection,
     h3: Option<quiche::h3::Connection>,
@@ -144,6 +149,10 @@ impl H3Conn {
     /// Starts a connection; with `session`, resumes (and may send early data at once).
     pub async fn connect(t: &H3Target, session: Option<&[u8]>) -> anyhow::Result<Self> {
         let sock = UdpSocket::bind("127.0.0.1:0").await?;
+        if t.recv_buffer > 0 {
+            // Best effort: the kernel silently caps it at net.core.rmem_max.
+            let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(t.recv_buffer);
+        }
         let gro = t.gro && enable_gro(&sock);
         let local = sock.local_addr()?;
         let mut scid = [0u8; 16];
@@ -157,6 +166,7 @@ impl H3Conn {
         Ok(H3Conn {
             sock,
             gro,
+            ack_every: t.ack_every,
             local,
             conn,
             h3: None,
@@ -191,7 +201,9 @@ impl H3Conn {
         tokio::select! {
             r = self.sock.readable() => {
                 r?;
-                // Drain whatever is queued without waiting.
+                // Drain whatever is queued without waiting, acknowledging every
+                // `ack_every` datagrams on the way.
+                let mut unacked = 0;
                 loop {
                     let got = if self.gro {
                         recv_gro(&self.sock, &mut self.buf)
@@ -199,7 +211,7 @@ impl H3Conn {
                         self.sock.try_recv_from(&mut self.buf).map(|(n, f)| (n, f, None))
                     };
                     match got {
-                        Ok((n, from, segment)) => self.feed(n, from, segment),
+                        Ok((n, from, segment)) => self.feed(n, from, segment, &mut unacked).await?,
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                         Err(e) => return Err(e.into()),
                     }
@@ -210,8 +222,15 @@ impl H3Conn {
         Ok(())
     }
 
-    /// Hands `buf[..n]` to quiche, one datagram per GRO segment.
-    fn feed(&mut self, n: usize, from: SocketAddr, segment: Option<usize>) {
+    /// Hands `buf[..n]` to quiche, one datagram per GRO segment, sending (so acknowledging)
+    /// whenever `unacked` reaches `ack_every`.
+    async fn feed(
+        &mut self,
+        n: usize,
+        from: SocketAddr,
+        segment: Option<usize>,
+        unacked: &mut usize,
+    ) -> anyhow::Result<()> {
         let to = self.local;
         let step = segment.unwrap_or(n).max(1);
         let mut at = 0;
@@ -221,7 +240,13 @@ impl H3Conn {
                 .conn
                 .recv(&mut self.buf[at..end], quiche::RecvInfo { from, to });
             at = end;
+            *unacked += 1;
+            if self.ack_every > 0 && *unacked >= self.ack_every {
+                self.flush().await?;
+                *unacked = 0;
+            }
         }
+        Ok(())
     }
 
     /// Drives until the handshake completes.

@@ -138,6 +138,18 @@ pub struct BenchArgs {
     /// carry it; without, the kernel splits every send into datagrams on the server's CPU.
     #[arg(long)]
     pub no_gro: bool,
+    /// HTTP/3 modes: the client socket's receive buffer (SO_RCVBUF, bytes; the kernel caps it
+    /// at net.core.rmem_max). 0, the default, keeps the kernel's (often 208 KiB, which drops
+    /// whole 64-packet GSO trains now and then); Chromium asks for 1 MiB, quic-go for 7 MiB.
+    /// With a larger buffer the client drains more per read and, without `--ack-every`,
+    /// acknowledges far less often (docs/benchmarks.md).
+    #[arg(long, default_value_t = 0)]
+    pub udp_recv_buffer: usize,
+    /// HTTP/3 modes: acknowledge after at most this many datagrams received. 0, the default,
+    /// sends only once the socket is drained, as quiche's example client does; Chromium
+    /// acknowledges every 10 packets of a bulk transfer.
+    #[arg(long, default_value_t = 0)]
+    pub ack_every: usize,
     /// sign-load --engine remote: connections per key server.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
@@ -430,6 +442,8 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                         path: t.path.clone(),
                         sigalgs: args.sigalgs.clone(),
                         gro: !args.no_gro,
+                        recv_buffer: args.udp_recv_buffer,
+                        ack_every: args.ack_every,
                     });
                     h3::worker(h3t, args, rec).await
                 }

@@ -297,9 +297,23 @@ pub struct QuicConfig {
     /// Initial congestion window in packets (RFC 9002 suggests 10). With cubic and reno it is
     /// also the most packets one GSO send carries, so it bounds syscalls per byte.
     pub initial_congestion_window: usize,
-    /// Largest UDP payload this server sends (bytes). 1350 fits every common path MTU;
-    /// path MTU discovery is off.
-    pub max_udp_payload: usize,
+    /// Path MTU discovery (RFC 8899 DPLPMTUD, quiche's): a connection starts at QUIC's
+    /// 1,200 bytes and probes up to `max_udp_payload`; a probe lost three times is taken as too
+    /// big (binary search below it), and probe loss is not taken as congestion.
+    pub pmtu_discovery: bool,
+    /// Largest UDP payload this server sends (bytes). Unset: 1452 (what a 1,500-byte IPv6
+    /// path carries) with `pmtu_discovery`, else 1350 (fits every common path MTU without
+    /// discovery). Read it with [`QuicConfig::max_udp_payload`].
+    pub max_udp_payload: Option<usize>,
+}
+
+impl QuicConfig {
+    /// The UDP payload ceiling in force: `max_udp_payload`, or its default for
+    /// `pmtu_discovery`.
+    pub fn max_udp_payload(&self) -> usize {
+        self.max_udp_payload
+            .unwrap_or(if self.pmtu_discovery { 1452 } else { 1350 })
+    }
 }
 
 impl Default for QuicConfig {
@@ -318,7 +332,8 @@ impl Default for QuicConfig {
             early_data: false,
             pacing: true,
             initial_congestion_window: 10,
-            max_udp_payload: 1350,
+            pmtu_discovery: true,
+            max_udp_payload: None,
         }
     }
 }
@@ -780,10 +795,10 @@ impl Config {
                         format!("{}: expected 2..=1000 packets", q.initial_congestion_window),
                     );
                 }
-                if !(1200..=65527).contains(&q.max_udp_payload) {
+                if !(1200..=65527).contains(&q.max_udp_payload()) {
                     return err(
                         format!("{p}.quic.max_udp_payload"),
-                        format!("{}: expected 1200..=65527 bytes", q.max_udp_payload),
+                        format!("{}: expected 1200..=65527 bytes", q.max_udp_payload()),
                     );
                 }
                 if !t.versions.contains(&TlsVersion::Tls13) {
@@ -1114,6 +1129,31 @@ endpoints = ["127.0.0.1:8080"]
         assert_eq!(c.listeners[0].quic.retry, RetryPolicy::WhenBusy);
         assert_eq!(c.listeners[0].quic.retry_pending_above, 32);
         assert_eq!(c.listeners[0].quic.initial_congestion_window, 10);
+    }
+
+    #[test]
+    fn udp_payload_ceiling_follows_pmtu_discovery() {
+        let quic = |extra: &str| {
+            let text = MINIMAL.replace(
+                "[[listeners.certificates]]",
+                &format!("[listeners.quic]\nenabled = true\n{extra}\n[[listeners.certificates]]"),
+            );
+            parse(&text).unwrap().listeners[0].quic.clone()
+        };
+        let q = quic("");
+        assert!(q.pmtu_discovery);
+        assert_eq!(q.max_udp_payload(), 1452);
+        assert_eq!(quic("pmtu_discovery = false").max_udp_payload(), 1350);
+        let q = quic("pmtu_discovery = false\nmax_udp_payload = 1400");
+        assert_eq!(q.max_udp_payload(), 1400);
+        assert_eq!(quic("max_udp_payload = 9000").max_udp_payload(), 9000);
+        let e = parse(&MINIMAL.replace(
+            "[[listeners.certificates]]",
+            "[listeners.quic]\nenabled = true\nmax_udp_payload = 1100\n[[listeners.certificates]]",
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "listeners[0].quic.max_udp_payload");
+        assert!(e.message.contains("1200..=65527"), "{e}");
     }
 
     #[test]

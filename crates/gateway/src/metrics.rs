@@ -25,6 +25,7 @@ pub struct Metrics {
     pub quic_handshakes: IntCounterVec,
     pub quic_packets: IntCounterVec,
     pub quic_path_migrations: IntCounterVec,
+    pub quic_path_mtu: HistogramVec,
     pub quic_open_streams: IntGaugeVec,
     retry_gates: RetryGates,
 }
@@ -209,6 +210,15 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            quic_path_mtu: HistogramVec::new(
+                HistogramOpts::new(
+                    "rampart_quic_path_mtu_bytes",
+                    "Largest UDP payload a closed QUIC connection's active path carried (found by path MTU discovery, or the configured size without it)",
+                )
+                .buckets(vec![1200.0, 1280.0, 1350.0, 1400.0, 1452.0, 1500.0, 9000.0]),
+                &["listener"],
+            )
+            .unwrap(),
             quic_open_streams: IntGaugeVec::new(
                 Opts::new(
                     "rampart_quic_open_streams",
@@ -247,7 +257,7 @@ impl Metrics {
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
-        for h in [&m.handshake_seconds, &m.upstream_seconds] {
+        for h in [&m.handshake_seconds, &m.upstream_seconds, &m.quic_path_mtu] {
             m.registry.register(Box::new(h.clone())).unwrap();
         }
         m.registry
@@ -375,6 +385,7 @@ mod tests {
             .inc();
         m.quic_packets.with_label_values(&["l", "lost"]).inc();
         m.quic_path_migrations.with_label_values(&["l"]).inc();
+        m.quic_path_mtu.with_label_values(&["l"]).observe(1452.0);
         m.quic_open_streams.with_label_values(&["l"]).inc();
         m.watch_retry_gate("l", RetryGate::always());
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();

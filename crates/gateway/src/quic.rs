@@ -161,6 +161,11 @@ pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
     }
 }
 
+/// Bytes a connection sends before path MTU discovery probes its path: more than a handshake
+/// and a small response, so short connections never pay for a probe and its acknowledgement
+/// (about 35 µs of server CPU each, docs/benchmarks.md) and longer ones are probed early on.
+const PMTUD_MIN_SENT_BYTES: u64 = 32 * 1024;
+
 /// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the
 /// calling runtime. On `stop` the open connections drain (see [`serve_connection`]) for up to
 /// `grace`; returns false when some were still open then and had to be closed.
@@ -188,7 +193,13 @@ pub async fn serve(
     settings.handshake_timeout = Some(handshake_timeout);
     settings.cc_algorithm = cfg.congestion_control.clone();
     settings.initial_congestion_window_packets = cfg.initial_congestion_window;
-    settings.max_send_udp_payload_size = cfg.max_udp_payload;
+    settings.max_send_udp_payload_size = cfg.max_udp_payload();
+    settings.discover_path_mtu = cfg.pmtu_discovery;
+    settings.pmtud_min_sent_bytes = PMTUD_MIN_SENT_BYTES;
+    // quiche probes no higher than the max_udp_payload_size transport parameter it sends (a
+    // path is taken to carry the same size both ways), so the server also takes datagrams
+    // up to the ceiling.
+    settings.max_recv_udp_payload_size = cfg.max_udp_payload();
     settings.initial_max_data = cfg.initial_max_data;
     settings.initial_max_stream_data_bidi_local = cfg.initial_max_stream_data;
     settings.initial_max_stream_data_bidi_remote = cfg.initial_max_stream_data;
@@ -729,15 +740,18 @@ fn early_data_reason(ssl: &boring::ssl::SslRef) -> &'static str {
     }
 }
 
-/// Adds a closed connection's packet counts and extra paths. tokio-quiche writes the final
+/// Adds a closed connection's packet counts, extra paths and path MTU. tokio-quiche writes the final
 /// statistics as the connection closes, around when its H3 driver goes away: look a few times.
 async fn record_closed(
     shared: &ProxyShared,
     stats: &std::sync::Mutex<tokio_quiche::quic::QuicConnectionStats>,
 ) {
     for _ in 0..20 {
-        let s = stats.lock().map(|g| g.stats.clone()).ok();
-        if let Some(s) = s.filter(|s| s.sent > 0) {
+        let s = stats
+            .lock()
+            .map(|g| (g.stats.clone(), g.path_stats.as_ref().map(|p| p.pmtu)))
+            .ok();
+        if let Some((s, pmtu)) = s.filter(|(s, _)| s.sent > 0) {
             let m = &shared.metrics;
             let l = shared.listener.as_str();
             for (kind, n) in [
@@ -753,6 +767,9 @@ async fn record_closed(
             m.quic_path_migrations
                 .with_label_values(&[l])
                 .inc_by(s.paths_count.saturating_sub(1) as u64);
+            if let Some(pmtu) = pmtu {
+                m.quic_path_mtu.with_label_values(&[l]).observe(pmtu as f64);
+            }
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -124,6 +124,8 @@ async fn h3_large_download_and_upload_stream() {
         (r[0]["status"].clone(), r[0]["body_len"].clone()),
         (200.into(), size.into())
     );
+    // Path MTU discovery (on by default) took the loopback path to the 1,452-byte ceiling.
+    assert_eq!(r[0]["largest_datagram"], 1452, "{}", r[0]);
     let r = json_lines(
         &run(h3(
             &fx,
@@ -142,6 +144,29 @@ async fn h3_large_download_and_upload_stream() {
     // The echoed body is the one sent, byte for byte: the response is sealed straight from the
     // stream buffers, so a misplaced range would show here.
     assert_eq!(r[0]["body_sha256"], r[0]["sent_sha256"]);
+    // Closed connections record the path MTU they reached.
+    let m = eventually_metric(&fx, "rampart_quic_path_mtu_bytes_count", &[], 2.0).await;
+    assert_eq!(
+        metric_sum(&m, "rampart_quic_path_mtu_bytes_bucket", &["le=\"1350\""]),
+        0.0,
+        "{m}"
+    );
+    assert!(
+        metric_sum(&m, "rampart_quic_path_mtu_bytes_bucket", &["le=\"1452\""]) >= 2.0,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pmtu_discovery_packets_keep_the_fixed_size() {
+    let fx = start("", &format!("{QUIC}\npmtu_discovery = false")).await;
+    let r = json_lines(&run(h3(&fx, &["--path", "/bytes/300000"])).await);
+    assert_eq!(r[0]["body_len"], 300000);
+    assert_eq!(r[0]["largest_datagram"], 1350, "{}", r[0]);
+    let fx = start("", &format!("{QUIC}\nmax_udp_payload = 1300")).await;
+    let r = json_lines(&run(h3(&fx, &["--path", "/bytes/300000"])).await);
+    assert_eq!(r[0]["body_len"], 300000);
+    assert_eq!(r[0]["largest_datagram"], 1300, "{}", r[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

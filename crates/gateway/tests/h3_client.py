@@ -30,6 +30,12 @@ class Client(QuicConnectionProtocol):
         self.h3 = H3Connection(self._quic)
         self.responses = {}
         self.waiters = {}
+        # The largest UDP datagram received from the server (its path MTU discovery at work).
+        self.largest_datagram = 0
+
+    def datagram_received(self, data, addr):
+        self.largest_datagram = max(self.largest_datagram, len(data))
+        super().datagram_received(data, addr)
 
     def quic_event_received(self, event):
         if isinstance(event, ConnectionTerminated):
@@ -134,6 +140,7 @@ async def main():
             tls = client._quic.tls
             out["resumed"] = bool(getattr(tls, "session_resumed", False))
             out["early_data_accepted"] = bool(getattr(tls, "early_data_accepted", False))
+            out["largest_datagram"] = client.largest_datagram
             if args.print_cid:
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()

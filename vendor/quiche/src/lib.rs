@@ -579,6 +579,7 @@ pub struct Config {
 
     pmtud: bool,
     pmtud_max_probes: u8,
+    pmtud_min_sent_bytes: u64,
 
     hystart: bool,
 
@@ -660,6 +661,7 @@ impl Config {
             enable_send_streams_blocked: false,
             pmtud: false,
             pmtud_max_probes: pmtud::MAX_PROBES_DEFAULT,
+            pmtud_min_sent_bytes: 0,
             hystart: true,
             pacing: true,
             max_pacing_rate: None,
@@ -797,6 +799,18 @@ impl Config {
     /// If 0 is passed, the default value is used.
     pub fn set_pmtud_max_probes(&mut self, max_probes: u8) {
         self.pmtud_max_probes = max_probes;
+    }
+
+    /// rampart: bytes a path must have carried before PMTUD probes it.
+    ///
+    /// With discovery on, a probe (a full-size PING and PADDING packet) and
+    /// its acknowledgement otherwise follow every handshake, even on a
+    /// connection that only carries a small response; a threshold spares such
+    /// connections and probes those that go on to carry more.
+    ///
+    /// The default value is 0: probe as soon as the handshake is confirmed.
+    pub fn set_pmtud_min_sent_bytes(&mut self, bytes: u64) {
+        self.pmtud_min_sent_bytes = bytes;
     }
 
     /// Configures whether to send GREASE values.
@@ -4111,8 +4125,9 @@ impl<F: BufFactory> Connection<F> {
         let send_path = self.paths.get_mut(send_pid)?;
 
         // Increase the maximum datagram size for a PMTUD probe.
+        let probe_wanted = send_path.pmtu_probe_wanted();
         if let Some(pmtud) = send_path.pmtud.as_mut() {
-            if pmtud.should_probe() {
+            if probe_wanted {
                 let size = if self.handshake_confirmed || self.handshake_completed
                 {
                     pmtud.get_probe_size()
@@ -6074,7 +6089,7 @@ impl<F: BufFactory> Connection<F> {
             path.validated() &&
             path.verified_peer_address &&
             !path.probing_required() &&
-            !path.pmtud.as_ref().is_some_and(|pmtud| pmtud.should_probe()) &&
+            !path.pmtu_probe_wanted() &&
             // No control frame is due.
             !self.ids.has_new_scids() &&
             !self.ids.has_retire_dcids() &&
@@ -8859,10 +8874,7 @@ impl<F: BufFactory> Connection<F> {
                 self.streams.has_stopped() ||
                 self.ids.has_new_scids() ||
                 self.ids.has_retire_dcids() ||
-                send_path
-                    .pmtud
-                    .as_ref()
-                    .is_some_and(|pmtud| pmtud.should_probe()) ||
+                send_path.pmtu_probe_wanted() ||
                 send_path.needs_ack_eliciting ||
                 send_path.probing_required())
         {

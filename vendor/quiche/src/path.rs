@@ -175,6 +175,9 @@ pub struct Path {
     /// Path MTU discovery state. None if PMTUD is disabled on the path.
     pub pmtud: Option<pmtud::Pmtud>,
 
+    /// rampart: bytes sent on this path before PMTUD probes it.
+    pmtud_min_sent_bytes: u64,
+
     /// Pending challenge data with the size of the packet containing them and
     /// when they were sent.
     in_flight_challenges: VecDeque<([u8; 8], usize, Instant)>,
@@ -311,6 +314,7 @@ impl Path {
             dgram_lost_count: 0,
             dgram_recv_count: 0,
             sent_bytes: 0,
+            pmtud_min_sent_bytes: config.map_or(0, |c| c.pmtud_min_sent_bytes),
             recv_bytes: 0,
             stream_retrans_bytes: 0,
             max_send_bytes: 0,
@@ -417,9 +421,20 @@ impl Path {
         (hs_confirmed && hs_done) &&
             self.recovery.cwnd_available() > pmtud.get_probe_size() &&
             out_len >= pmtud.get_probe_size() &&
+            self.sent_bytes >= self.pmtud_min_sent_bytes &&
             pmtud.should_probe() &&
             !is_closing &&
             frames_empty
+    }
+
+    /// rampart: whether this path wants a PMTUD probe now: PMTUD has not
+    /// finished and the path has carried at least `pmtud_min_sent_bytes`
+    /// (`Config::set_pmtud_min_sent_bytes`). With a threshold, a short
+    /// request/response connection never pays for a probe and its
+    /// acknowledgement, and an idle path does not wake up to send one.
+    pub fn pmtu_probe_wanted(&self) -> bool {
+        self.sent_bytes >= self.pmtud_min_sent_bytes &&
+            self.pmtud.as_ref().is_some_and(|p| p.should_probe())
     }
 
     pub fn on_challenge_sent(&mut self) {

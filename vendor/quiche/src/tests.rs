@@ -12740,6 +12740,60 @@ fn pmtud_probe_success(
 }
 
 #[rstest]
+/// rampart: with `set_pmtud_min_sent_bytes`, no probe follows the handshake;
+/// the path is probed once it has carried that much.
+fn pmtud_waits_for_min_sent_bytes(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut config = Config::new(PROTOCOL_VERSION).unwrap();
+    config.set_cc_algorithm_name(cc_algorithm_name).unwrap();
+    config
+        .load_cert_chain_from_pem_file("examples/cert.crt")
+        .unwrap();
+    config
+        .load_priv_key_from_pem_file("examples/cert.key")
+        .unwrap();
+    config.set_application_protos(&[b"proto1"]).unwrap();
+    config.verify_peer(false);
+    config.set_initial_max_data(1_000_000);
+    config.set_initial_max_stream_data_bidi_local(1_000_000);
+    config.set_initial_max_stream_data_bidi_remote(1_000_000);
+    config.set_initial_max_streams_bidi(3);
+    config.set_max_send_udp_payload_size(1400);
+    config.discover_pmtu(true);
+    config.set_pmtud_min_sent_bytes(20_000);
+
+    let mut pipe = test_utils::Pipe::with_config(&mut config).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert_eq!(pipe.advance(), Ok(()));
+
+    // The handshake carried far less than the threshold: no probe was sent,
+    // and the path stays at QUIC's minimum size.
+    let path = pipe.client.paths.get_active().unwrap();
+    assert!(path.sent_bytes < 20_000);
+    assert!(!path.pmtu_probe_wanted());
+    assert!(path.pmtud.as_ref().unwrap().should_probe());
+    assert_eq!(pipe.client.path_stats().next().unwrap().pmtu, 1200);
+    assert_eq!(pipe.client.path_event_next(), None);
+
+    // Past the threshold, the probe goes out and its acknowledgement raises
+    // the path's MTU.
+    // (The send buffer takes no more than the congestion window allows, so
+    // the body goes in as the window opens.)
+    let body = vec![7u8; 30_000];
+    let mut off = 0;
+    while off < body.len() {
+        off += pipe.client.stream_send(0, &body[off..], true).unwrap_or(0);
+        assert_eq!(pipe.advance(), Ok(()));
+    }
+    assert_eq!(pipe.advance(), Ok(()));
+    let path = pipe.client.paths.get_active().unwrap();
+    assert!(path.sent_bytes >= 20_000);
+    assert!(!path.pmtud.as_ref().unwrap().should_probe());
+    assert_eq!(pipe.client.path_stats().next().unwrap().pmtu, 1400);
+}
+
+#[rstest]
 /// This test verifies that multiple send() calls after handshake completion
 /// only generate one PMTUD probe packet, not multiple identical probes.
 fn pmtud_no_duplicate_probes(

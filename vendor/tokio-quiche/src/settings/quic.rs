@@ -197,6 +197,13 @@ pub struct QuicSettings {
     #[serde(default = "QuicSettings::default_pmtud_max_probes")]
     pub pmtud_max_probes: u8,
 
+    /// rampart: bytes a path must have carried before path MTU discovery
+    /// probes it (quiche's `Config::set_pmtud_min_sent_bytes`).
+    ///
+    /// Defaults to 0: probe as soon as the handshake is confirmed.
+    #[serde(default)]
+    pub pmtud_min_sent_bytes: u64,
+
     /// Whether to use HyStart++ (only with `cubic` and `reno` CC).
     ///
     /// Defaults to `true`.
