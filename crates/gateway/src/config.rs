@@ -1109,14 +1109,17 @@ endpoints = ["127.0.0.1:8080"]
         assert!(e.message.contains("does not exist"), "{e}");
     }
 
+    /// MINIMAL with a QUIC listener carrying `extra` settings.
+    fn with_quic(extra: &str) -> String {
+        MINIMAL.replace(
+            "[[listeners.certificates]]",
+            &format!("[listeners.quic]\nenabled = true\n{extra}\n[[listeners.certificates]]"),
+        )
+    }
+
     #[test]
     fn quic_transport_settings_are_range_checked() {
-        let quic = |extra: &str| {
-            MINIMAL.replace(
-                "[[listeners.certificates]]",
-                &format!("[listeners.quic]\nenabled = true\n{extra}\n[[listeners.certificates]]"),
-            )
-        };
+        let quic = with_quic;
         let e = parse(&quic("initial_congestion_window = 1")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.initial_congestion_window");
         assert!(e.message.contains("2..=1000"), "{e}");
@@ -1133,13 +1136,7 @@ endpoints = ["127.0.0.1:8080"]
 
     #[test]
     fn udp_payload_ceiling_follows_pmtu_discovery() {
-        let quic = |extra: &str| {
-            let text = MINIMAL.replace(
-                "[[listeners.certificates]]",
-                &format!("[listeners.quic]\nenabled = true\n{extra}\n[[listeners.certificates]]"),
-            );
-            parse(&text).unwrap().listeners[0].quic.clone()
-        };
+        let quic = |extra: &str| parse(&with_quic(extra)).unwrap().listeners[0].quic.clone();
         let q = quic("");
         assert!(q.pmtu_discovery);
         assert_eq!(q.max_udp_payload(), 1452);
@@ -1147,11 +1144,7 @@ endpoints = ["127.0.0.1:8080"]
         let q = quic("pmtu_discovery = false\nmax_udp_payload = 1400");
         assert_eq!(q.max_udp_payload(), 1400);
         assert_eq!(quic("max_udp_payload = 9000").max_udp_payload(), 9000);
-        let e = parse(&MINIMAL.replace(
-            "[[listeners.certificates]]",
-            "[listeners.quic]\nenabled = true\nmax_udp_payload = 1100\n[[listeners.certificates]]",
-        ))
-        .unwrap_err();
+        let e = parse(&with_quic("max_udp_payload = 1100")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.max_udp_payload");
         assert!(e.message.contains("1200..=65527"), "{e}");
     }

@@ -414,15 +414,14 @@ impl Path {
         &mut self, hs_confirmed: bool, hs_done: bool, out_len: usize,
         is_closing: bool, frames_empty: bool,
     ) -> bool {
-        let Some(pmtud) = self.pmtud.as_mut() else {
+        let Some(pmtud) = self.pmtud.as_ref() else {
             return false;
         };
 
         (hs_confirmed && hs_done) &&
             self.recovery.cwnd_available() > pmtud.get_probe_size() &&
             out_len >= pmtud.get_probe_size() &&
-            self.sent_bytes >= self.pmtud_min_sent_bytes &&
-            pmtud.should_probe() &&
+            self.pmtu_probe_wanted() &&
             !is_closing &&
             frames_empty
     }
