@@ -11,10 +11,11 @@
 #   scripts/ab-bulk.sh quic:pmtu_discovery=true quic:pmtu_discovery=false
 #   scripts/ab-bulk.sh client:--udp-recv-buffer=4194304 client:--udp-recv-buffer=0
 #   ROUNDS=5 KIND=https DURATION=6s scripts/ab-bulk.sh A B ...    # defaults: 3, h3, 6s
+#   CLIENT_ARGS="--ack-every 10" scripts/ab-bulk.sh A B     # load-generator arguments for every variant
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
-[ $# -ge 1 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 KIND=${KIND:-h3}
 DURATION=${DURATION:-6s}
@@ -31,9 +32,10 @@ wait_port $UP
 : > "$OUT/results.tsv"
 for round in $(seq "$ROUNDS"); do
   for variant in "$@"; do
-    gw_bin=$BIN; gw_env=(); gw_cfg=$OUT/rampart.toml; client_args=()
+    gw_bin=$BIN; gw_env=(); gw_cfg=$OUT/rampart.toml
+    read -r -a client_args <<< "${CLIENT_ARGS:-}"
     if [[ $variant == client:* ]]; then
-      read -r -a client_args <<< "${variant#client:}"
+      read -r -a variant_args <<< "${variant#client:}"; client_args+=("${variant_args[@]}")
     elif [[ $variant == quic:* ]]; then
       gw_cfg=$OUT/variant.toml
       awk -v add="${variant#quic:}" '{ print } /^enabled = true$/ { n = split(add, kv, ";"); for (i = 1; i <= n; i++) print kv[i] }' \
