@@ -26,7 +26,7 @@ mkdir -p "$OUT"
 bench_site_certs "$OUT/certs"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
-taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+bench_upstream 1 $UP
 wait_port $UP
 
 : > "$OUT/results.tsv"

@@ -22,8 +22,7 @@ bench_site_certs "$CERTS"
 
 UP_PORT=18080; GW_PORT=18443; NGX_PORT=18444
 
-taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP_PORT 2>/dev/null &
-pids+=($!)
+bench_upstream 1 $UP_PORT
 
 rampart_config() { # $1 = engine
   cat > "$OUT/rampart-$1.toml" <<CFG

@@ -22,7 +22,7 @@ C="$OUT/certs"
 bench_site_certs "$C"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" "$ENGINE" $GW $UP
-taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+bench_upstream 1 $UP
 taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!; pids+=($gw)
 wait_port $GW; wait_port $UP; sleep 0.5
 b() { local label=$1; shift; taskset -c 1 "$BIN" bench "$@" -d "$DURATION" --server-pid $gw --json > "$OUT/$label.json"; echo "$label: $(cut -c1-200 "$OUT/$label.json")" >&2; }

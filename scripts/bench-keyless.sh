@@ -41,7 +41,7 @@ taskset -c 1 "$BIN" bench sign-load --engine remote "${REMOTE[@]}" --key-file "$
 kill $kspid; wait $kspid 2>/dev/null || true
 
 echo "## gateway CPU per RSA-2048 full handshake: inline vs remote" >&2
-taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+bench_upstream 1 $UP
 taskset -c 1 "$BIN" keyserver --config "$OUT/keyserver.toml" 2>>"$OUT/keyserver.log" & pids+=($!)
 wait_port 12407
 for engine in inline remote; do

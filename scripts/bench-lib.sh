@@ -50,3 +50,16 @@ name = "up"
 endpoints = ["127.0.0.1:$4"]
 CFG
 }
+
+# Starts the demo upstream ($BIN upstream) on 127.0.0.1:$2, pinned to CPU $1, and waits for it.
+# It sends with the kernel TCP congestion control UPSTREAM_TCP_CC, cubic (Linux's default) unless
+# set; set it empty for the kernel's default. Pinned because the figures depend on it: on
+# loopback without an fq qdisc a BBR sender paces with per-socket timers, which fire on the CPU
+# that processed the ACK arming them, often the gateway's (docs/benchmarks.md, 2026-11-25).
+bench_upstream() {
+  local cc=${UPSTREAM_TCP_CC-cubic} log=${OUT:-/tmp}/upstream.log
+  taskset -c "$1" "$BIN" upstream --listen 127.0.0.1:"$2" ${cc:+--tcp-congestion "$cc"} 2>"$log" &
+  pids+=($!)
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$2") 2>/dev/null && return 0; sleep 0.1; done
+  echo "the demo upstream never opened port $2:" >&2; cat "$log" >&2; exit 1
+}

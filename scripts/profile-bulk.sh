@@ -19,7 +19,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 bench_site_certs "$OUT/certs"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
-taskset -c 1 "$BIN" upstream --listen 127.0.0.1:$UP 2>/dev/null & pids+=($!)
+bench_upstream 1 $UP
 
 for kind in h3 https; do
   taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart-$kind.log" & gw=$!

@@ -148,7 +148,14 @@ pub struct H3Conn {
 impl H3Conn {
     /// Starts a connection; with `session`, resumes (and may send early data at once).
     pub async fn connect(t: &H3Target, session: Option<&[u8]>) -> anyhow::Result<Self> {
-        let sock = UdpSocket::bind("127.0.0.1:0").await?;
+        // Any local address of the server's family; connecting picks the route's source
+        // address, which quiche's path needs (loopback, or a veth pair into a namespace).
+        let any: SocketAddr = match t.addr {
+            SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+            SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let sock = UdpSocket::bind(any).await?;
+        sock.connect(t.addr).await?;
         if t.recv_buffer > 0 {
             // Best effort: the kernel silently caps it at net.core.rmem_max.
             let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(t.recv_buffer);

@@ -273,8 +273,67 @@ pub async fn serve_upstream(listener: TcpListener) {
 
 /// Binds `addr` (port 0 for any) and serves the demo upstream in the background.
 pub async fn spawn_upstream(addr: SocketAddr) -> std::io::Result<SocketAddr> {
-    let l = TcpListener::bind(addr).await?;
+    let l = bind_upstream(addr, None).await?;
     let bound = l.local_addr()?;
     tokio::spawn(serve_upstream(l));
     Ok(bound)
+}
+
+/// Binds the demo upstream's listener. With `tcp_congestion`, the connections it accepts send
+/// with that kernel congestion control (they inherit it from the listener) instead of the
+/// kernel's default. Benchmarks pin it: on loopback without an `fq` qdisc, a BBR sender paces
+/// with per-socket timers, and those fire on whichever CPU processed the ACK that armed them,
+/// which is often the gateway's (see docs/benchmarks.md).
+pub async fn bind_upstream(
+    addr: SocketAddr,
+    tcp_congestion: Option<&str>,
+) -> std::io::Result<TcpListener> {
+    let l = TcpListener::bind(addr).await?;
+    if let Some(name) = tcp_congestion {
+        socket2::SockRef::from(&l)
+            .set_tcp_congestion(name.as_bytes())
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "TCP congestion control {name:?}: {e} (the kernel offers those in \
+                         /proc/sys/net/ipv4/tcp_available_congestion_control; without \
+                         CAP_NET_ADMIN, those in tcp_allowed_congestion_control)"
+                    ),
+                )
+            })?;
+    }
+    Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn congestion(s: socket2::SockRef<'_>) -> String {
+        let name = s.tcp_congestion().expect("TCP_CONGESTION");
+        String::from_utf8_lossy(&name)
+            .trim_end_matches('\0')
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn upstream_connections_send_with_the_named_congestion_control() {
+        // reno is built into every kernel and allowed without privileges.
+        let l = bind_upstream("127.0.0.1:0".parse().unwrap(), Some("reno"))
+            .await
+            .unwrap();
+        let addr = l.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = l.accept().await.unwrap();
+        assert_eq!(congestion(socket2::SockRef::from(&accepted)), "reno");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_congestion_control_is_an_error_that_names_it() {
+        let err = bind_upstream("127.0.0.1:0".parse().unwrap(), Some("no-such-cc"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("\"no-such-cc\""), "{err}");
+    }
 }

@@ -49,6 +49,10 @@ enum Command {
     Upstream {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Kernel TCP congestion control the upstream sends with (e.g. cubic, bbr); default:
+        /// the kernel's (net.ipv4.tcp_congestion_control).
+        #[arg(long)]
+        tcp_congestion: Option<String>,
     },
     /// Run a key server: holds private keys and signs for gateways (keyless protocol, mTLS).
     Keyserver {
@@ -195,8 +199,13 @@ fn main() -> anyhow::Result<()> {
             let cfg = load(&config)?;
             control_runtime()?.block_on(serve_until_signal(cfg))
         }
-        Command::Upstream { listen } => tokio::runtime::Runtime::new()?.block_on(async {
-            let addr = demo::spawn_upstream(listen).await?;
+        Command::Upstream {
+            listen,
+            tcp_congestion,
+        } => tokio::runtime::Runtime::new()?.block_on(async {
+            let listener = demo::bind_upstream(listen, tcp_congestion.as_deref()).await?;
+            let addr = listener.local_addr()?;
+            tokio::spawn(demo::serve_upstream(listener));
             eprintln!("demo upstream on http://{addr}");
             tokio::signal::ctrl_c().await?;
             Ok(())
