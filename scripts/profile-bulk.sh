@@ -6,6 +6,8 @@
 # bench-h3.sh.
 #   scripts/profile-bulk.sh        # DURATION=7s PROFILE_S=3; needs `perf` (apt install linux-perf)
 #   CLIENT_ARGS="--udp-recv-buffer 0" scripts/profile-bulk.sh    # extra load-generator arguments
+# On loopback the sender's CPU runs the receiver's protocol processing; the table counts how much
+# of the client's receive work ran inside the gateway's own sends, and the ratio without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -76,11 +78,21 @@ def label(frames):
             if any(k in n for k in keys):
                 return lab
     return USER_REST
+PEER = "of the kernel rows: the client's receive processing, run on the gateway's CPU"
+def peer_receive(frames):
+    # On loopback the sender's CPU delivers the packet into the receiver's socket (softirq
+    # `process_backlog` inside the send). Within the gateway's own sends to the client that is
+    # the client's receive work, which behind a NIC would run on the client's machine.
+    names = [plain(n) for _, n in frames]
+    return frames[0][0].startswith("ffff") and "process_backlog" in names and any(
+        k in n for n in names for k in ("sys_sendmsg", "sys_sendto", "sys_write"))
 def shares(path):
     counts, total, frames = {}, 0, []
     def take(frames):
         lab = label(frames)
         counts[lab] = counts.get(lab, 0) + 1
+        if peer_receive(frames):
+            counts[PEER] = counts.get(PEER, 0) + 1
     for line in open(path):
         line = line.strip()
         if not line:
@@ -100,7 +112,10 @@ for kind in ("h3", "https"):
 (h, hg, hs, hn), (t, tg, ts, tn) = runs["h3"], runs["https"]
 print(f"| CPU s per GB (share of samples) | HTTP/3: {h:.2f} at {hg:.2f} Gbit/s, {hn} samples | HTTPS: {t:.2f} at {tg:.2f} Gbit/s, {tn} samples |")
 print("|---|---|---|")
-for lab in LABELS:
+for lab in LABELS + [PEER]:
     a, b = hs.get(lab, 0), ts.get(lab, 0)
     print(f"| {lab} | {a * h:.3f} ({100 * a:.1f}%) | {b * t:.3f} ({100 * b:.1f}%) |")
+a, b = hs.get(PEER, 0), ts.get(PEER, 0)
+print(f"\nWithout the client's receive processing: HTTP/3 {h * (1 - a):.3f}, HTTPS {t * (1 - b):.3f} "
+      f"CPU s per GB, HTTP/3 ÷ HTTPS {h * (1 - a) / (t * (1 - b)):.2f} (as measured: {h / t:.2f}).")
 PY
