@@ -27,7 +27,6 @@ bench_site_certs "$OUT/certs"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
 bench_upstream 1 $UP
-wait_port $UP
 
 : > "$OUT/results.tsv"
 for round in $(seq "$ROUNDS"); do

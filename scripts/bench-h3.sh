@@ -24,7 +24,7 @@ UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" "$ENGINE" $GW $UP
 bench_upstream 1 $UP
 taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!; pids+=($gw)
-wait_port $GW; wait_port $UP; sleep 0.5
+wait_port $GW; sleep 0.5
 b() { local label=$1; shift; taskset -c 1 "$BIN" bench "$@" -d "$DURATION" --server-pid $gw --json > "$OUT/$label.json"; echo "$label: $(cut -c1-200 "$OUT/$label.json")" >&2; }
 U="https://localhost:$GW"
 b h3-rsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256

@@ -60,6 +60,5 @@ bench_upstream() {
   local cc=${UPSTREAM_TCP_CC-cubic} log=${OUT:-/tmp}/upstream.log
   taskset -c "$1" "$BIN" upstream --listen 127.0.0.1:"$2" ${cc:+--tcp-congestion "$cc"} 2>"$log" &
   pids+=($!)
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$2") 2>/dev/null && return 0; sleep 0.1; done
-  echo "the demo upstream never opened port $2:" >&2; cat "$log" >&2; exit 1
+  (wait_port "$2") || { echo "the demo upstream's log:" >&2; cat "$log" >&2; exit 1; }
 }

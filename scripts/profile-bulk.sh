@@ -25,7 +25,7 @@ bench_upstream 1 $UP
 
 for kind in h3 https; do
   taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart-$kind.log" & gw=$!
-  wait_port $GW; wait_port $UP; sleep 0.5
+  wait_port $GW; sleep 0.5
   # shellcheck disable=SC2086
   taskset -c 1 "$BIN" bench $kind-download --url "https://localhost:$GW/bytes/100000000" -c 2 ${CLIENT_ARGS:-} \
     -d "$DURATION" --server-pid $gw --json > "$OUT/$kind.json" & load=$!
@@ -64,8 +64,7 @@ def plain(name):  # a frame's name without generic parameters
         if shorter == name:
             return name
         name = shorter
-def label(frames):
-    names = [plain(n) for _, n in frames]
+def label(frames, names):
     if frames[0][0].startswith("ffff"):
         for lab, keys in KERNEL:
             if any(k in n for n in names for k in keys):
@@ -79,19 +78,19 @@ def label(frames):
                 return lab
     return USER_REST
 PEER = "of the kernel rows: the client's receive processing, run on the gateway's CPU"
-def peer_receive(frames):
+def peer_receive(frames, names):
     # On loopback the sender's CPU delivers the packet into the receiver's socket (softirq
     # `process_backlog` inside the send). Within the gateway's own sends to the client that is
     # the client's receive work, which behind a NIC would run on the client's machine.
-    names = [plain(n) for _, n in frames]
     return frames[0][0].startswith("ffff") and "process_backlog" in names and any(
         k in n for n in names for k in ("sys_sendmsg", "sys_sendto", "sys_write"))
 def shares(path):
     counts, total, frames = {}, 0, []
     def take(frames):
-        lab = label(frames)
+        names = [plain(n) for _, n in frames]  # each frame's name without generic parameters
+        lab = label(frames, names)
         counts[lab] = counts.get(lab, 0) + 1
-        if peer_receive(frames):
+        if peer_receive(frames, names):
             counts[PEER] = counts.get(PEER, 0) + 1
     for line in open(path):
         line = line.strip()

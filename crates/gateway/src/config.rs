@@ -1119,16 +1119,18 @@ endpoints = ["127.0.0.1:8080"]
 
     #[test]
     fn quic_transport_settings_are_range_checked() {
-        let quic = with_quic;
-        let e = parse(&quic("initial_congestion_window = 1")).unwrap_err();
+        let e = parse(&with_quic("initial_congestion_window = 1")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.initial_congestion_window");
         assert!(e.message.contains("2..=1000"), "{e}");
-        let e = parse(&quic("max_udp_payload = 70000")).unwrap_err();
+        let e = parse(&with_quic("max_udp_payload = 70000")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.max_udp_payload");
-        let e = parse(&quic("retry = \"sometimes\"")).unwrap_err();
+        let e = parse(&with_quic("retry = \"sometimes\"")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.retry");
         assert!(e.message.contains("when_busy"), "{e}");
-        let c = parse(&quic("retry = \"when_busy\"\nretry_pending_above = 32")).unwrap();
+        let c = parse(&with_quic(
+            "retry = \"when_busy\"\nretry_pending_above = 32",
+        ))
+        .unwrap();
         assert_eq!(c.listeners[0].quic.retry, RetryPolicy::WhenBusy);
         assert_eq!(c.listeners[0].quic.retry_pending_above, 32);
         assert_eq!(c.listeners[0].quic.initial_congestion_window, 10);

@@ -271,9 +271,14 @@ pub async fn serve_upstream(listener: TcpListener) {
     }
 }
 
-/// Binds `addr` (port 0 for any) and serves the demo upstream in the background.
-pub async fn spawn_upstream(addr: SocketAddr) -> std::io::Result<SocketAddr> {
-    let l = bind_upstream(addr, None).await?;
+/// Binds `addr` (port 0 for any) and serves the demo upstream in the background. With
+/// `tcp_congestion`, its connections send with that kernel congestion control (see
+/// [`bind_upstream`]); else with the kernel's default.
+pub async fn spawn_upstream(
+    addr: SocketAddr,
+    tcp_congestion: Option<&str>,
+) -> std::io::Result<SocketAddr> {
+    let l = bind_upstream(addr, tcp_congestion).await?;
     let bound = l.local_addr()?;
     tokio::spawn(serve_upstream(l));
     Ok(bound)
@@ -284,7 +289,7 @@ pub async fn spawn_upstream(addr: SocketAddr) -> std::io::Result<SocketAddr> {
 /// kernel's default. Benchmarks pin it: on loopback without an `fq` qdisc, a BBR sender paces
 /// with per-socket timers, and those fire on whichever CPU processed the ACK that armed them,
 /// which is often the gateway's (see docs/benchmarks.md).
-pub async fn bind_upstream(
+async fn bind_upstream(
     addr: SocketAddr,
     tcp_congestion: Option<&str>,
 ) -> std::io::Result<TcpListener> {

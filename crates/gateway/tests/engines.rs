@@ -7,7 +7,7 @@ use boring::ssl::SslSignatureAlgorithm;
 use common::*;
 
 async fn start_with_engines(engines: &str) -> Fixture {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -45,7 +45,7 @@ async fn slow_upstream_gives_504_within_read_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_request_is_retried_on_another_endpoint_after_connect_failure() {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let dead = dead_port();

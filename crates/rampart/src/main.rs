@@ -203,15 +203,13 @@ fn main() -> anyhow::Result<()> {
             listen,
             tcp_congestion,
         } => tokio::runtime::Runtime::new()?.block_on(async {
-            let listener = demo::bind_upstream(listen, tcp_congestion.as_deref()).await?;
-            let addr = listener.local_addr()?;
-            tokio::spawn(demo::serve_upstream(listener));
+            let addr = demo::spawn_upstream(listen, tcp_congestion.as_deref()).await?;
             eprintln!("demo upstream on http://{addr}");
             tokio::signal::ctrl_c().await?;
             Ok(())
         }),
         Command::Demo { state_dir, listen, admin } => control_runtime()?.block_on(async {
-            let upstream = demo::spawn_upstream("127.0.0.1:0".parse()?).await?;
+            let upstream = demo::spawn_upstream("127.0.0.1:0".parse()?, None).await?;
             let path = demo_config(&state_dir, listen, admin, upstream)?;
             let cfg = load(&path)?;
             eprintln!(

@@ -197,7 +197,7 @@ async fn start_gateway(
     servers: &[SocketAddr],
     engine: Arc<RemoteEngine>,
 ) -> gateway::Running {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let path = gateway_config(pki, servers);

@@ -139,7 +139,7 @@ async fn start_inner(
     engines: Option<Vec<Arc<dyn Engine>>>,
     edit: impl FnOnce(String, &Path) -> String,
 ) -> Fixture {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap())
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
