@@ -200,8 +200,9 @@ impl RecoveryEpoch {
 
                     trace!("{} packet newly acked {}", trace_id, unacked.pkt_num);
 
-                    self.acked_frames
-                        .extend(std::mem::take(&mut unacked.frames));
+                    // rampart: drained in place, not moved out whole
+                    // first (`mem::take`) and replaced with an empty list.
+                    self.acked_frames.extend(unacked.frames.drain(..));
 
                     has_ack_eliciting |= unacked.ack_eliciting;
                     unacked.time_acked = Some(now);
