@@ -102,7 +102,7 @@ pub fn measure(duration: Duration, max_packets: Option<u64>) -> anyhow::Result<Q
         // As tokio-quiche fills a GSO buffer: packet by packet, except that once the first
         // has set the segment size, quiche writes what it can of the rest in one burst.
         let t = Instant::now();
-        let now = Instant::now();
+        let now = t;
         let mut n = 0;
         while n < BATCH {
             let slot = &mut batch[n * PAYLOAD..(n + 1) * PAYLOAD];

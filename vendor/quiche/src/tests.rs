@@ -12745,20 +12745,10 @@ fn pmtud_probe_success(
 fn pmtud_waits_for_min_sent_bytes(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
 ) {
-    let mut config = Config::new(PROTOCOL_VERSION).unwrap();
-    config.set_cc_algorithm_name(cc_algorithm_name).unwrap();
-    config
-        .load_cert_chain_from_pem_file("examples/cert.crt")
-        .unwrap();
-    config
-        .load_priv_key_from_pem_file("examples/cert.key")
-        .unwrap();
-    config.set_application_protos(&[b"proto1"]).unwrap();
-    config.verify_peer(false);
+    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
     config.set_initial_max_data(1_000_000);
     config.set_initial_max_stream_data_bidi_local(1_000_000);
     config.set_initial_max_stream_data_bidi_remote(1_000_000);
-    config.set_initial_max_streams_bidi(3);
     config.set_max_send_udp_payload_size(1400);
     config.discover_pmtu(true);
     config.set_pmtud_min_sent_bytes(20_000);
