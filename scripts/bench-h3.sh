@@ -97,6 +97,11 @@ each = lambda name: [L(f"{name}-{i}")[GB] for i in range(1, rounds + 1)]
 hs_, ss_ = each("h3-download"), each("https-download")
 fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
 print(f"| the same, each round in turn | {fmt(hs_)} | {fmt(ss_)} | {fmt(a / b for a, b in zip(hs_, ss_))} |")
+# How busy the gateway was: HTTPS's CPU per GB follows this from run to run at the same
+# throughput (other processes' kernel work landing on the gateway's CPU, and a client that
+# keeps up acknowledging more often), so it says which state a round ran in.
+busy = lambda name: [L(f"{name}-{i}")["server_cpu_seconds"] / L(f"{name}-{i}")["seconds"] for i in range(1, rounds + 1)]
+print(f"| the same rounds: the gateway's CPU busy (CPU seconds ÷ seconds) | {fmt(busy('h3-download'))} | {fmt(busy('https-download'))} | |")
 UG, KG = "server_user_cpu_seconds_per_gb", "server_system_cpu_seconds_per_gb"
 split = lambda d: f"user {d[UG]:.2f} + kernel {d[KG]:.2f}"
 print(f"| the median round's CPU s per GB split: user space + kernel | {split(h)} | {split(s)} | user {h[UG]/s[UG]:.2f}, kernel {h[KG]/s[KG]:.2f} |")
