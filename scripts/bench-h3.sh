@@ -100,7 +100,7 @@ print(f"| the same, each round in turn | {fmt(hs_)} | {fmt(ss_)} | {fmt(a / b fo
 # How busy the gateway was: HTTPS's CPU per GB follows this from run to run at the same
 # throughput (other processes' kernel work landing on the gateway's CPU, and a client that
 # keeps up acknowledging more often), so it says which state a round ran in.
-busy = lambda name: [L(f"{name}-{i}")["server_cpu_seconds"] / L(f"{name}-{i}")["seconds"] for i in range(1, rounds + 1)]
+busy = lambda name: [d["server_cpu_seconds"] / d["seconds"] for d in (L(f"{name}-{i}") for i in range(1, rounds + 1))]
 print(f"| the same rounds: the gateway's CPU busy (CPU seconds ÷ seconds) | {fmt(busy('h3-download'))} | {fmt(busy('https-download'))} | |")
 UG, KG = "server_user_cpu_seconds_per_gb", "server_system_cpu_seconds_per_gb"
 split = lambda d: f"user {d[UG]:.2f} + kernel {d[KG]:.2f}"

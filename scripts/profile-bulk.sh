@@ -67,8 +67,8 @@ def plain(name):  # a frame's name without generic parameters
         if shorter == name:
             return name
         name = shorter
-def label(frames, names):
-    if frames[0][0].startswith("ffff"):
+def label(frames, names, kernel):
+    if kernel:
         for lab, keys in KERNEL:
             if any(k in n for n in names for k in keys):
                 return lab
@@ -81,18 +81,18 @@ def label(frames, names):
                 return lab
     return USER_REST
 PEER = "of the kernel rows: the client's receive processing, run on the gateway's CPU"
-def peer_receive(frames, names):
+def peer_receive(names, kernel):
     # On loopback the sender's CPU delivers the packet into the receiver's socket (softirq
     # `process_backlog` inside the send). Within the gateway's own sends to the client that is
     # the client's receive work, which behind a NIC would run on the client's machine.
-    return frames[0][0].startswith("ffff") and "process_backlog" in names and any(
+    return kernel and "process_backlog" in names and any(
         k in n for n in names for k in ("sys_sendmsg", "sys_sendto", "sys_write"))
 UPSTREAM = "of the kernel rows: the upstream's transmits, run inside the gateway's receives"
-def upstream_send(frames, names):
+def upstream_send(names, kernel):
     # `tcp_write_xmit` under the gateway's own receive call is the upstream's socket sending
     # (the gateway's sockets send from its send calls and from ACKs; its receives only ACK).
     # What a nested `process_backlog` below it delivers is the gateway's own receive work.
-    if not frames[0][0].startswith("ffff"):
+    if not kernel:
         return False
     w = next((i for i, n in enumerate(names) if n == "tcp_write_xmit"), None)
     if w is None or not any(k in n for n in names[w:] for k in ("sys_recvfrom", "sys_recvmsg", "sys_read")):
@@ -103,11 +103,12 @@ def shares(path):
     counts, total, frames = {}, 0, []
     def take(frames):
         names = [plain(n) for _, n in frames]  # each frame's name without generic parameters
-        lab = label(frames, names)
+        kernel = frames[0][0].startswith("ffff")  # the sample's leaf is in the kernel
+        lab = label(frames, names, kernel)
         counts[lab] = counts.get(lab, 0) + 1
-        if peer_receive(frames, names):
+        if peer_receive(names, kernel):
             counts[PEER] = counts.get(PEER, 0) + 1
-        if upstream_send(frames, names):
+        if upstream_send(names, kernel):
             counts[UPSTREAM] = counts.get(UPSTREAM, 0) + 1
     for line in open(path):
         line = line.strip()
