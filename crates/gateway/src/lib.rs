@@ -14,6 +14,7 @@ pub mod proxy;
 pub mod quic;
 pub mod quic_workers;
 pub mod router;
+mod send_coalescer;
 pub mod server;
 pub mod tls;
 pub mod upstream;

@@ -4,6 +4,7 @@
 use crate::body::client_body;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
+use crate::send_coalescer::SendCoalescer;
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
 use hyper::service::service_fn;
@@ -18,7 +19,8 @@ use tokio::sync::watch;
 
 /// Socket reads go through a small buffer: BoringSSL asks for a record's 5-byte header and
 /// then its body, which would otherwise cost two `recv` calls per record. Records larger than
-/// the buffer are read straight into BoringSSL's buffer.
+/// the buffer are read straight into BoringSSL's buffer. Writes go through a
+/// [`SendCoalescer`], so the TLS records of one flush leave in one `send`.
 const READ_BUFFER: usize = 4096;
 
 pub struct TcpListenerTask {
@@ -126,7 +128,7 @@ async fn serve_connection(
     let listener = shared.listener.as_str();
     let start = Instant::now();
     let handshake = tokio::select! {
-        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, tcp))) => r,
+        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, SendCoalescer::new(tcp)))) => r,
         _ = stop.wait_for(|s| *s) => return,
     };
     let stream = match handshake {

@@ -341,3 +341,48 @@ async fn a_second_gateway_on_the_same_port_is_refused() {
         assert_eq!(code, "200");
     }
 }
+
+/// The gateway holds a response's TLS records until hyper flushes and sends them together
+/// (`SendCoalescer`). A streamed response must still go out piece by piece: each chunk sent
+/// to `/echo` has to come back before the client sends the next one, or this test stalls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_chunks_are_sent_without_waiting_for_more() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = start("", "").await;
+    let mut b = boring::ssl::SslConnector::builder(boring::ssl::SslMethod::tls()).unwrap();
+    b.set_verify(boring::ssl::SslVerifyMode::NONE);
+    b.set_alpn_protos(b"\x08http/1.1").unwrap();
+    let tcp = tokio::net::TcpStream::connect(fx.addr()).await.unwrap();
+    let cfg = b.build().configure().unwrap();
+    let mut tls = tokio_boring::connect(cfg, "localhost", tcp).await.unwrap();
+    tls.write_all(b"POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for i in 0..5 {
+        let piece = format!("ping-{i}");
+        tls.write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
+            .await
+            .unwrap();
+        tls.flush().await.unwrap();
+        let came_back = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&seen).contains(&piece) {
+                let n = tls.read(&mut buf).await.unwrap();
+                assert!(
+                    n > 0,
+                    "connection closed after {}",
+                    String::from_utf8_lossy(&seen)
+                );
+                seen.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        assert!(
+            came_back.is_ok(),
+            "chunk {i} not echoed; received so far: {}",
+            String::from_utf8_lossy(&seen)
+        );
+    }
+    assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
+}
