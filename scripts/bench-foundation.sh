@@ -5,13 +5,17 @@
 #
 #   scripts/bench-foundation.sh            # DURATION=10s CONC=32 by default
 #   ENGINES="inline batch" SUITE=handshakes scripts/bench-foundation.sh   # the batch-engine run
+#   ENGINES=inline SUITE=bulk DURATION=6s scripts/bench-foundation.sh     # HTTPS bulk CPU per GB
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 DURATION=${DURATION:-10s}
 CONC=${CONC:-32}
 ENGINES=${ENGINES:-inline threads}
-SUITE=${SUITE:-all}
+SUITE=${SUITE:-all}   # all, handshakes, or bulk
+# Extra nginx proxy directives, e.g. larger buffers for the bulk row:
+#   NGINX_TUNE="proxy_buffers 16 64k; proxy_buffer_size 64k; proxy_busy_buffers_size 128k;"
+NGINX_TUNE=${NGINX_TUNE:-}
 OUT=${OUT:-target/bench-foundation}
 BIN=./target/release/rampart
 [ -x "$BIN" ] || cargo build --release -p rampart
@@ -67,7 +71,8 @@ http {
     ssl_certificate $CERTS/ecdsa.crt;
     ssl_certificate_key $CERTS/ecdsa.key;
     ssl_session_tickets on;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    # Large responses stay in memory (no spooling to temp files), as a bulk proxy is tuned.
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_max_temp_file_size 0; $NGINX_TUNE }
   }
 }
 CFG
@@ -80,13 +85,22 @@ bench() { # $1=label $2=pid $3=port, rest = bench args
   echo "$label: $(cat "$OUT/$label.json")" >&2
 }
 
+# Bulk: two connections downloading 100 MB objects through the proxy, server CPU s per GB.
+bench_bulk() { # $1=label $2=pid $3=port
+  taskset -c 1 "$BIN" bench https-download --url "https://localhost:$3/bytes/100000000" -c 2 \
+    --duration "$DURATION" --server-pid "$2" --json > "$OUT/$1.json"
+  echo "$1: $(cut -c1-200 "$OUT/$1.json")" >&2
+}
+
 run_suite() { # $1=server label $2=pid $3=port
+  if [ "$SUITE" = bulk ]; then bench_bulk "$1-bulk" "$2" "$3"; return; fi
   bench "$1-rsa-handshake" "$2" "$3" https-handshake --sigalgs rsa_pss_rsae_sha256
   bench "$1-ecdsa-handshake" "$2" "$3" https-handshake --sigalgs ecdsa_secp256r1_sha256
   [ "$SUITE" = handshakes ] && return
   bench "$1-rsa-resumed" "$2" "$3" https-handshake --resume --sigalgs rsa_pss_rsae_sha256
   bench "$1-requests-h1" "$2" "$3" https-requests --http h1
   bench "$1-requests-h2" "$2" "$3" https-requests --http h2
+  bench_bulk "$1-bulk" "$2" "$3"
 }
 
 for engine in $ENGINES; do
@@ -116,6 +130,8 @@ rows = [("TLS 1.3 full handshake, RSA-2048", "rsa-handshake"),
         ("keep-alive proxied request, HTTP/2", "requests-h2")]
 if suite == "handshakes":
     rows = rows[:2]
+elif suite == "bulk":
+    rows = []
 servers = [f"rampart-{e}" for e in engines] + ["nginx"]
 print("| operation | " + " | ".join(f"{s} ops/s | {s} CPU µs/op" for s in servers) + " | " + " | ".join(f"{e}/nginx CPU" for e in engines) + " |")
 print("|---|" + "---|---|" * len(servers) + "---|" * len(engines))
@@ -127,4 +143,12 @@ for title, key in rows:
         err = f" ({j['errors']} err)" if j["errors"] else ""
         cells += [f"{j['rate_per_sec']:.0f}{err}", f"{cpu[s]:.1f}"]
     print(f"| {title} | " + " | ".join(cells) + " | " + " | ".join(f"{cpu['rampart-' + e]/cpu['nginx']:.2f}" for e in engines) + " |")
+if suite in ("all", "bulk"):
+    cells, cpu = [], {}
+    for s in servers:
+        j = json.load(open(os.path.join(out, f"{s}-bulk.json")))
+        cpu[s] = j["server_cpu_seconds_per_gb"]
+        err = f" ({j['errors']} err)" if j["errors"] else ""
+        cells += [f"{j['gbit_per_sec']:.1f} Gbit/s{err}", f"{cpu[s]:.3f} s/GB"]
+    print("| bulk download, 100 MB objects, 2 connections (CPU per GB, not per op) | " + " | ".join(cells) + " | " + " | ".join(f"{cpu['rampart-' + e]/cpu['nginx']:.2f}" for e in engines) + " |")
 PY
