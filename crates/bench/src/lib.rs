@@ -44,7 +44,7 @@ pub enum Mode {
     H3Requests,
     /// Bulk HTTP/3 download (use a large /bytes/N): Gbit/s and server CPU s/GB.
     H3Download,
-    /// Bulk HTTPS (HTTP/1.1 over TLS) download, the same figures for comparison.
+    /// Bulk HTTPS download (HTTP/1.1 over TLS, or HTTP/2 with `--http h2`), the same figures for comparison.
     HttpsDownload,
     /// In-process signs/s and latency per key engine, algorithm and concurrency (no server).
     Engine,
@@ -88,7 +88,7 @@ pub struct BenchArgs {
     /// h3-handshake: resume and send the request as 0-RTT early data.
     #[arg(long)]
     pub early_data: bool,
-    /// HTTP version for https-requests.
+    /// HTTP version for https-requests and https-download.
     #[arg(long, value_enum, default_value = "h1")]
     pub http: HttpVersion,
     /// TLS version: 1.2 or 1.3.
@@ -390,7 +390,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
         .next()
         .ok_or_else(|| anyhow!("cannot resolve {host}"))?;
     let alpn: &[u8] = match (args.mode, args.http) {
-        (Mode::HttpsRequests, HttpVersion::H2) => b"\x02h2",
+        (Mode::HttpsRequests | Mode::HttpsDownload, HttpVersion::H2) => b"\x02h2",
         _ => b"\x08http/1.1",
     };
     let session = Arc::new(Mutex::new(None));

@@ -4,7 +4,7 @@
 use crate::body::client_body;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
-use crate::send_coalescer::SendCoalescer;
+use crate::send_coalescer;
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
 use hyper::service::service_fn;
@@ -20,7 +20,8 @@ use tokio::sync::watch;
 /// Socket reads go through a small buffer: BoringSSL asks for a record's 5-byte header and
 /// then its body, which would otherwise cost two `recv` calls per record. Records larger than
 /// the buffer are read straight into BoringSSL's buffer. Writes go through a
-/// [`SendCoalescer`], so the TLS records of one flush leave in one `send`.
+/// [`send_coalescer::CoalescingSocket`]: the TLS records written during one poll of the
+/// connection's task leave in one `send`.
 const READ_BUFFER: usize = 4096;
 
 pub struct TcpListenerTask {
@@ -127,8 +128,9 @@ async fn serve_connection(
     let m = &shared.metrics;
     let listener = shared.listener.as_str();
     let start = Instant::now();
+    let (socket, send) = send_coalescer::coalescing(tcp);
     let handshake = tokio::select! {
-        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, SendCoalescer::new(tcp)))) => r,
+        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, socket))) => r,
         _ = stop.wait_for(|s| *s) => return,
     };
     let stream = match handshake {
@@ -192,14 +194,16 @@ async fn serve_connection(
             .max_header_list_size((limits.max_header_bytes * 2) as u32)
             .keep_alive_interval(Some(limits.idle_timeout))
             .keep_alive_timeout(Duration::from_secs(20));
-        watcher.watch(b.serve_connection(io, svc)).await
+        send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)))
+            .await
     } else {
         let mut b = hyper::server::conn::http1::Builder::new();
         b.timer(TokioTimer::new())
             .header_read_timeout(limits.idle_timeout)
             .max_headers(limits.max_headers)
             .max_buf_size((limits.max_header_bytes + 1024).max(8192));
-        watcher.watch(b.serve_connection(io, svc)).await
+        send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)))
+            .await
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
