@@ -4,6 +4,7 @@
 # segments sent and received (the client's ACKs) per MB, beside the gateway's CPU per GB and how
 # busy it was. Gateway on CPU 0, client and upstream on CPU 1, as in bench-h3.sh.
 #   ROUNDS=8 scripts/https-segments.sh
+#   CLIENT_ARGS="--http h2" scripts/https-segments.sh     # HTTP/2 downloads
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -27,7 +28,8 @@ print(total("segs_in"), total("segs_out"), total("bytes_acked"))'
 for r in $(seq 1 "$ROUNDS"); do
   taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!
   wait_port $GW; sleep 0.5
-  taskset -c 1 "$BIN" bench https-download --url "https://localhost:$GW/bytes/100000000" -c 2 -d 6s \
+  # shellcheck disable=SC2086
+  taskset -c 1 "$BIN" bench https-download --url "https://localhost:$GW/bytes/100000000" -c 2 -d 6s ${CLIENT_ARGS:-} \
     --server-pid $gw --json > "$OUT/round-$r.json" & load=$!
   sleep 1.5; before=$(snap); sleep 3.5; after=$(snap)
   wait $load

@@ -46,7 +46,7 @@ out = sys.argv[1]
 import re
 AEAD = ("aes_gcm_", "aes_hw_", "gcm_", "gcm128", "aead_aes", "EVP_AEAD", "CRYPTO_xor16", "ghash", "packetseal::")
 KERNEL = [
-    ("kernel: sending to the client", ("sys_sendmsg", "sys_sendto", "sys_write")),
+    ("kernel: sending to the client", ("sys_sendmsg", "sys_sendto", "sys_write", "do_writev")),
     ("kernel: receiving (upstream body, client ACKs)", ("sys_recvmsg", "sys_recvfrom", "sys_read", "sys_recvmmsg")),
 ]
 KERNEL_REST = "kernel: the rest (timers, epoll, scheduling)"
@@ -86,7 +86,7 @@ def peer_receive(names, kernel):
     # `process_backlog` inside the send). Within the gateway's own sends to the client that is
     # the client's receive work, which behind a NIC would run on the client's machine.
     return kernel and "process_backlog" in names and any(
-        k in n for n in names for k in ("sys_sendmsg", "sys_sendto", "sys_write"))
+        k in n for n in names for k in ("sys_sendmsg", "sys_sendto", "sys_write", "do_writev"))
 UPSTREAM = "of the kernel rows: the upstream's transmits, run inside the gateway's receives"
 def upstream_send(names, kernel):
     # `tcp_write_xmit` under the gateway's own receive call is the upstream's socket sending
