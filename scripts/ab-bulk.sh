@@ -40,12 +40,7 @@ for round in $(seq "$ROUNDS"); do
       awk -v add="${variant#quic:}" '{ print } /^enabled = true$/ { n = split(add, kv, ";"); for (i = 1; i <= n; i++) print kv[i] }' \
         "$OUT/rampart.toml" > "$gw_cfg"
     elif [[ $variant == *=* ]]; then IFS=, read -r -a gw_env <<< "$variant"; else gw_bin=$variant; fi
-    env "${gw_env[@]}" taskset -c 0 "$gw_bin" run --config "$gw_cfg" 2>"$OUT/gateway.log" &
-    gw=$!
-    wait_port $GW; sleep 0.5
-    taskset -c 1 "$BIN" bench "$KIND-download" --url "https://localhost:$GW/bytes/100000000" -c 2 \
-      -d "$DURATION" --server-pid $gw --json "${client_args[@]}" > "$OUT/run.json"
-    kill $gw; wait $gw 2>/dev/null || true
+    bench_bulk_round "$gw_cfg" "$KIND" "$OUT/run.json" ${client_args[@]+"${client_args[@]}"}
     python3 - "$OUT/run.json" "$round" "$variant" >> "$OUT/results.tsv" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])

@@ -25,15 +25,11 @@ t = sys.stdin.read()
 total = lambda key: sum(int(x) for x in re.findall(r"\b" + key + r":(\d+)", t))
 print(total("segs_in"), total("segs_out"), total("bytes_acked"))'
 }
+read -r -a client_args <<< "${CLIENT_ARGS:-}"
+DURATION=6s; gw_log=$OUT/rampart.log
+during_download() { sleep 1.5; before=$(snap); sleep 3.5; after=$(snap); }
 for r in $(seq 1 "$ROUNDS"); do
-  taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!
-  wait_port $GW; sleep 0.5
-  # shellcheck disable=SC2086
-  taskset -c 1 "$BIN" bench https-download --url "https://localhost:$GW/bytes/100000000" -c 2 -d 6s ${CLIENT_ARGS:-} \
-    --server-pid $gw --json > "$OUT/round-$r.json" & load=$!
-  sleep 1.5; before=$(snap); sleep 3.5; after=$(snap)
-  wait $load
-  kill $gw; wait $gw 2>/dev/null || true
+  bench_bulk_round "$OUT/rampart.toml" https "$OUT/round-$r.json" ${client_args[@]+"${client_args[@]}"}
   python3 - "$OUT/round-$r.json" "$before" "$after" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

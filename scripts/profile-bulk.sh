@@ -26,17 +26,15 @@ UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
 bench_upstream 1 $UP
 
-for kind in h3 https; do
-  taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart-$kind.log" & gw=$!
-  wait_port $GW; sleep 0.5
-  # shellcheck disable=SC2086
-  taskset -c 1 "$BIN" bench $kind-download --url "https://localhost:$GW/bytes/100000000" -c 2 ${CLIENT_ARGS:-} \
-    -d "$DURATION" --server-pid $gw --json > "$OUT/$kind.json" & load=$!
+read -r -a client_args <<< "${CLIENT_ARGS:-}"
+during_download() {
   sleep 2
-  perf record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p $gw -o "$OUT/$kind.perf" \
+  perf record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p "$gw" -o "$OUT/$kind.perf" \
     -- sleep "$PROFILE_S" >/dev/null 2>&1
-  wait $load
-  kill $gw; wait $gw 2>/dev/null || true
+}
+for kind in h3 https; do
+  gw_log=$OUT/rampart-$kind.log
+  bench_bulk_round "$OUT/rampart.toml" $kind "$OUT/$kind.json" ${client_args[@]+"${client_args[@]}"}
   perf script -i "$OUT/$kind.perf" -F ip,sym 2>/dev/null > "$OUT/$kind.stacks"
 done
 
