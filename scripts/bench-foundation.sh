@@ -123,32 +123,28 @@ run_suite nginx "$wpid" $NGX_PORT
 python3 - "$OUT" "$SUITE" $ENGINES <<'PY'
 import json, sys, os
 out, suite, engines = sys.argv[1], sys.argv[2], sys.argv[3:]
-rows = [("TLS 1.3 full handshake, RSA-2048", "rsa-handshake"),
-        ("TLS 1.3 full handshake, ECDSA P-256", "ecdsa-handshake"),
-        ("TLS 1.3 resumed (ticket), RSA cert", "rsa-resumed"),
-        ("keep-alive proxied request, HTTP/1.1", "requests-h1"),
-        ("keep-alive proxied request, HTTP/2", "requests-h2")]
+# (title, JSON key, figure, its format, rate, its format): per operation, then the bulk row per GB.
+op = ("server_cpu_us_per_op", "{:.1f}", "rate_per_sec", "{:.0f}")
+per_gb = ("server_cpu_seconds_per_gb", "{:.3f} s/GB", "gbit_per_sec", "{:.1f} Gbit/s")
+rows = [("TLS 1.3 full handshake, RSA-2048", "rsa-handshake", *op),
+        ("TLS 1.3 full handshake, ECDSA P-256", "ecdsa-handshake", *op),
+        ("TLS 1.3 resumed (ticket), RSA cert", "rsa-resumed", *op),
+        ("keep-alive proxied request, HTTP/1.1", "requests-h1", *op),
+        ("keep-alive proxied request, HTTP/2", "requests-h2", *op),
+        ("bulk download, 100 MB objects, 2 connections (CPU per GB, not per op)", "bulk", *per_gb)]
 if suite == "handshakes":
     rows = rows[:2]
 elif suite == "bulk":
-    rows = []
+    rows = rows[-1:]
 servers = [f"rampart-{e}" for e in engines] + ["nginx"]
 print("| operation | " + " | ".join(f"{s} ops/s | {s} CPU µs/op" for s in servers) + " | " + " | ".join(f"{e}/nginx CPU" for e in engines) + " |")
 print("|---|" + "---|---|" * len(servers) + "---|" * len(engines))
-for title, key in rows:
+for title, key, figure, figure_fmt, rate, rate_fmt in rows:
     cells, cpu = [], {}
     for s in servers:
         j = json.load(open(os.path.join(out, f"{s}-{key}.json")))
-        cpu[s] = j["server_cpu_us_per_op"]
+        cpu[s] = j[figure]
         err = f" ({j['errors']} err)" if j["errors"] else ""
-        cells += [f"{j['rate_per_sec']:.0f}{err}", f"{cpu[s]:.1f}"]
+        cells += [rate_fmt.format(j[rate]) + err, figure_fmt.format(cpu[s])]
     print(f"| {title} | " + " | ".join(cells) + " | " + " | ".join(f"{cpu['rampart-' + e]/cpu['nginx']:.2f}" for e in engines) + " |")
-if suite in ("all", "bulk"):
-    cells, cpu = [], {}
-    for s in servers:
-        j = json.load(open(os.path.join(out, f"{s}-bulk.json")))
-        cpu[s] = j["server_cpu_seconds_per_gb"]
-        err = f" ({j['errors']} err)" if j["errors"] else ""
-        cells += [f"{j['gbit_per_sec']:.1f} Gbit/s{err}", f"{cpu[s]:.3f} s/GB"]
-    print("| bulk download, 100 MB objects, 2 connections (CPU per GB, not per op) | " + " | ".join(cells) + " | " + " | ".join(f"{cpu['rampart-' + e]/cpu['nginx']:.2f}" for e in engines) + " |")
 PY
