@@ -4156,6 +4156,13 @@ impl<F: BufFactory> Connection<F> {
         {
             done = written;
             left = 0;
+
+            // A burst of one: its record left the loss-detection timer.
+            let handshake_status = self.handshake_status();
+            self.paths
+                .get_mut(send_pid)?
+                .recovery
+                .on_stream_burst_sent(handshake_status, now);
         }
 
         // Generate coalesced packets.
@@ -4277,14 +4284,15 @@ impl<F: BufFactory> Connection<F> {
 
         let (mut packets, mut written) = (0, 0);
 
+        let mut result = Ok(());
         while packets < max_packets && written + segment <= out.len() {
             if packets > 0 && packets % 8 == 0 {
                 now = Instant::now();
             }
 
             let packet = &mut out[written..written + segment];
-            match self.send_stream_only(packet, send_pid, now)? {
-                Some(len) => {
+            match self.send_stream_only(packet, send_pid, now) {
+                Ok(Some(len)) => {
                     packets += 1;
                     written += len;
 
@@ -4293,11 +4301,25 @@ impl<F: BufFactory> Connection<F> {
                     }
                 },
 
-                None => break,
+                Ok(None) => break,
+
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                },
             }
         }
 
-        Ok((packets, written))
+        // The packets' records left the loss-detection timer to the burst.
+        if packets > 0 {
+            let handshake_status = self.handshake_status();
+            self.paths
+                .get_mut(send_pid)?
+                .recovery
+                .on_stream_burst_sent(handshake_status, now);
+        }
+
+        result.map(|()| (packets, written))
     }
 
     fn send_single(
@@ -5979,33 +6001,6 @@ impl<F: BufFactory> Connection<F> {
             aead,
         )?;
 
-        let mut frames: SmallVec<[frame::Frame; 1]> = SmallVec::new();
-        frames.push(frame::Frame::StreamHeader {
-            stream_id,
-            offset: stream_off,
-            length: len,
-            fin,
-        });
-
-        let sent_pkt = recovery::Sent {
-            pkt_num: pn,
-            frames,
-            time_sent: now,
-            time_acked: None,
-            time_lost: None,
-            size: written,
-            ack_eliciting: true,
-            in_flight: true,
-            delivered: 0,
-            delivered_time: now,
-            first_sent_time: now,
-            is_app_limited: false,
-            tx_in_flight: 0,
-            lost: 0,
-            has_data: true,
-            is_pmtud_probe: false,
-        };
-
         if is_app_limited {
             path.recovery.delivery_rate_update_app_limited(true);
         }
@@ -6014,9 +6009,31 @@ impl<F: BufFactory> Connection<F> {
 
         let handshake_status = self.handshake_status();
 
-        self.on_packet_sent(send_pid, sent_pkt, epoch, handshake_status, now)?;
-
+        // What `on_packet_sent` does, with the packet's record built in
+        // recovery's queue (`on_stream_packet_sent`); the loss-detection
+        // timer is set once per burst by `send_stream_burst_at`.
         let path = self.paths.get_mut(send_pid)?;
+        let cwnd = path.recovery.cwnd();
+        let max_datagram_size = path.recovery.max_datagram_size();
+        let pkt_space = &mut self.pkt_num_spaces[epoch];
+        pkt_space.largest_tx_pkt_num = pkt_space.largest_tx_pkt_num.max(Some(pn));
+        self.pkt_num_manager.on_packet_sent(
+            cwnd,
+            max_datagram_size,
+            self.handshake_completed,
+        );
+        path.recovery.on_stream_packet_sent(
+            pn,
+            frame::Frame::StreamHeader {
+                stream_id,
+                offset: stream_off,
+                length: len,
+                fin,
+            },
+            written,
+            handshake_status,
+            now,
+        );
 
         self.sent_count += 1;
         self.sent_bytes += written as u64;

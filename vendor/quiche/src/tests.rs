@@ -1354,6 +1354,62 @@ fn send_stream_burst_writes_whole_segments(
 }
 
 #[rstest]
+/// rampart: the stream-only writer builds each packet's record in recovery's
+/// queue and arms the loss-detection timer once per burst (quiche patch 17):
+/// every packet of a burst is recorded in flight, the timer is armed when
+/// the burst returns, and once the client has acknowledged everything
+/// nothing is in flight, the timer is off and a delivery rate was measured.
+fn stream_burst_records_its_packets_and_arms_the_timer(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = bulk_pipe(cc_algorithm_name);
+    // Whatever the handshake left to acknowledge, acknowledged first.
+    assert_eq!(pipe.advance(), Ok(()));
+    let body = vec![7; 20_000];
+    // As much as the congestion window takes: several packets.
+    assert!(pipe.server.stream_send(0, &body, false).unwrap() >= 6_000);
+
+    let mut gso = vec![0; 65_000];
+    let (segment, _) = pipe.server.send(&mut gso).unwrap();
+    assert_eq!(pipe.client_recv(&mut gso[..segment]), Ok(segment));
+
+    let epoch = packet::Epoch::Application;
+    let recovery = |p: &test_utils::Pipe| {
+        let r = &p.server.paths.get_active().unwrap().recovery;
+        (r.bytes_in_flight(), r.sent_packets_len(epoch))
+    };
+    let (in_flight, records) = recovery(&pipe);
+    // The burst is sent "later" than the first packet, so the timer it arms
+    // (from its last packet's time) is later than the one armed before.
+    let later = Instant::now() + Duration::from_millis(300);
+    let (n, bytes) = pipe
+        .server
+        .send_stream_burst_at(&mut gso, segment, 8, None, None, later)
+        .unwrap();
+    assert!(n >= 2, "a burst of {n}");
+    assert_eq!(recovery(&pipe), (in_flight + bytes, records + n));
+    let timer = pipe.server.paths.get_active().unwrap().recovery.loss_detection_timer();
+    assert!(
+        timer.is_some_and(|t| t > later),
+        "the loss-detection timer was not armed from the burst"
+    );
+
+    let mut at = 0;
+    while at < bytes {
+        let len = segment.min(bytes - at);
+        assert_eq!(pipe.client_recv(&mut gso[at..at + len]), Ok(len));
+        at += len;
+    }
+    let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
+    test_utils::process_flight(&mut pipe.server, flight).unwrap();
+
+    let r = &pipe.server.paths.get_active().unwrap().recovery;
+    assert_eq!(r.bytes_in_flight(), 0);
+    assert_eq!(r.loss_detection_timer(), None);
+    assert!(r.delivery_rate().to_bytes_per_second() > 0);
+}
+
+#[rstest]
 /// rampart: one ACK covering many packets of a stream applies their ranges
 /// together; a packet that never arrived leaves a hole that stays unacked
 /// until it is retransmitted, and the stream completes only then.

@@ -212,6 +212,24 @@ pub trait RecoveryOps {
         &mut self, pkt: Sent, epoch: packet::Epoch,
         handshake_status: HandshakeStatus, now: Instant, trace_id: &str,
     );
+
+    /// rampart: records a 1-RTT packet that carries one STREAM frame and
+    /// nothing else (ack-eliciting, in flight, not a PMTUD probe), as
+    /// `on_packet_sent` would, but builds its record where it is stored
+    /// instead of moving a `Sent` through every layer, and leaves the
+    /// loss-detection timer to `on_stream_burst_sent`.
+    fn on_stream_packet_sent(
+        &mut self, pkt_num: u64, frame: frame::Frame, size: usize,
+        handshake_status: HandshakeStatus, now: Instant,
+    );
+
+    /// rampart: sets the loss-detection timer once after a burst of
+    /// `on_stream_packet_sent`, as the burst's last `on_packet_sent` would
+    /// have.
+    fn on_stream_burst_sent(
+        &mut self, handshake_status: HandshakeStatus, now: Instant,
+    );
+
     fn get_packet_send_time(&self, now: Instant) -> Instant;
 
     #[allow(clippy::too_many_arguments)]

@@ -100,6 +100,27 @@ impl Rate {
         self.last_sent_packet = pkt.pkt_num;
     }
 
+    /// rampart: `on_packet_sent` for a packet whose record is built after
+    /// this call (`time_sent` being `now`): the fields it would have set.
+    pub fn on_stream_packet_sent(
+        &mut self, pkt_num: u64, now: Instant, bytes_in_flight: usize,
+    ) -> SentRateFields {
+        // No packets in flight.
+        if bytes_in_flight == 0 {
+            self.first_sent_time = now;
+            self.delivered_time = now;
+        }
+
+        self.last_sent_packet = pkt_num;
+
+        SentRateFields {
+            first_sent_time: self.first_sent_time,
+            delivered_time: self.delivered_time,
+            delivered: self.delivered,
+            is_app_limited: self.app_limited(),
+        }
+    }
+
     // Update the delivery rate sample when a packet is acked.
     pub fn update_rate_sample(&mut self, pkt: &Acked, now: Instant) {
         self.delivered += pkt.size;
@@ -238,6 +259,14 @@ impl RateSample {
             rtt: Duration::ZERO,
         }
     }
+}
+
+/// rampart: the delivery-rate fields of a sent packet's record.
+pub struct SentRateFields {
+    pub first_sent_time: Instant,
+    pub delivered_time: Instant,
+    pub delivered: usize,
+    pub is_app_limited: bool,
 }
 
 #[cfg(test)]

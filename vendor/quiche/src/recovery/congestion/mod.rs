@@ -221,6 +221,31 @@ impl Congestion {
             .on_packet_sent(pkt, bytes_in_flight, bytes_lost);
     }
 
+    /// rampart: `on_packet_sent` for an in-flight packet whose record is
+    /// not built yet: the same updates, with the delivery-rate fields the
+    /// record needs returned instead of written into it.
+    pub(crate) fn on_stream_packet_sent(
+        &mut self, bytes_in_flight: usize, sent_bytes: usize, now: Instant,
+        pkt_num: u64,
+    ) -> delivery_rate::SentRateFields {
+        self.update_app_limited(
+            (bytes_in_flight + sent_bytes) < self.congestion_window,
+        );
+
+        (self.cc_ops.on_packet_sent)(self, sent_bytes, bytes_in_flight, now);
+
+        self.prr.on_packet_sent(sent_bytes);
+
+        // HyStart++: Start of the round in a slow start.
+        if self.hystart.enabled() && self.congestion_window < self.ssthresh.get()
+        {
+            self.hystart.start_round(pkt_num);
+        }
+
+        self.delivery_rate
+            .on_stream_packet_sent(pkt_num, now, bytes_in_flight)
+    }
+
     pub(crate) fn on_packets_acked(
         &mut self, bytes_in_flight: usize, acked: &mut Vec<Acked>,
         rtt_stats: &RttStats, now: Instant,

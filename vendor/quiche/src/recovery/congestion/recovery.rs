@@ -665,6 +665,64 @@ impl RecoveryOps for LegacyRecovery {
         trace!("{trace_id} {self:?}");
     }
 
+    fn on_stream_packet_sent(
+        &mut self, pkt_num: u64, frame: frame::Frame, size: usize,
+        _handshake_status: HandshakeStatus, now: Instant,
+    ) {
+        let epoch = Epoch::Application;
+        let bytes_in_flight = self.bytes_in_flight.get();
+
+        self.outstanding_non_ack_eliciting = 0;
+        self.epochs[epoch].time_of_last_ack_eliciting_packet = Some(now);
+
+        let rate = self.congestion.on_stream_packet_sent(
+            bytes_in_flight,
+            size,
+            now,
+            pkt_num,
+        );
+
+        self.epochs[epoch].in_flight_count += 1;
+        self.bytes_in_flight.add(size, now);
+        self.bytes_sent += size;
+
+        #[cfg(test)]
+        {
+            self.epochs[epoch].test_largest_sent_pkt_num_on_path = self.epochs
+                [epoch]
+                .test_largest_sent_pkt_num_on_path
+                .max(Some(pkt_num));
+        }
+
+        let mut frames = smallvec::SmallVec::new();
+        frames.push(frame);
+
+        self.epochs[epoch].sent_packets.push_back(Sent {
+            pkt_num,
+            frames,
+            time_sent: now,
+            time_acked: None,
+            time_lost: None,
+            size,
+            ack_eliciting: true,
+            in_flight: true,
+            delivered: rate.delivered,
+            delivered_time: rate.delivered_time,
+            first_sent_time: rate.first_sent_time,
+            is_app_limited: rate.is_app_limited,
+            tx_in_flight: bytes_in_flight,
+            lost: self.bytes_lost,
+            has_data: true,
+            is_pmtud_probe: false,
+        });
+    }
+
+    fn on_stream_burst_sent(
+        &mut self, handshake_status: HandshakeStatus, now: Instant,
+    ) {
+        self.set_loss_detection_timer(handshake_status, now);
+    }
+
     fn get_packet_send_time(&self, now: Instant) -> Instant {
         now
     }

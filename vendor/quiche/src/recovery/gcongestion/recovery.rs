@@ -735,6 +735,43 @@ impl RecoveryOps for GRecovery {
             self.epochs[epoch].loss_probes.saturating_sub(1);
     }
 
+    fn on_stream_packet_sent(
+        &mut self, pkt_num: u64, frame: frame::Frame, size: usize,
+        handshake_status: HandshakeStatus, now: Instant,
+    ) {
+        let mut frames = SmallVec::new();
+        frames.push(frame);
+        let pkt = Sent {
+            pkt_num,
+            frames,
+            time_sent: now,
+            time_acked: None,
+            time_lost: None,
+            size,
+            ack_eliciting: true,
+            in_flight: true,
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            is_app_limited: false,
+            tx_in_flight: 0,
+            lost: 0,
+            has_data: true,
+            is_pmtud_probe: false,
+        };
+        self.on_packet_sent(
+            pkt,
+            packet::Epoch::Application,
+            handshake_status,
+            now,
+            "",
+        );
+    }
+
+    fn on_stream_burst_sent(&mut self, _: HandshakeStatus, _: Instant) {
+        // on_packet_sent set the timer for every packet.
+    }
+
     fn on_packet_sent(
         &mut self, pkt: Sent, epoch: packet::Epoch,
         handshake_status: HandshakeStatus, now: Instant, trace_id: &str,
