@@ -42,7 +42,8 @@ impl SharedSocket for TcpStream {
     fn poll_send(&self, cx: &mut Context<'_>, parts: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.poll_write_ready(cx))?;
-            // One part: `send`, which costs the kernel less than a one-element `writev`.
+            // One part: `send`, as tokio's own `poll_write` does, rather than a one-element
+            // `writev`.
             let sent = match parts {
                 [one] => self.try_write(one),
                 _ => self.try_write_vectored(parts),
@@ -57,6 +58,8 @@ impl SharedSocket for TcpStream {
     fn poll_recv(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         loop {
             ready!(self.poll_read_ready(cx))?;
+            // The readers here (tokio's `BufReader`, tokio-boring's BIO) hand over
+            // initialized buffers, so this zeroes nothing.
             match self.try_read(buf.initialize_unfilled()) {
                 Ok(n) => {
                     buf.advance(n);
