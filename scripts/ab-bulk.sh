@@ -11,11 +11,12 @@
 #   scripts/ab-bulk.sh quic:pmtu_discovery=true quic:pmtu_discovery=false
 #   scripts/ab-bulk.sh client:--udp-recv-buffer=4194304 client:--udp-recv-buffer=0
 #   ROUNDS=5 KIND=https DURATION=6s scripts/ab-bulk.sh A B ...    # defaults: 3, h3, 6s
+#   KIND=h3-upload scripts/ab-bulk.sh A B     # uploads (h3-upload, https-upload) instead of downloads
 #   CLIENT_ARGS="--ack-every 10" scripts/ab-bulk.sh A B     # load-generator arguments for every variant
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
-[ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 KIND=${KIND:-h3}
 DURATION=${DURATION:-6s}

@@ -279,6 +279,21 @@ impl H3Conn {
     /// GET `path`, reading the whole body; returns (status, body bytes). Works before the
     /// handshake completes when resuming (0-RTT).
     pub async fn get(&mut self, t: &H3Target) -> anyhow::Result<(u16, u64)> {
+        self.request(t, b"GET", 0).await
+    }
+
+    /// POST `path` with a body of `body_len` bytes, sent as fast as flow control lets it,
+    /// then reads the response; returns (status, response body bytes).
+    pub async fn post(&mut self, t: &H3Target, body_len: u64) -> anyhow::Result<(u16, u64)> {
+        self.request(t, b"POST", body_len).await
+    }
+
+    async fn request(
+        &mut self,
+        t: &H3Target,
+        method: &[u8],
+        body_len: u64,
+    ) -> anyhow::Result<(u16, u64)> {
         while !(self.conn.is_established() || self.conn.is_in_early_data()) {
             self.step().await?;
         }
@@ -288,18 +303,37 @@ impl H3Conn {
                 &self.h3cfg,
             )?);
         }
-        let req = [
-            quiche::h3::Header::new(b":method", b"GET"),
+        let length = body_len.to_string();
+        let mut req = vec![
+            quiche::h3::Header::new(b":method", method),
             quiche::h3::Header::new(b":scheme", b"https"),
             quiche::h3::Header::new(b":authority", t.host.as_bytes()),
             quiche::h3::Header::new(b":path", t.path.as_bytes()),
         ];
+        if body_len > 0 {
+            req.push(quiche::h3::Header::new(
+                b"content-length",
+                length.as_bytes(),
+            ));
+        }
         let h3 = self.h3.as_mut().expect("set above");
-        let sid = h3.send_request(&mut self.conn, &req, true)?;
+        let sid = h3.send_request(&mut self.conn, &req, body_len == 0)?;
+        let chunk = [0x5au8; 16_384];
+        let mut body_sent = 0u64;
         let (mut status, mut bytes) = (0u16, 0u64);
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let h3 = self.h3.as_mut().expect("set above");
+            // As much of the request body as the stream's flow control takes now.
+            while body_sent < body_len {
+                let n = (body_len - body_sent).min(chunk.len() as u64) as usize;
+                let fin = body_sent + n as u64 == body_len;
+                match h3.send_body(&mut self.conn, sid, &chunk[..n], fin) {
+                    Ok(0) | Err(quiche::h3::Error::Done) => break,
+                    Ok(w) => body_sent += w as u64,
+                    Err(e) => bail!("h3 send_body: {e}"),
+                }
+            }
             loop {
                 match h3.poll(&mut self.conn) {
                     Ok((s, quiche::h3::Event::Headers { list, .. })) if s == sid => {
@@ -336,7 +370,7 @@ impl H3Conn {
     }
 }
 
-/// One worker of `h3-handshake`, `h3-requests` or `h3-download`.
+/// One worker of `h3-handshake`, `h3-requests`, `h3-download` or `h3-upload`.
 pub async fn worker(
     t: std::sync::Arc<H3Target>,
     args: std::sync::Arc<BenchArgs>,
@@ -396,11 +430,17 @@ pub async fn worker(
         _ => {
             let mut c = H3Conn::connect(&t, None).await?;
             c.handshake().await?;
+            let upload = args.mode == Mode::H3Upload;
             while rec.start_op() {
                 let start = Instant::now();
-                match c.get(&t).await {
+                let r = if upload {
+                    c.post(&t, args.upload_bytes).await
+                } else {
+                    c.get(&t).await
+                };
+                match r {
                     Ok((200, n)) => {
-                        rec.bytes(n);
+                        rec.bytes(if upload { args.upload_bytes } else { n });
                         rec.ok(start.elapsed());
                     }
                     Ok((s, _)) => rec.error(&anyhow!("status {s}")),

@@ -18,7 +18,8 @@ use boring::ssl::{SslConnector, SslMethod, SslSessionCacheMode, SslVerifyMode, S
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use http::{Request, Uri};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper_util::rt::TokioIo;
 use stats::{Recorder, Summary};
 use std::net::SocketAddr;
@@ -46,6 +47,11 @@ pub enum Mode {
     H3Download,
     /// Bulk HTTPS download (HTTP/1.1 over TLS, or HTTP/2 with `--http h2`), the same figures for comparison.
     HttpsDownload,
+    /// Bulk HTTP/3 upload: POSTs of `--upload-bytes` each (use the demo upstream's /discard):
+    /// Gbit/s and server CPU s/GB.
+    H3Upload,
+    /// Bulk HTTPS upload, the same over HTTP/1.1 (or HTTP/2 with `--http h2`).
+    HttpsUpload,
     /// In-process signs/s and latency per key engine, algorithm and concurrency (no server).
     Engine,
     /// Timing-leak check (dudect) of the RSA kernel: fixed vs random exponent, Welch's t.
@@ -150,6 +156,9 @@ pub struct BenchArgs {
     /// acknowledges every 10 packets of a bulk transfer.
     #[arg(long, default_value_t = 0)]
     pub ack_every: usize,
+    /// h3-upload, https-upload: bytes in each request's body.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub upload_bytes: u64,
     /// sign-load --engine remote: connections per key server.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
@@ -260,8 +269,20 @@ async fn one_handshake(t: &Target, resume: bool) -> anyhow::Result<bool> {
     Ok(s.ssl().session_reused())
 }
 
+/// A request body of `total` bytes, in 64 KiB frames sliced from one shared buffer.
+fn upload_body(total: u64) -> BoxBody<Bytes, std::convert::Infallible> {
+    const CHUNK: u64 = 64 * 1024;
+    let chunk = Bytes::from(vec![0x5a; CHUNK as usize]);
+    let frames = (0..total.div_ceil(CHUNK)).map(move |i| {
+        let len = (total - i * CHUNK).min(CHUNK) as usize;
+        Ok(hyper::body::Frame::data(chunk.slice(..len)))
+    });
+    StreamBody::new(futures_util::stream::iter(frames)).boxed()
+}
+
 async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> anyhow::Result<()> {
     let uri: Uri = args.url.parse()?;
+    let upload = args.mode == Mode::HttpsUpload;
     'reconnect: while !rec.should_stop() {
         let s = match t.tls_connect(false).await {
             Ok(s) => s,
@@ -276,14 +297,21 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                 let mut sender = $sender;
                 while rec.start_op() {
                     let start = Instant::now();
+                    let (method, body) = if upload {
+                        (http::Method::POST, upload_body(args.upload_bytes))
+                    } else {
+                        (http::Method::GET, Empty::<Bytes>::new().boxed())
+                    };
                     // HTTP/1.1: origin-form target plus Host; HTTP/2: the full URI
                     // becomes :scheme/:authority/:path.
                     let req = match args.http {
-                        HttpVersion::H1 => Request::get(t.path.as_str())
+                        HttpVersion::H1 => Request::builder()
+                            .uri(t.path.as_str())
                             .header(http::header::HOST, t.host.as_str()),
-                        HttpVersion::H2 => Request::get(uri.clone()),
+                        HttpVersion::H2 => Request::builder().uri(uri.clone()),
                     }
-                    .body(Empty::<Bytes>::new())?;
+                    .method(method)
+                    .body(body)?;
                     let r = async {
                         let resp = sender.send_request(req).await?;
                         let status = resp.status();
@@ -299,7 +327,7 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                     .await;
                     match r {
                         Ok((st, n)) if st.is_success() => {
-                            rec.bytes(n);
+                            rec.bytes(if upload { args.upload_bytes } else { n });
                             rec.ok(start.elapsed())
                         }
                         Ok((st, _)) => rec.error(&anyhow!("status {}", st.as_u16())),
@@ -390,7 +418,9 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
         .next()
         .ok_or_else(|| anyhow!("cannot resolve {host}"))?;
     let alpn: &[u8] = match (args.mode, args.http) {
-        (Mode::HttpsRequests | Mode::HttpsDownload, HttpVersion::H2) => b"\x02h2",
+        (Mode::HttpsRequests | Mode::HttpsDownload | Mode::HttpsUpload, HttpVersion::H2) => {
+            b"\x02h2"
+        }
         _ => b"\x08http/1.1",
     };
     let session = Arc::new(Mutex::new(None));
@@ -434,8 +464,10 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     }
                     Ok(())
                 }
-                Mode::HttpsRequests | Mode::HttpsDownload => request_worker(t, args, rec).await,
-                Mode::H3Handshake | Mode::H3Requests | Mode::H3Download => {
+                Mode::HttpsRequests | Mode::HttpsDownload | Mode::HttpsUpload => {
+                    request_worker(t, args, rec).await
+                }
+                Mode::H3Handshake | Mode::H3Requests | Mode::H3Download | Mode::H3Upload => {
                     let h3t = Arc::new(h3::H3Target {
                         addr: t.addr,
                         host: t.host.clone(),

@@ -56,7 +56,7 @@ impl Recorder {
         self.inner.lock().unwrap().latencies_us.push(us);
     }
 
-    /// Counts response body bytes (download modes).
+    /// Counts body bytes moved: responses in download modes, requests in upload modes.
     pub fn bytes(&self, n: u64) {
         self.inner.lock().unwrap().bytes += n;
     }
@@ -99,10 +99,10 @@ pub struct Summary {
     pub latency_ms_p99: f64,
     pub server_cpu_seconds: Option<f64>,
     pub server_cpu_us_per_op: Option<f64>,
-    /// Response body bytes received (download modes).
+    /// Body bytes moved (download and upload modes).
     pub bytes: u64,
     pub gbit_per_sec: f64,
-    /// Server CPU seconds per GB (10^9 bytes) of response body.
+    /// Server CPU seconds per GB (10^9 bytes) of body moved.
     pub server_cpu_seconds_per_gb: Option<f64>,
     /// The user-space part of `server_cpu_seconds_per_gb`.
     pub server_user_cpu_seconds_per_gb: Option<f64>,

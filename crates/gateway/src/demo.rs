@@ -218,7 +218,7 @@ async fn demo_service(req: Request<Incoming>) -> Result<Response<DemoBody>, hype
         (&Method::GET, "/") => full(
             StatusCode::OK,
             "text/html; charset=utf-8",
-            "<!doctype html><title>rampart demo</title><h1>Hello from the rampart demo upstream</h1>\n<p>Try /bytes/1024, /headers, POST /echo, /delay/100</p>\n",
+            "<!doctype html><title>rampart demo</title><h1>Hello from the rampart demo upstream</h1>\n<p>Try /bytes/1024, /headers, POST /echo, POST /discard, /delay/100</p>\n",
         ),
         (&Method::GET, "/headers") => {
             let map: serde_json::Map<String, serde_json::Value> = req
@@ -227,6 +227,18 @@ async fn demo_service(req: Request<Incoming>) -> Result<Response<DemoBody>, hype
                 .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
                 .collect();
             full(StatusCode::OK, "application/json", serde_json::to_vec_pretty(&map).unwrap_or_default())
+        }
+        (&Method::POST | &Method::PUT, "/discard") => {
+            // Reads the whole body and answers how many bytes it had: the sink of the upload
+            // benchmarks.
+            let mut body = req.into_body();
+            let mut n = 0u64;
+            while let Some(frame) = body.frame().await {
+                if let Some(d) = frame?.data_ref() {
+                    n += d.len() as u64;
+                }
+            }
+            full(StatusCode::OK, "text/plain", format!("{n}\n"))
         }
         (&Method::POST | &Method::PUT, "/echo") => {
             let ctype = req.headers().get(header::CONTENT_TYPE).cloned();

@@ -386,3 +386,18 @@ async fn streamed_chunks_are_sent_without_waiting_for_more() {
     }
     assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
 }
+
+/// The demo upstream's `/discard` (the upload benchmarks' sink) counts a proxied request body,
+/// over HTTP/1.1 and HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_counts_an_uploaded_body() {
+    let fx = start("", "").await;
+    for http in ["--http1.1", "--http2"] {
+        let mut cmd = std::process::Command::new("sh");
+        let port = fx.port();
+        cmd.arg("-c").arg(format!(
+            "head -c 3000000 /dev/zero | curl -sS --insecure {http} --max-time 20 --resolve localhost:{port}:127.0.0.1 --data-binary @- https://localhost:{port}/discard"
+        ));
+        assert_eq!(stdout(&run(cmd).await).trim(), "3000000", "{http}");
+    }
+}
