@@ -144,6 +144,11 @@ pub struct BenchArgs {
     /// carry it; without, the kernel splits every send into datagrams on the server's CPU.
     #[arg(long)]
     pub no_gro: bool,
+    /// HTTP/3 modes: send every packet with its own `sendto` instead of runs of full-size
+    /// packets as one GSO buffer (UDP_SEGMENT). With GSO an upload crosses loopback as
+    /// coalesced buffers, as a receiving NIC's GRO would hand them to the server.
+    #[arg(long)]
+    pub no_gso: bool,
     /// HTTP/3 modes: the client socket's receive buffer (SO_RCVBUF, bytes; the kernel caps it
     /// at net.core.rmem_max). 0, the default, keeps the kernel's (often 208 KiB, which drops
     /// whole 64-packet GSO trains now and then); Chromium asks for 1 MiB, quic-go for 7 MiB.
@@ -476,6 +481,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                         gro: !args.no_gro,
                         recv_buffer: args.udp_recv_buffer,
                         ack_every: args.ack_every,
+                        gso: !args.no_gso,
                     });
                     h3::worker(h3t, args, rec).await
                 }

@@ -306,6 +306,10 @@ pub struct QuicConfig {
     /// path carries) with `pmtu_discovery`, else 1350 (fits every common path MTU without
     /// discovery). Read it with [`QuicConfig::max_udp_payload`].
     pub max_udp_payload: Option<usize>,
+    /// ACK decimation: in-order ack-eliciting packets received before an ACK is sent, unless
+    /// a quarter of the RTT (1 ms to `max_ack_delay`) passes first. A gap is acknowledged at
+    /// once. 1 acknowledges every batch of received packets, as quiche does by default.
+    pub ack_eliciting_threshold: u64,
 }
 
 impl QuicConfig {
@@ -335,6 +339,7 @@ impl Default for QuicConfig {
             initial_congestion_window: 10,
             pmtu_discovery: true,
             max_udp_payload: None,
+            ack_eliciting_threshold: 10,
         }
     }
 }
@@ -796,6 +801,12 @@ impl Config {
                         format!("{}: expected 2..=1000 packets", q.initial_congestion_window),
                     );
                 }
+                if !(1..=1000).contains(&q.ack_eliciting_threshold) {
+                    return err(
+                        format!("{p}.quic.ack_eliciting_threshold"),
+                        format!("{}: expected 1..=1000 packets", q.ack_eliciting_threshold),
+                    );
+                }
                 if !(1200..=65527).contains(&q.max_udp_payload()) {
                     return err(
                         format!("{p}.quic.max_udp_payload"),
@@ -1123,6 +1134,9 @@ endpoints = ["127.0.0.1:8080"]
         let e = parse(&with_quic("initial_congestion_window = 1")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.initial_congestion_window");
         assert!(e.message.contains("2..=1000"), "{e}");
+        let e = parse(&with_quic("ack_eliciting_threshold = 0")).unwrap_err();
+        assert_eq!(e.path, "listeners[0].quic.ack_eliciting_threshold");
+        assert!(e.message.contains("1..=1000"), "{e}");
         let e = parse(&with_quic("max_udp_payload = 70000")).unwrap_err();
         assert_eq!(e.path, "listeners[0].quic.max_udp_payload");
         let e = parse(&with_quic("retry = \"sometimes\"")).unwrap_err();

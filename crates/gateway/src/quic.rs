@@ -196,6 +196,7 @@ pub async fn serve(
     settings.max_send_udp_payload_size = cfg.max_udp_payload();
     settings.discover_path_mtu = cfg.pmtu_discovery;
     settings.pmtud_min_sent_bytes = PMTUD_MIN_SENT_BYTES;
+    settings.ack_eliciting_threshold = cfg.ack_eliciting_threshold;
     // quiche probes no higher than the max_udp_payload_size transport parameter it sends (a
     // path is taken to carry the same size both ways), so the server also takes datagrams
     // up to the ceiling.

@@ -951,6 +951,13 @@ pub struct PktNumSpace {
 
     /// Track if a received packet is ack eliciting.
     pub ack_elicited: bool,
+
+    /// rampart: ack-eliciting packets received since the last ACK was sent.
+    pub ack_eliciting_unacked: u64,
+
+    /// rampart: when an ACK held back by `Config::set_ack_eliciting_threshold`
+    /// is due.
+    pub ack_deadline: Option<Instant>,
 }
 
 impl PktNumSpace {
@@ -963,11 +970,15 @@ impl PktNumSpace {
             recv_pkt_need_ack: ranges::RangeSet::new(crate::MAX_ACK_RANGES),
             recv_pkt_num: PktNumWindow::default(),
             ack_elicited: false,
+            ack_eliciting_unacked: 0,
+            ack_deadline: None,
         }
     }
 
     pub fn clear(&mut self) {
         self.ack_elicited = false;
+        self.ack_eliciting_unacked = 0;
+        self.ack_deadline = None;
     }
 
     pub fn ready(&self) -> bool {

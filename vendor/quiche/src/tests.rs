@@ -1410,6 +1410,74 @@ fn stream_burst_records_its_packets_and_arms_the_timer(
 }
 
 #[rstest]
+/// rampart: with `Config::set_ack_eliciting_threshold(10)` (quiche patch 18)
+/// the server acknowledges in-order 1-RTT packets on the tenth one, a packet
+/// that leaves a gap at once, and a held-back ACK when its timer fires.
+fn ack_decimation_tenth_packet_gap_and_timer(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
+    config.set_initial_max_data(10_000_000);
+    config.set_initial_max_stream_data_bidi_remote(10_000_000);
+    config.set_ack_eliciting_threshold(10);
+    let mut pipe = test_utils::Pipe::with_server_config(&mut config).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert_eq!(pipe.advance(), Ok(()));
+    assert!(pipe.server.is_established());
+
+    // One client packet carrying a little stream data: ack-eliciting.
+    let client_packet = |pipe: &mut test_utils::Pipe| {
+        assert_eq!(pipe.client.stream_send(4, &[1; 10], false), Ok(10));
+        let mut buf = [0; 1500];
+        let (len, _) = pipe.client.send(&mut buf).unwrap();
+        buf[..len].to_vec()
+    };
+    let server_acks = |pipe: &mut test_utils::Pipe| {
+        let mut buf = [0; 1500];
+        match server_packet(pipe, &mut buf) {
+            Ok((_, frames, _)) =>
+                frames.iter().any(|f| matches!(f, frame::Frame::ACK { .. })),
+            Err(Error::Done) => false,
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+
+    // Nine in order: no ACK, and the ACK timer is armed.
+    for _ in 0..9 {
+        let mut pkt = client_packet(&mut pipe);
+        assert_eq!(pipe.server_recv(&mut pkt), Ok(pkt.len()));
+        assert!(!server_acks(&mut pipe));
+    }
+    assert!(pipe.server.timeout().is_some_and(|t| t <= Duration::from_millis(25)));
+    // The tenth: acknowledged.
+    let mut pkt = client_packet(&mut pipe);
+    assert_eq!(pipe.server_recv(&mut pkt), Ok(pkt.len()));
+    assert!(server_acks(&mut pipe));
+
+    // A packet that leaves a gap (the one before it never arrives): at once.
+    let lost = client_packet(&mut pipe);
+    let mut pkt = client_packet(&mut pipe);
+    assert_eq!(pipe.server_recv(&mut pkt), Ok(pkt.len()));
+    assert!(server_acks(&mut pipe));
+
+    // A later in-order packet is held back until the ACK timer fires. (The
+    // gap above is still open for the server, so first fill it: it arrives
+    // late, out of order, and is acknowledged at once.)
+    let mut late = lost;
+    assert_eq!(pipe.server_recv(&mut late), Ok(late.len()));
+    assert!(server_acks(&mut pipe));
+    // Acknowledge the server's ACK packets so its ranges shrink to one.
+    assert_eq!(pipe.advance(), Ok(()));
+    let mut pkt = client_packet(&mut pipe);
+    assert_eq!(pipe.server_recv(&mut pkt), Ok(pkt.len()));
+    assert!(!server_acks(&mut pipe), "acknowledged before the timer");
+    let timer = pipe.server.timeout().unwrap();
+    std::thread::sleep(timer + Duration::from_millis(1));
+    pipe.server.on_timeout();
+    assert!(server_acks(&mut pipe));
+}
+
+#[rstest]
 /// rampart: one ACK covering many packets of a stream applies their ranges
 /// together; a packet that never arrived leaves a hole that stays unacked
 /// until it is retransmitted, and the stream completes only then.

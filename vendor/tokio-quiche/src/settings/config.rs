@@ -186,6 +186,7 @@ fn make_quiche_config(
     config.discover_pmtu(quic_settings.discover_path_mtu);
     config.set_pmtud_max_probes(quic_settings.pmtud_max_probes);
     config.set_pmtud_min_sent_bytes(quic_settings.pmtud_min_sent_bytes);
+    config.set_ack_eliciting_threshold(quic_settings.ack_eliciting_threshold);
     config.enable_hystart(quic_settings.enable_hystart);
 
     config.enable_pacing(quic_settings.enable_pacing);

@@ -204,6 +204,14 @@ pub struct QuicSettings {
     #[serde(default)]
     pub pmtud_min_sent_bytes: u64,
 
+    /// rampart: ack-eliciting 1-RTT packets received in order before an ACK is
+    /// sent, the ACK timer aside (quiche's
+    /// `Config::set_ack_eliciting_threshold`).
+    ///
+    /// Defaults to 1: acknowledge at the next send, as quiche does.
+    #[serde(default = "QuicSettings::default_ack_eliciting_threshold")]
+    pub ack_eliciting_threshold: u64,
+
     /// Whether to use HyStart++ (only with `cubic` and `reno` CC).
     ///
     /// Defaults to `true`.
@@ -379,6 +387,10 @@ pub struct QuicSettings {
 
 impl QuicSettings {
     #[inline]
+    fn default_ack_eliciting_threshold() -> u64 {
+        1
+    }
+
     fn default_alpn() -> Vec<Vec<u8>> {
         quiche::h3::APPLICATION_PROTOCOL
             .iter()
