@@ -29,49 +29,41 @@ pub struct H3Target {
 /// The most packets one GSO send carries: 48 full datagrams stay under 64 KiB.
 const GSO_SEGMENTS: usize = 48;
 
-/// Has the kernel cut every send larger than `MAX_DATAGRAM` into datagrams of that size
-/// (Linux UDP_SEGMENT as a socket option); false where it cannot.
+/// Sets a SOL_UDP integer socket option; false where the kernel refuses it.
 #[cfg(target_os = "linux")]
-fn enable_gso(sock: &UdpSocket) -> bool {
+fn set_udp_option(sock: &UdpSocket, option: libc::c_int, value: libc::c_int) -> bool {
     use std::os::fd::AsRawFd;
-    let size = MAX_DATAGRAM as libc::c_int;
     // SAFETY: a valid socket descriptor, and a pointer to an int that lives for the call with
     // its exact size.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&size as *const libc::c_int).cast(),
+            option,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     rc == 0
 }
 
-#[cfg(not(target_os = "linux"))]
-fn enable_gso(_sock: &UdpSocket) -> bool {
-    false
+/// Has the kernel cut every send larger than `MAX_DATAGRAM` into datagrams of that size
+/// (Linux UDP_SEGMENT as a socket option); false where it cannot.
+#[cfg(target_os = "linux")]
+fn enable_gso(sock: &UdpSocket) -> bool {
+    set_udp_option(sock, libc::UDP_SEGMENT, MAX_DATAGRAM as libc::c_int)
 }
 
 /// Asks the kernel to hand over a GSO train as one buffer (Linux UDP_GRO); false where it
 /// cannot, and datagrams then arrive one by one.
 #[cfg(target_os = "linux")]
 fn enable_gro(sock: &UdpSocket) -> bool {
-    use std::os::fd::AsRawFd;
-    let on: libc::c_int = 1;
-    // SAFETY: a valid socket descriptor, and a pointer to an int that lives for the call with
-    // its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    rc == 0
+    set_udp_option(sock, libc::UDP_GRO, 1)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enable_gso(_sock: &UdpSocket) -> bool {
+    false
 }
 
 #[cfg(not(target_os = "linux"))]
