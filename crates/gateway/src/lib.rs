@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod quic;
 pub mod quic_workers;
+mod recv_buffer;
 pub mod router;
 mod send_coalescer;
 pub mod server;

@@ -4,6 +4,7 @@
 use crate::body::client_body;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
+use crate::recv_buffer::RecvBuffer;
 use crate::send_coalescer;
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
@@ -13,16 +14,8 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-
-/// Socket reads go through a small buffer: BoringSSL asks for a record's 5-byte header and
-/// then its body, which would otherwise cost two `recv` calls per record. Records larger than
-/// the buffer are read straight into BoringSSL's buffer. Writes go through a
-/// [`send_coalescer::CoalescingSocket`]: the TLS records written during one poll of the
-/// connection's task leave in one `send`.
-const READ_BUFFER: usize = 4096;
 
 pub struct TcpListenerTask {
     pub listener: TcpListener,
@@ -128,9 +121,12 @@ async fn serve_connection(
     let m = &shared.metrics;
     let listener = shared.listener.as_str();
     let start = Instant::now();
+    // Under the TLS stream: reads of up to 64 KiB served from a buffer held only while data
+    // flows (`RecvBuffer`), and writes held until the task's poll ends
+    // (`send_coalescer::CoalescingSocket`), so several TLS records share a syscall each way.
     let (socket, send) = send_coalescer::coalescing(tcp);
     let handshake = tokio::select! {
-        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, BufReader::with_capacity(READ_BUFFER, socket))) => r,
+        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, RecvBuffer::new(socket))) => r,
         _ = stop.wait_for(|s| *s) => return,
     };
     let stream = match handshake {
