@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of the gateway's bulk-download CPU per GB, variants alternating round by round so that the
+# A/B of the gateway's bulk-transfer CPU per GB, variants alternating round by round so that the
 # machine's drift falls on every variant alike. A variant is a gateway binary (a path),
 # environment settings for ./target/release/rampart (NAME=VALUE, several joined with commas), or
 # settings added to the listener's [listeners.quic] table (quic:KEY=VALUE, several joined with
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 KIND=${KIND:-h3}
 DURATION=${DURATION:-6s}
