@@ -132,6 +132,64 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for RecvBuffer<S> {
     }
 }
 
+/// A TLS stream whose reads take every record already received, not one record per call.
+///
+/// BoringSSL's `SSL_read` returns at most one record's plaintext (16 KiB), so each read by
+/// hyper became one request-body chunk and, after it, one `writev` to the upstream. With
+/// [`RecvBuffer`] below the TLS stream several records are often in memory already: this
+/// reads on while bytes are held there (or inside BoringSSL) and the caller has room, so a
+/// chunk carries all of them. It never reads on into an empty buffer: that read would come
+/// back `Pending` and cost a wake-up.
+pub struct ReadAvailable<S>(pub tokio_boring::SslStream<RecvBuffer<S>>);
+
+impl<S> ReadAvailable<S> {
+    fn more_held(&self) -> bool {
+        let held = self.0.get_ref();
+        held.pos < held.buf.len() || self.0.ssl().pending() > 0
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ReadAvailable<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let first = Pin::new(&mut self.0).poll_read(cx, out);
+        if !matches!(first, Poll::Ready(Ok(()))) {
+            return first;
+        }
+        // Go on while bytes are held; a read that brings none (a record not whole yet, the
+        // end of the stream, an error) ends this call, and the caller meets it on the next.
+        while out.remaining() > 0 && self.more_held() {
+            let before = out.filled().len();
+            match Pin::new(&mut self.0).poll_read(cx, out) {
+                Poll::Ready(Ok(())) if out.filled().len() > before => {}
+                _ => break,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ReadAvailable<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 use crate::body::client_body;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
-use crate::recv_buffer::RecvBuffer;
+use crate::recv_buffer::{ReadAvailable, RecvBuffer};
 use crate::send_coalescer;
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
@@ -182,7 +182,7 @@ async fn serve_connection(
             proxy::handle(shared.clone(), info.clone(), req.map(client_body))
         })
     };
-    let io = TokioIo::new(stream);
+    let io = TokioIo::new(ReadAvailable(stream));
     let result = if h2 {
         let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         b.timer(TokioTimer::new())
