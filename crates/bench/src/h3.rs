@@ -349,7 +349,6 @@ impl H3Conn {
                 &self.h3cfg,
             )?);
         }
-        let length = body_len.to_string();
         let mut req = vec![
             quiche::h3::Header::new(b":method", method),
             quiche::h3::Header::new(b":scheme", b"https"),
@@ -359,7 +358,7 @@ impl H3Conn {
         if body_len > 0 {
             req.push(quiche::h3::Header::new(
                 b"content-length",
-                length.as_bytes(),
+                body_len.to_string().as_bytes(),
             ));
         }
         let h3 = self.h3.as_mut().expect("set above");

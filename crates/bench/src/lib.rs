@@ -94,7 +94,7 @@ pub struct BenchArgs {
     /// h3-handshake: resume and send the request as 0-RTT early data.
     #[arg(long)]
     pub early_data: bool,
-    /// HTTP version for https-requests and https-download.
+    /// HTTP version for https-requests, https-download and https-upload.
     #[arg(long, value_enum, default_value = "h1")]
     pub http: HttpVersion,
     /// TLS version: 1.2 or 1.3.

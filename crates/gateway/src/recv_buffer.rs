@@ -1,4 +1,4 @@
-//! Several TLS records per `recv`, with no buffer held by an idle connection.
+//! Several TLS records per `recv`, with no large buffer held by an idle connection.
 //!
 //! BoringSSL reads a record's 5-byte header, then its body (up to 16 KiB and 17 bytes). Read
 //! straight from the socket that is two `recv` calls per record; through a small buffer
@@ -48,9 +48,14 @@ impl<S> RecvBuffer<S> {
         }
     }
 
+    /// Received bytes not yet read.
+    fn held(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
     /// Copies held bytes into `out`; true if there were any.
     fn serve(&mut self, out: &mut ReadBuf<'_>) -> bool {
-        let held = &self.buf[self.pos..];
+        let held = self.held();
         if held.is_empty() {
             return false;
         }
@@ -144,8 +149,7 @@ pub struct ReadAvailable<S>(pub tokio_boring::SslStream<RecvBuffer<S>>);
 
 impl<S> ReadAvailable<S> {
     fn more_held(&self) -> bool {
-        let held = self.0.get_ref();
-        held.pos < held.buf.len() || self.0.ssl().pending() > 0
+        !self.0.get_ref().held().is_empty() || self.0.ssl().pending() > 0
     }
 }
 
@@ -160,7 +164,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ReadAvailable<S> {
             return first;
         }
         // Go on while bytes are held; a read that brings none (a record not whole yet, the
-        // end of the stream, an error) ends this call, and the caller meets it on the next.
+        // end of the stream, an error) ends this call with the bytes read so far. The caller's
+        // next read meets the end of the stream or the error again (a socket error as the
+        // closed socket that follows it).
         while out.remaining() > 0 && self.more_held() {
             let before = out.filled().len();
             match Pin::new(&mut self.0).poll_read(cx, out) {

@@ -4180,12 +4180,8 @@ impl<F: BufFactory> Connection<F> {
             done = written;
             left = 0;
 
-            // A burst of one: its record left the loss-detection timer.
-            let handshake_status = self.handshake_status();
-            self.paths
-                .get_mut(send_pid)?
-                .recovery
-                .on_stream_burst_sent(handshake_status, now);
+            // A burst of one.
+            self.on_stream_burst_sent(send_pid, now)?;
         }
 
         // Generate coalesced packets.
@@ -4333,13 +4329,8 @@ impl<F: BufFactory> Connection<F> {
             }
         }
 
-        // The packets' records left the loss-detection timer to the burst.
         if packets > 0 {
-            let handshake_status = self.handshake_status();
-            self.paths
-                .get_mut(send_pid)?
-                .recovery
-                .on_stream_burst_sent(handshake_status, now);
+            self.on_stream_burst_sent(send_pid, now)?;
         }
 
         result.map(|()| (packets, written))
@@ -6184,6 +6175,19 @@ impl<F: BufFactory> Connection<F> {
             &self.trace_id,
         );
 
+        Ok(())
+    }
+
+    /// rampart: after stream-only packets on `send_pid`, whose records left
+    /// the loss-detection timer to the end of their burst (quiche patch 17).
+    fn on_stream_burst_sent(
+        &mut self, send_pid: usize, now: Instant,
+    ) -> Result<()> {
+        let handshake_status = self.handshake_status();
+        self.paths
+            .get_mut(send_pid)?
+            .recovery
+            .on_stream_burst_sent(handshake_status, now);
         Ok(())
     }
 

@@ -84,31 +84,27 @@ impl Rate {
     pub fn on_packet_sent(
         &mut self, pkt: &mut Sent, bytes_in_flight: usize, bytes_lost: u64,
     ) {
-        // No packets in flight.
-        if bytes_in_flight == 0 {
-            self.first_sent_time = pkt.time_sent;
-            self.delivered_time = pkt.time_sent;
-        }
+        let fields = self.on_sent(pkt.pkt_num, pkt.time_sent, bytes_in_flight);
 
-        pkt.first_sent_time = self.first_sent_time;
-        pkt.delivered_time = self.delivered_time;
-        pkt.delivered = self.delivered;
-        pkt.is_app_limited = self.app_limited();
+        pkt.first_sent_time = fields.first_sent_time;
+        pkt.delivered_time = fields.delivered_time;
+        pkt.delivered = fields.delivered;
+        pkt.is_app_limited = fields.is_app_limited;
         pkt.tx_in_flight = bytes_in_flight;
         pkt.lost = bytes_lost;
-
-        self.last_sent_packet = pkt.pkt_num;
     }
 
-    /// rampart: `on_packet_sent` for a packet whose record is built after
-    /// this call (`time_sent` being `now`): the fields it would have set.
-    pub fn on_stream_packet_sent(
-        &mut self, pkt_num: u64, now: Instant, bytes_in_flight: usize,
+    /// rampart: what `on_packet_sent` records of packet `pkt_num`, sent at
+    /// `time_sent`, returned for a record that is built after this call
+    /// (the stream-only writer's, quiche patch 17).
+    #[inline]
+    pub fn on_sent(
+        &mut self, pkt_num: u64, time_sent: Instant, bytes_in_flight: usize,
     ) -> SentRateFields {
         // No packets in flight.
         if bytes_in_flight == 0 {
-            self.first_sent_time = now;
-            self.delivered_time = now;
+            self.first_sent_time = time_sent;
+            self.delivered_time = time_sent;
         }
 
         self.last_sent_packet = pkt_num;

@@ -198,20 +198,12 @@ impl Congestion {
         pkt: &mut Sent, bytes_lost: u64, in_flight: bool,
     ) {
         if in_flight {
-            self.update_app_limited(
-                (bytes_in_flight + sent_bytes) < self.congestion_window,
+            self.on_in_flight_packet_sent(
+                bytes_in_flight,
+                sent_bytes,
+                now,
+                pkt.pkt_num,
             );
-
-            (self.cc_ops.on_packet_sent)(self, sent_bytes, bytes_in_flight, now);
-
-            self.prr.on_packet_sent(sent_bytes);
-
-            // HyStart++: Start of the round in a slow start.
-            if self.hystart.enabled() &&
-                self.congestion_window < self.ssthresh.get()
-            {
-                self.hystart.start_round(pkt.pkt_num);
-            }
         }
 
         pkt.time_sent = now;
@@ -221,13 +213,12 @@ impl Congestion {
             .on_packet_sent(pkt, bytes_in_flight, bytes_lost);
     }
 
-    /// rampart: `on_packet_sent` for an in-flight packet whose record is
-    /// not built yet: the same updates, with the delivery-rate fields the
-    /// record needs returned instead of written into it.
-    pub(crate) fn on_stream_packet_sent(
+    /// The congestion controller's part of sending an in-flight packet.
+    #[inline]
+    fn on_in_flight_packet_sent(
         &mut self, bytes_in_flight: usize, sent_bytes: usize, now: Instant,
         pkt_num: u64,
-    ) -> delivery_rate::SentRateFields {
+    ) {
         self.update_app_limited(
             (bytes_in_flight + sent_bytes) < self.congestion_window,
         );
@@ -241,9 +232,19 @@ impl Congestion {
         {
             self.hystart.start_round(pkt_num);
         }
+    }
 
-        self.delivery_rate
-            .on_stream_packet_sent(pkt_num, now, bytes_in_flight)
+    /// rampart: `on_packet_sent` for an in-flight packet whose record is
+    /// not built yet: the same updates, with the delivery-rate fields the
+    /// record needs returned instead of written into it.
+    pub(crate) fn on_stream_packet_sent(
+        &mut self, bytes_in_flight: usize, sent_bytes: usize, now: Instant,
+        pkt_num: u64,
+    ) -> delivery_rate::SentRateFields {
+        self.on_in_flight_packet_sent(bytes_in_flight, sent_bytes, now, pkt_num);
+
+        // bytes_in_flight is already updated. Use previous value.
+        self.delivery_rate.on_sent(pkt_num, now, bytes_in_flight)
     }
 
     pub(crate) fn on_packets_acked(
