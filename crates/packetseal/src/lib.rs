@@ -6,7 +6,7 @@
 //! twelfth the size of a TLS record. On a bulk download that set-up costs more than the bulk
 //! cipher itself. [`SealKey::seal`] does the same AES-GCM (NIST SP 800-38D, 96-bit nonce,
 //! 128-bit tag) with none of it: the counter blocks of the whole packet go through AES four
-//! to a 512-bit register, thirty-two per round trip, each register of ciphertext is hashed as
+//! to a 512-bit register (two to a 256-bit one), eight registers per round trip, each register of ciphertext is hashed as
 //! it is made (header, ciphertext and lengths block each multiplied by its own precomputed
 //! power of H), and the packet's GHASH is reduced once. Messages longer than 128 blocks
 //! (about 2 KB, more than a packet) go through in windows of 128 blocks, one reduction each.
@@ -15,10 +15,13 @@
 //! headers in the output buffer and the stream data still in the send buffer (`extra_in`),
 //! so the stream bytes are read once, encrypted straight into the packet.
 //!
-//! Only x86-64 with AVX-512 (F, BW, VL), VAES and VPCLMULQDQ is served: [`SealKey::new`]
-//! answers `None` elsewhere, and the caller keeps its own AEAD. AES and carry-less
-//! multiplication in hardware take constant time; nothing here branches on key or data.
-//! Round keys and powers of H are wiped on drop and never printed.
+//! Two register widths are served on x86-64 ([`Width`]): AVX-512 (F, BW, VL) with VAES and
+//! VPCLMULQDQ, four blocks to a register, and AVX2 with VAES and VPCLMULQDQ, two blocks to a
+//! register, for CPUs without AVX-512 (AMD Zen 3, Intel's client cores since Alder Lake).
+//! [`SealKey::new`] takes the widest the CPU has and answers `None` where it has neither; the
+//! caller then keeps its own AEAD. AES and carry-less multiplication in hardware take constant
+//! time; nothing here branches on key or data (only on lengths). Round keys and powers of H are
+//! wiped on drop and never printed.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -57,40 +60,98 @@ impl std::error::Error for SealError {}
 /// wrapping and every length below what GHASH's lengths block could overflow.
 pub const MAX_PLAINTEXT_LEN: usize = 65_535;
 
-/// Whether this CPU runs [`SealKey`] (x86-64 with AVX-512 F/BW/VL, VAES, VPCLMULQDQ, AES-NI).
+/// The register width a [`SealKey`] seals with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    /// Four AES blocks to a 512-bit register: AVX-512 F/BW/VL, VAES, VPCLMULQDQ.
+    Avx512,
+    /// Two AES blocks to a 256-bit register: AVX2, VAES, VPCLMULQDQ.
+    Avx2,
+}
+
+impl Width {
+    /// Every width, widest first.
+    pub const ALL: [Width; 2] = [Width::Avx512, Width::Avx2];
+
+    /// Whether this CPU has the instructions this width needs.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Width::Avx512 => x86::avx512::available(),
+                Width::Avx2 => x86::avx2::available(),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// The widest width this CPU runs, if any.
+    pub fn best() -> Option<Width> {
+        Width::ALL.into_iter().find(|w| w.available())
+    }
+}
+
+/// Whether this CPU runs [`SealKey`] at all (see [`Width`]).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        x86::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Width::best().is_some()
 }
 
 /// An AES-128-GCM or AES-256-GCM key prepared for sealing packets: round keys and the first
 /// 128 powers of the hash key.
 pub struct SealKey {
     #[cfg(target_arch = "x86_64")]
-    inner: Box<x86::Key>,
+    inner: Inner,
+}
+
+#[cfg(target_arch = "x86_64")]
+enum Inner {
+    Avx512(Box<x86::avx512::Key>),
+    Avx2(Box<x86::avx2::Key>),
 }
 
 impl SealKey {
-    /// Prepares `key` (16 bytes for AES-128, 32 for AES-256). `None` when the CPU lacks the
-    /// instructions (see [`available`]) or the key has another length.
+    /// Prepares `key` (16 bytes for AES-128, 32 for AES-256) for the widest width the CPU runs.
+    /// `None` when it runs neither (see [`available`]) or the key has another length.
     pub fn new(key: &[u8]) -> Option<SealKey> {
+        SealKey::with_width(key, Width::best()?)
+    }
+
+    /// Prepares `key` for `width` (for tests and comparisons of the widths). `None` when the
+    /// CPU lacks that width's instructions or the key has another length.
+    pub fn with_width(key: &[u8], width: Width) -> Option<SealKey> {
+        if !width.available() {
+            return None;
+        }
         #[cfg(target_arch = "x86_64")]
         {
-            if !available() {
-                return None;
-            }
-            x86::Key::new(key).map(|inner| SealKey { inner })
+            let inner = match width {
+                Width::Avx512 => Inner::Avx512(x86::avx512::Key::new(key)?),
+                Width::Avx2 => Inner::Avx2(x86::avx2::Key::new(key)?),
+            };
+            Some(SealKey { inner })
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = key;
             None
+        }
+    }
+
+    /// The width this key seals with.
+    pub fn width(&self) -> Width {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self.inner {
+                Inner::Avx512(_) => Width::Avx512,
+                Inner::Avx2(_) => Width::Avx2,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            unreachable!("SealKey is never built off x86-64")
         }
     }
 
@@ -133,7 +194,10 @@ impl SealKey {
         {
             let (text, rest) = buf.split_at_mut(total);
             let tag: &mut [u8; TAG_LEN] = (&mut rest[..TAG_LEN]).try_into().expect("TAG_LEN bytes");
-            self.inner.seal(nonce, aad, text, in_len, extra_in, tag);
+            match &self.inner {
+                Inner::Avx512(k) => k.seal(nonce, aad, text, in_len, extra_in, tag),
+                Inner::Avx2(k) => k.seal(nonce, aad, text, in_len, extra_in, tag),
+            }
             Ok(total + TAG_LEN)
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -1,7 +1,7 @@
 //! `SealKey::seal` produces exactly BoringSSL's AES-GCM ciphertext and tag, for every split of
 //! the plaintext quiche can hand it, and the GCM specification's vectors.
 
-use packetseal::{SealError, SealKey, TAG_LEN};
+use packetseal::{SealError, SealKey, Width, TAG_LEN};
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -10,18 +10,25 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// None (and a note) where the CPU cannot run the sealer: the tests then have nothing to check.
-fn key_or_skip(key: &[u8]) -> Option<SealKey> {
-    let k = SealKey::new(key);
-    if k.is_none() {
-        assert!(
-            !packetseal::available(),
-            "available() but no key for a {}-byte key",
+/// A key for every width this CPU runs (none, with a note, where it runs neither: the tests
+/// then have nothing to check), so each check covers both widths where both exist.
+fn keys_or_skip(key: &[u8]) -> Vec<SealKey> {
+    let keys: Vec<SealKey> = Width::ALL
+        .into_iter()
+        .filter_map(|w| SealKey::with_width(key, w))
+        .collect();
+    for w in Width::ALL {
+        assert_eq!(
+            keys.iter().any(|k| k.width() == w),
+            w.available(),
+            "{w:?}: available() disagrees with the keys built for a {}-byte key",
             key.len()
         );
-        eprintln!("skipped: CPU lacks AVX-512 VAES/VPCLMULQDQ");
     }
-    k
+    if keys.is_empty() {
+        eprintln!("skipped: CPU lacks VAES/VPCLMULQDQ");
+    }
+    keys
 }
 
 /// BoringSSL's AES-GCM seal of a contiguous plaintext: ciphertext ‖ tag.
@@ -93,17 +100,17 @@ fn gcm_specification_vectors() {
             "76fc6ece0f4e1768cddf8853bb2d551b",
         ),
     ] {
-        let Some(k) = key_or_skip(&hex(key)) else {
-            return;
-        };
         let mut expect = hex(cipher);
         expect.extend(hex(tag));
-        for in_len in [0, 16, 32, plain.len()] {
-            assert_eq!(
-                our_seal(&k, &nonce, &aad, &plain, in_len),
-                expect,
-                "key {key} split {in_len}"
-            );
+        for k in keys_or_skip(&hex(key)) {
+            for in_len in [0, 16, 32, plain.len()] {
+                assert_eq!(
+                    our_seal(&k, &nonce, &aad, &plain, in_len),
+                    expect,
+                    "{:?}: key {key} split {in_len}",
+                    k.width()
+                );
+            }
         }
     }
 }
@@ -114,7 +121,10 @@ fn matches_boringssl_for_every_split_and_size() {
     for key_len in [16, 32] {
         for round in 0..4000 {
             let key: Vec<u8> = (0..key_len).map(|_| rng.u8(..)).collect();
-            let Some(k) = key_or_skip(&key) else { return };
+            let keys = keys_or_skip(&key);
+            if keys.is_empty() {
+                return;
+            }
             let nonce: [u8; 12] = std::array::from_fn(|_| rng.u8(..));
             // QUIC headers: 1 + connection ID + packet number; long headers up to ~60 bytes.
             let aad: Vec<u8> = (0..rng.usize(0..80)).map(|_| rng.u8(..)).collect();
@@ -130,13 +140,16 @@ fn matches_boringssl_for_every_split_and_size() {
             let aligned = 16 * rng.usize(0..=len / 16);
             let any = rng.usize(0..=len);
             let expect = boring_seal(&key, &nonce, &aad, &plain);
-            for in_len in [aligned, any, 0, len] {
-                assert_eq!(
-                    our_seal(&k, &nonce, &aad, &plain, in_len),
-                    expect,
-                    "key {key_len} B, aad {} B, text {len} B, split {in_len}",
-                    aad.len()
-                );
+            for k in &keys {
+                for in_len in [aligned, any, 0, len] {
+                    assert_eq!(
+                        our_seal(k, &nonce, &aad, &plain, in_len),
+                        expect,
+                        "{:?}: key {key_len} B, aad {} B, text {len} B, split {in_len}",
+                        k.width(),
+                        aad.len()
+                    );
+                }
             }
         }
     }
@@ -145,13 +158,19 @@ fn matches_boringssl_for_every_split_and_size() {
 #[test]
 fn the_largest_packet_matches_boringssl() {
     let key = [7u8; 16];
-    let Some(k) = key_or_skip(&key) else { return };
     let plain: Vec<u8> = (0..packetseal::MAX_PLAINTEXT_LEN)
         .map(|i| i as u8)
         .collect();
     let nonce = [9u8; 12];
     let expect = boring_seal(&key, &nonce, b"hdr", &plain);
-    assert_eq!(our_seal(&k, &nonce, b"hdr", &plain, 4096), expect);
+    for k in keys_or_skip(&key) {
+        assert_eq!(
+            our_seal(&k, &nonce, b"hdr", &plain, 4096),
+            expect,
+            "{:?}",
+            k.width()
+        );
+    }
 }
 
 /// Messages past the one-reduction path (more than 128 GHASH blocks) go through in windows of
@@ -161,19 +180,22 @@ fn long_messages_match_boringssl_across_windows() {
     let mut rng = fastrand::Rng::with_seed(0x10ad);
     for key_len in [16, 32] {
         let key: Vec<u8> = (0..key_len).map(|_| rng.u8(..)).collect();
-        let Some(k) = key_or_skip(&key) else { return };
+        let keys = keys_or_skip(&key);
         for aad_len in [0, 17, 2047, 2048, 2049, 5000] {
             let aad: Vec<u8> = (0..aad_len).map(|_| rng.u8(..)).collect();
             for len in [2000, 2032, 2033, 2048, 2049, 4096, 4111, 9000] {
                 let plain: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
                 let nonce: [u8; 12] = std::array::from_fn(|_| rng.u8(..));
                 let expect = boring_seal(&key, &nonce, &aad, &plain);
-                for in_len in [0, 16, 2048, 2064, len / 2, len] {
-                    let in_len = in_len.min(len);
+                for (k, in_len) in keys
+                    .iter()
+                    .flat_map(|k| [0, 16, 2048, 2064, len / 2, len].map(|n| (k, n.min(len))))
+                {
                     assert_eq!(
-                        our_seal(&k, &nonce, &aad, &plain, in_len),
+                        our_seal(k, &nonce, &aad, &plain, in_len),
                         expect,
-                        "key {key_len} B, aad {aad_len} B, text {len} B, split {in_len}"
+                        "{:?}: key {key_len} B, aad {aad_len} B, text {len} B, split {in_len}",
+                        k.width()
                     );
                 }
             }
@@ -183,9 +205,12 @@ fn long_messages_match_boringssl_across_windows() {
 
 #[test]
 fn refuses_what_does_not_fit_and_writes_nothing() {
-    let Some(k) = key_or_skip(&[1u8; 16]) else {
-        return;
-    };
+    for k in keys_or_skip(&[1u8; 16]) {
+        refuses_and_writes_nothing(&k);
+    }
+}
+
+fn refuses_and_writes_nothing(k: &SealKey) {
     let nonce = [0u8; 12];
     let mut buf = vec![0x11u8; 40];
     // 24 + 1 plaintext bytes and a 16-byte tag need 41.
@@ -209,13 +234,18 @@ fn keys_of_other_lengths_are_refused() {
             SealKey::new(&vec![0u8; len]).is_none(),
             "{len}-byte key accepted"
         );
+        for w in Width::ALL {
+            assert!(
+                SealKey::with_width(&vec![0u8; len], w).is_none(),
+                "{w:?}: {len}-byte key accepted"
+            );
+        }
     }
 }
 
 #[test]
 fn debug_output_shows_no_key_material() {
-    let Some(k) = key_or_skip(&[0x42u8; 16]) else {
-        return;
-    };
-    assert_eq!(format!("{k:?}"), "SealKey { .. }");
+    for k in keys_or_skip(&[0x42u8; 16]) {
+        assert_eq!(format!("{k:?}"), "SealKey { .. }");
+    }
 }

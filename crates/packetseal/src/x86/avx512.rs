@@ -1,23 +1,9 @@
-//! The AVX-512 implementation: AES-CTR four blocks to a `zmm` register, eight registers in
-//! flight; GHASH on byte-reflected blocks with VPCLMULQDQ, one reduction per packet (per
-//! 128-block window for longer messages).
-//!
-//! GHASH convention (as in BoringSSL's and Linux's AVX-512 AES-GCM): blocks are byte-reversed
-//! so GCM's bit-reflected field elements become 128-bit integers, the hash key is stored
-//! multiplied by `x` (which absorbs the product's one-bit offset), and a product is reduced in
-//! two folds by `x^63 + x^62 + x^57` (the constant `0xc2 << 56`).
+//! The AVX-512 width: AES-CTR four blocks to a `zmm` register, eight registers in flight;
+//! GHASH with VPCLMULQDQ, one reduction per packet (per 128-block window for longer messages).
 
 use std::arch::x86_64::*;
 
-/// How many powers of H are kept. A message of at most this many GHASH blocks (header,
-/// ciphertext and lengths: a packet of up to about 2 KB) has every block multiplied by its own
-/// power, independently, and one reduction in all; longer ones are hashed in windows of this
-/// many blocks with a reduction each.
-const POWERS: usize = 128;
-
-/// Bytes of a window on the path for long messages: a whole number of round trips (`WIDE`
-/// registers of 64 bytes), so the counter needs no adjusting between windows.
-const WINDOW: usize = POWERS * 16;
+use super::{byte_reverse_mask, encrypt_block, reduce, Schedule, POWERS, WINDOW};
 
 pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -27,50 +13,29 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("vpclmulqdq")
         && is_x86_feature_detected!("aes")
         && is_x86_feature_detected!("pclmulqdq")
+        && is_x86_feature_detected!("ssse3")
 }
 
 #[repr(C, align(64))]
 pub(crate) struct Key {
-    round_keys: [__m128i; 15],
-    /// The same round keys, each in all four lanes of a 512-bit register.
+    schedule: Schedule,
+    /// The round keys, each in all four lanes of a 512-bit register.
     wide_round_keys: [__m512i; 15],
-    /// 10 (AES-128) or 14 (AES-256).
-    rounds: usize,
-    /// H^128, H^127, …, H^1 (byte-reflected, times x), then three zero blocks, so that four
-    /// consecutive powers can be loaded from any starting power. H^k is at `POWERS - k`.
-    h_powers: [__m128i; POWERS + 3],
 }
 
 impl Key {
     /// Callers have checked [`available`].
     pub(crate) fn new(key: &[u8]) -> Option<Box<Key>> {
-        // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
-        let zero: __m128i = unsafe { std::mem::zeroed() };
-        let mut k = Box::new(Key {
-            round_keys: [zero; 15],
-            // SAFETY: as above, for __m512i (a plain 64-byte value).
-            wide_round_keys: unsafe { std::mem::zeroed() },
-            rounds: 0,
-            h_powers: [zero; POWERS + 3],
-        });
-        // SAFETY: `available()` held (SealKey::new checks it first), so AES-NI and PCLMULQDQ
-        // exist; the functions read only the arrays they are given.
+        // SAFETY: `available()` held (SealKey checks it first), so AES-NI, PCLMULQDQ, SSSE3
+        // and AVX-512 F exist.
         unsafe {
-            match key.len() {
-                16 => {
-                    expand_128(key.try_into().expect("16 bytes"), &mut k.round_keys);
-                    k.rounds = 10;
-                }
-                32 => {
-                    expand_256(key.try_into().expect("32 bytes"), &mut k.round_keys);
-                    k.rounds = 14;
-                }
-                _ => return None,
-            }
-            k.h_powers = hash_key_powers(&k.round_keys, k.rounds);
-            k.wide_round_keys = broadcast_round_keys(&k.round_keys);
+            let schedule = Schedule::new(key)?;
+            let wide_round_keys = broadcast_round_keys(&schedule.round_keys);
+            Some(Box::new(Key {
+                schedule,
+                wide_round_keys,
+            }))
         }
-        Some(k)
     }
 
     /// `text[..in_len]` is encrypted in place and `extra` into `text[in_len..]`; `in_len` is a
@@ -89,7 +54,7 @@ impl Key {
         debug_assert_eq!(text.len(), in_len + extra.len());
         // SAFETY: a Key is only built where `available()` held; lengths as documented above.
         unsafe {
-            if self.rounds == 10 {
+            if self.schedule.rounds == 10 {
                 seal_with::<10>(self, nonce, aad, text, in_len, extra, tag)
             } else {
                 seal_with::<14>(self, nonce, aad, text, in_len, extra, tag)
@@ -100,141 +65,13 @@ impl Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
-        for block in self.round_keys.iter_mut().chain(self.h_powers.iter_mut()) {
-            // SAFETY: a valid, aligned, exclusively borrowed __m128i; volatile so the wipe is
-            // not removed as a dead store.
-            unsafe { std::ptr::write_volatile(block, _mm_setzero_si128()) };
-        }
-        let words = self.wide_round_keys.as_mut_ptr().cast::<u64>();
-        for i in 0..std::mem::size_of_val(&self.wide_round_keys) / 8 {
-            // SAFETY: inside the exclusively borrowed array, 8-byte aligned (it is 64-byte
-            // aligned); any bit pattern is a valid __m512i.
-            unsafe { std::ptr::write_volatile(words.add(i), 0) };
-        }
-        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        super::wipe(&mut self.wide_round_keys);
     }
-}
-
-// ---- AES key schedule and single blocks ----
-
-/// `k ^ (k << 32) ^ (k << 64) ^ (k << 96)`: the running XOR of a key schedule step.
-#[target_feature(enable = "aes")]
-fn prefix_xor(mut k: __m128i) -> __m128i {
-    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
-    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
-    _mm_xor_si128(k, _mm_slli_si128::<4>(k))
-}
-
-/// One step of the AES key schedule: `prev`'s running XOR plus word `SEL` of
-/// AESKEYGENASSIST of `from` in every lane (`0xff`: RotWord, SubWord and `RCON` of the last
-/// word; `0xaa`: SubWord of the last word, for AES-256's odd round keys).
-#[target_feature(enable = "aes")]
-fn schedule_step<const RCON: i32, const SEL: i32>(prev: __m128i, from: __m128i) -> __m128i {
-    let t = _mm_shuffle_epi32::<SEL>(_mm_aeskeygenassist_si128::<RCON>(from));
-    _mm_xor_si128(prefix_xor(prev), t)
-}
-
-#[target_feature(enable = "aes")]
-unsafe fn expand_128(key: &[u8; 16], rk: &mut [__m128i; 15]) {
-    // SAFETY: 16 readable bytes.
-    rk[0] = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
-    rk[1] = schedule_step::<0x01, 0xff>(rk[0], rk[0]);
-    rk[2] = schedule_step::<0x02, 0xff>(rk[1], rk[1]);
-    rk[3] = schedule_step::<0x04, 0xff>(rk[2], rk[2]);
-    rk[4] = schedule_step::<0x08, 0xff>(rk[3], rk[3]);
-    rk[5] = schedule_step::<0x10, 0xff>(rk[4], rk[4]);
-    rk[6] = schedule_step::<0x20, 0xff>(rk[5], rk[5]);
-    rk[7] = schedule_step::<0x40, 0xff>(rk[6], rk[6]);
-    rk[8] = schedule_step::<0x80, 0xff>(rk[7], rk[7]);
-    rk[9] = schedule_step::<0x1b, 0xff>(rk[8], rk[8]);
-    rk[10] = schedule_step::<0x36, 0xff>(rk[9], rk[9]);
-}
-
-/// Even round keys follow the even key before them (RotWord, SubWord, rcon of the odd key
-/// between); odd ones follow the odd key before them (SubWord of the even key between).
-#[target_feature(enable = "aes")]
-unsafe fn expand_256(key: &[u8; 32], rk: &mut [__m128i; 15]) {
-    // SAFETY: 32 readable bytes.
-    unsafe {
-        rk[0] = _mm_loadu_si128(key.as_ptr().cast());
-        rk[1] = _mm_loadu_si128(key.as_ptr().add(16).cast());
-    }
-    rk[2] = schedule_step::<0x01, 0xff>(rk[0], rk[1]);
-    rk[3] = schedule_step::<0x00, 0xaa>(rk[1], rk[2]);
-    rk[4] = schedule_step::<0x02, 0xff>(rk[2], rk[3]);
-    rk[5] = schedule_step::<0x00, 0xaa>(rk[3], rk[4]);
-    rk[6] = schedule_step::<0x04, 0xff>(rk[4], rk[5]);
-    rk[7] = schedule_step::<0x00, 0xaa>(rk[5], rk[6]);
-    rk[8] = schedule_step::<0x08, 0xff>(rk[6], rk[7]);
-    rk[9] = schedule_step::<0x00, 0xaa>(rk[7], rk[8]);
-    rk[10] = schedule_step::<0x10, 0xff>(rk[8], rk[9]);
-    rk[11] = schedule_step::<0x00, 0xaa>(rk[9], rk[10]);
-    rk[12] = schedule_step::<0x20, 0xff>(rk[10], rk[11]);
-    rk[13] = schedule_step::<0x00, 0xaa>(rk[11], rk[12]);
-    rk[14] = schedule_step::<0x40, 0xff>(rk[12], rk[13]);
 }
 
 #[target_feature(enable = "avx512f")]
 fn broadcast_round_keys(rk: &[__m128i; 15]) -> [__m512i; 15] {
     rk.map(|k| _mm512_broadcast_i32x4(k))
-}
-
-#[target_feature(enable = "aes")]
-fn encrypt_block(rk: &[__m128i; 15], rounds: usize, block: __m128i) -> __m128i {
-    let mut x = _mm_xor_si128(block, rk[0]);
-    for key in &rk[1..rounds] {
-        x = _mm_aesenc_si128(x, *key);
-    }
-    _mm_aesenclast_si128(x, rk[rounds])
-}
-
-// ---- GHASH ----
-
-/// Reverses the 16 bytes of a block (per 128-bit lane when broadcast).
-#[target_feature(enable = "sse2")]
-fn byte_reverse_mask() -> __m128i {
-    _mm_set_epi64x(0x0001_0203_0405_0607, 0x0809_0a0b_0c0d_0e0f)
-}
-
-/// Folds the 256-bit product `hi:mi:lo` (mi straddling the middle) to 128 bits.
-#[target_feature(enable = "pclmulqdq")]
-fn reduce(lo: __m128i, mi: __m128i, hi: __m128i) -> __m128i {
-    let poly = _mm_set_epi64x(0xc200_0000_0000_0000_u64 as i64, 1);
-    let t = _mm_clmulepi64_si128::<0x01>(poly, lo);
-    let mi = _mm_xor_si128(_mm_xor_si128(mi, t), _mm_shuffle_epi32::<0x4e>(lo));
-    let t = _mm_clmulepi64_si128::<0x01>(poly, mi);
-    _mm_xor_si128(_mm_xor_si128(hi, t), _mm_shuffle_epi32::<0x4e>(mi))
-}
-
-#[target_feature(enable = "pclmulqdq")]
-fn ghash_mul(a: __m128i, b: __m128i) -> __m128i {
-    let lo = _mm_clmulepi64_si128::<0x00>(a, b);
-    let mi = _mm_xor_si128(
-        _mm_clmulepi64_si128::<0x01>(a, b),
-        _mm_clmulepi64_si128::<0x10>(a, b),
-    );
-    let hi = _mm_clmulepi64_si128::<0x11>(a, b);
-    reduce(lo, mi, hi)
-}
-
-/// H = E(K, 0), byte-reflected and multiplied by x, and its powers up to H^128, highest first.
-#[target_feature(enable = "aes,pclmulqdq,ssse3")]
-fn hash_key_powers(rk: &[__m128i; 15], rounds: usize) -> [__m128i; POWERS + 3] {
-    let h = encrypt_block(rk, rounds, _mm_setzero_si128());
-    let h = _mm_shuffle_epi8(h, byte_reverse_mask());
-    // h * x: shift left one bit across both halves; where bit 127 falls out, add the
-    // polynomial (0xc2 << 120 | 1); bit 63 carries into bit 64.
-    let carries = _mm_srai_epi32::<31>(_mm_shuffle_epi32::<0xd3>(h));
-    let poly_and_carry = _mm_set_epi64x(0xc200_0000_0000_0001_u64 as i64, 1);
-    let h = _mm_xor_si128(_mm_add_epi64(h, h), _mm_and_si128(carries, poly_and_carry));
-    let mut powers = [_mm_setzero_si128(); POWERS + 3];
-    let mut p = h;
-    powers[POWERS - 1] = h;
-    for i in (0..POWERS - 1).rev() {
-        p = ghash_mul(p, h);
-        powers[i] = p;
-    }
-    powers
 }
 
 /// The lanes of a 512-bit register XORed into one block.
@@ -529,7 +366,7 @@ unsafe fn seal_with<const NR: usize>(
     // J0 = nonce ‖ 1 (big-endian): its encryption masks the tag. Issued first, so its rounds
     // overlap the bulk work below.
     let tag_mask = encrypt_block(
-        &key.round_keys,
+        &key.schedule.round_keys,
         NR,
         _mm_insert_epi32::<3>(nonce, 0x0100_0000),
     );
@@ -546,7 +383,7 @@ unsafe fn seal_with<const NR: usize>(
     let hash = if blocks <= POWERS {
         // Every block times its own power (the header's first block times H^blocks, the
         // lengths block times H^1), one reduction.
-        let powers = key.h_powers.as_ptr();
+        let powers = key.schedule.h_powers.as_ptr();
         let first = POWERS - blocks;
         let mut sum = Products::new();
         // SAFETY: each part's powers lie in `h_powers[first..POWERS]` in message order, and
@@ -575,7 +412,7 @@ unsafe fn seal_with<const NR: usize>(
     } else {
         // Longer than a packet: header and text in windows of `POWERS` blocks, each with one
         // reduction, the running hash carried into the next window as acc * H^n.
-        let powers = key.h_powers.as_ptr();
+        let powers = key.schedule.h_powers.as_ptr();
         let mut acc = _mm_setzero_si128();
         // SAFETY: every window lies inside `aad` or the plaintext's two parts (see above),
         // and its powers are H^n..H^1 followed by the zero padding.
@@ -618,54 +455,4 @@ unsafe fn seal_with<const NR: usize>(
     let t = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
     // SAFETY: 16 writable bytes.
     unsafe { _mm_storeu_si128(tag.as_mut_ptr().cast(), t) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn block_bytes(b: __m128i) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        // SAFETY: 16 writable bytes.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
-        out
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
-
-    // FIPS-197 appendix C.1 and C.3.
-    #[test]
-    fn key_schedules_match_fips_197() {
-        if !available() {
-            eprintln!("skipped: CPU lacks AVX-512 VAES/VPCLMULQDQ");
-            return;
-        }
-        let plain = hex("00112233445566778899aabbccddeeff");
-        for (key, expect) in [
-            (
-                "000102030405060708090a0b0c0d0e0f",
-                "69c4e0d86a7b0430d8cdb78070b4c55a",
-            ),
-            (
-                "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
-                "8ea2b7ca516745bfeafc49904b496089",
-            ),
-        ] {
-            let k = Key::new(&hex(key)).unwrap();
-            // SAFETY: AES-NI present (available()); 16 readable bytes.
-            let out = unsafe {
-                encrypt_block(
-                    &k.round_keys,
-                    k.rounds,
-                    _mm_loadu_si128(plain.as_ptr().cast()),
-                )
-            };
-            assert_eq!(block_bytes(out).to_vec(), hex(expect), "key {key}");
-        }
-    }
 }

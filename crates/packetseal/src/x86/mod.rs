@@ -1,0 +1,260 @@
+//! AES-GCM packet sealing on x86-64, in two register widths: `avx512` (four blocks to a `zmm`
+//! register) and `avx2` (two blocks to a `ymm` register, for CPUs with VAES and VPCLMULQDQ but
+//! no AVX-512, such as AMD Zen 3 and Intel's client cores since Alder Lake). Both share the key
+//! schedule and the powers of the hash key kept here, and the same one-pass design: the
+//! packet's counter blocks eight registers per round trip, each register of ciphertext hashed
+//! against its own powers of H as it is made, one GHASH reduction per packet.
+//!
+//! GHASH convention (as in BoringSSL's and Linux's AVX-512 AES-GCM): blocks are byte-reversed
+//! so GCM's bit-reflected field elements become 128-bit integers, the hash key is stored
+//! multiplied by `x` (which absorbs the product's one-bit offset), and a product is reduced in
+//! two folds by `x^63 + x^62 + x^57` (the constant `0xc2 << 56`).
+
+use std::arch::x86_64::*;
+
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+
+/// How many powers of H are kept. A message of at most this many GHASH blocks (header,
+/// ciphertext and lengths: a packet of up to about 2 KB) has every block multiplied by its own
+/// power, independently, and one reduction in all; longer ones are hashed in windows of this
+/// many blocks with a reduction each.
+pub(super) const POWERS: usize = 128;
+
+/// Bytes of a window on the path for long messages: a whole number of round trips of either
+/// width, so the counter needs no adjusting between windows.
+pub(super) const WINDOW: usize = POWERS * 16;
+
+/// The key material both widths start from: AES round keys and powers of the hash key.
+#[repr(C, align(64))]
+pub(super) struct Schedule {
+    pub(super) round_keys: [__m128i; 15],
+    /// 10 (AES-128) or 14 (AES-256).
+    pub(super) rounds: usize,
+    /// H^128, H^127, …, H^1 (byte-reflected, times x), then three zero blocks, so that two or
+    /// four consecutive powers can be loaded from any starting power. H^k is at `POWERS - k`.
+    pub(super) h_powers: [__m128i; POWERS + 3],
+}
+
+impl Schedule {
+    /// `None` for a key of another length than 16 or 32 bytes.
+    ///
+    /// # Safety
+    /// The CPU has AES-NI, PCLMULQDQ and SSSE3 (both widths' `available` check them).
+    pub(super) unsafe fn new(key: &[u8]) -> Option<Schedule> {
+        // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
+        let zero: __m128i = unsafe { std::mem::zeroed() };
+        let mut s = Schedule {
+            round_keys: [zero; 15],
+            rounds: 0,
+            h_powers: [zero; POWERS + 3],
+        };
+        // SAFETY: the caller promised the instructions; the functions read only the arrays
+        // they are given.
+        unsafe {
+            match key.len() {
+                16 => {
+                    expand_128(key.try_into().expect("16 bytes"), &mut s.round_keys);
+                    s.rounds = 10;
+                }
+                32 => {
+                    expand_256(key.try_into().expect("32 bytes"), &mut s.round_keys);
+                    s.rounds = 14;
+                }
+                _ => return None,
+            }
+            s.h_powers = hash_key_powers(&s.round_keys, s.rounds);
+        }
+        Some(s)
+    }
+}
+
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        wipe(&mut self.round_keys);
+        wipe(&mut self.h_powers);
+    }
+}
+
+/// Overwrites `v` with zeros through volatile stores, so the wipe of key material is not
+/// removed as a dead store. For arrays of SIMD registers, where every bit pattern is valid.
+pub(super) fn wipe<T: Copy, const N: usize>(v: &mut [T; N]) {
+    let words = v.as_mut_ptr().cast::<u64>();
+    debug_assert!(std::mem::size_of::<T>().is_multiple_of(8) && std::mem::align_of::<T>() >= 8);
+    for i in 0..std::mem::size_of_val(v) / 8 {
+        // SAFETY: inside the exclusively borrowed array, which is 8-byte aligned (its elements
+        // are SIMD registers of 16 bytes or more); any bit pattern is valid for them.
+        unsafe { std::ptr::write_volatile(words.add(i), 0) };
+    }
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+// ---- AES key schedule and single blocks ----
+
+/// `k ^ (k << 32) ^ (k << 64) ^ (k << 96)`: the running XOR of a key schedule step.
+#[target_feature(enable = "aes")]
+fn prefix_xor(mut k: __m128i) -> __m128i {
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    k = _mm_xor_si128(k, _mm_slli_si128::<4>(k));
+    _mm_xor_si128(k, _mm_slli_si128::<4>(k))
+}
+
+/// One step of the AES key schedule: `prev`'s running XOR plus word `SEL` of
+/// AESKEYGENASSIST of `from` in every lane (`0xff`: RotWord, SubWord and `RCON` of the last
+/// word; `0xaa`: SubWord of the last word, for AES-256's odd round keys).
+#[target_feature(enable = "aes")]
+fn schedule_step<const RCON: i32, const SEL: i32>(prev: __m128i, from: __m128i) -> __m128i {
+    let t = _mm_shuffle_epi32::<SEL>(_mm_aeskeygenassist_si128::<RCON>(from));
+    _mm_xor_si128(prefix_xor(prev), t)
+}
+
+#[target_feature(enable = "aes")]
+unsafe fn expand_128(key: &[u8; 16], rk: &mut [__m128i; 15]) {
+    // SAFETY: 16 readable bytes.
+    rk[0] = unsafe { _mm_loadu_si128(key.as_ptr().cast()) };
+    rk[1] = schedule_step::<0x01, 0xff>(rk[0], rk[0]);
+    rk[2] = schedule_step::<0x02, 0xff>(rk[1], rk[1]);
+    rk[3] = schedule_step::<0x04, 0xff>(rk[2], rk[2]);
+    rk[4] = schedule_step::<0x08, 0xff>(rk[3], rk[3]);
+    rk[5] = schedule_step::<0x10, 0xff>(rk[4], rk[4]);
+    rk[6] = schedule_step::<0x20, 0xff>(rk[5], rk[5]);
+    rk[7] = schedule_step::<0x40, 0xff>(rk[6], rk[6]);
+    rk[8] = schedule_step::<0x80, 0xff>(rk[7], rk[7]);
+    rk[9] = schedule_step::<0x1b, 0xff>(rk[8], rk[8]);
+    rk[10] = schedule_step::<0x36, 0xff>(rk[9], rk[9]);
+}
+
+/// Even round keys follow the even key before them (RotWord, SubWord, rcon of the odd key
+/// between); odd ones follow the odd key before them (SubWord of the even key between).
+#[target_feature(enable = "aes")]
+unsafe fn expand_256(key: &[u8; 32], rk: &mut [__m128i; 15]) {
+    // SAFETY: 32 readable bytes.
+    unsafe {
+        rk[0] = _mm_loadu_si128(key.as_ptr().cast());
+        rk[1] = _mm_loadu_si128(key.as_ptr().add(16).cast());
+    }
+    rk[2] = schedule_step::<0x01, 0xff>(rk[0], rk[1]);
+    rk[3] = schedule_step::<0x00, 0xaa>(rk[1], rk[2]);
+    rk[4] = schedule_step::<0x02, 0xff>(rk[2], rk[3]);
+    rk[5] = schedule_step::<0x00, 0xaa>(rk[3], rk[4]);
+    rk[6] = schedule_step::<0x04, 0xff>(rk[4], rk[5]);
+    rk[7] = schedule_step::<0x00, 0xaa>(rk[5], rk[6]);
+    rk[8] = schedule_step::<0x08, 0xff>(rk[6], rk[7]);
+    rk[9] = schedule_step::<0x00, 0xaa>(rk[7], rk[8]);
+    rk[10] = schedule_step::<0x10, 0xff>(rk[8], rk[9]);
+    rk[11] = schedule_step::<0x00, 0xaa>(rk[9], rk[10]);
+    rk[12] = schedule_step::<0x20, 0xff>(rk[10], rk[11]);
+    rk[13] = schedule_step::<0x00, 0xaa>(rk[11], rk[12]);
+    rk[14] = schedule_step::<0x40, 0xff>(rk[12], rk[13]);
+}
+
+#[target_feature(enable = "aes")]
+pub(super) fn encrypt_block(rk: &[__m128i; 15], rounds: usize, block: __m128i) -> __m128i {
+    let mut x = _mm_xor_si128(block, rk[0]);
+    for key in &rk[1..rounds] {
+        x = _mm_aesenc_si128(x, *key);
+    }
+    _mm_aesenclast_si128(x, rk[rounds])
+}
+
+// ---- GHASH ----
+
+/// Reverses the 16 bytes of a block (per 128-bit lane when broadcast).
+#[target_feature(enable = "sse2")]
+pub(super) fn byte_reverse_mask() -> __m128i {
+    _mm_set_epi64x(0x0001_0203_0405_0607, 0x0809_0a0b_0c0d_0e0f)
+}
+
+/// Folds the 256-bit product `hi:mi:lo` (mi straddling the middle) to 128 bits.
+#[target_feature(enable = "pclmulqdq")]
+pub(super) fn reduce(lo: __m128i, mi: __m128i, hi: __m128i) -> __m128i {
+    let poly = _mm_set_epi64x(0xc200_0000_0000_0000_u64 as i64, 1);
+    let t = _mm_clmulepi64_si128::<0x01>(poly, lo);
+    let mi = _mm_xor_si128(_mm_xor_si128(mi, t), _mm_shuffle_epi32::<0x4e>(lo));
+    let t = _mm_clmulepi64_si128::<0x01>(poly, mi);
+    _mm_xor_si128(_mm_xor_si128(hi, t), _mm_shuffle_epi32::<0x4e>(mi))
+}
+
+#[target_feature(enable = "pclmulqdq")]
+fn ghash_mul(a: __m128i, b: __m128i) -> __m128i {
+    let lo = _mm_clmulepi64_si128::<0x00>(a, b);
+    let mi = _mm_xor_si128(
+        _mm_clmulepi64_si128::<0x01>(a, b),
+        _mm_clmulepi64_si128::<0x10>(a, b),
+    );
+    let hi = _mm_clmulepi64_si128::<0x11>(a, b);
+    reduce(lo, mi, hi)
+}
+
+/// H = E(K, 0), byte-reflected and multiplied by x, and its powers up to H^128, highest first.
+#[target_feature(enable = "aes,pclmulqdq,ssse3")]
+fn hash_key_powers(rk: &[__m128i; 15], rounds: usize) -> [__m128i; POWERS + 3] {
+    let h = encrypt_block(rk, rounds, _mm_setzero_si128());
+    let h = _mm_shuffle_epi8(h, byte_reverse_mask());
+    // h * x: shift left one bit across both halves; where bit 127 falls out, add the
+    // polynomial (0xc2 << 120 | 1); bit 63 carries into bit 64.
+    let carries = _mm_srai_epi32::<31>(_mm_shuffle_epi32::<0xd3>(h));
+    let poly_and_carry = _mm_set_epi64x(0xc200_0000_0000_0001_u64 as i64, 1);
+    let h = _mm_xor_si128(_mm_add_epi64(h, h), _mm_and_si128(carries, poly_and_carry));
+    let mut powers = [_mm_setzero_si128(); POWERS + 3];
+    let mut p = h;
+    powers[POWERS - 1] = h;
+    for i in (0..POWERS - 1).rev() {
+        p = ghash_mul(p, h);
+        powers[i] = p;
+    }
+    powers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_bytes(b: __m128i) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // SAFETY: 16 writable bytes.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), b) };
+        out
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    // FIPS-197 appendix C.1 and C.3.
+    #[test]
+    fn key_schedules_match_fips_197() {
+        if !(is_x86_feature_detected!("aes")
+            && is_x86_feature_detected!("pclmulqdq")
+            && is_x86_feature_detected!("ssse3"))
+        {
+            eprintln!("skipped: CPU lacks AES-NI");
+            return;
+        }
+        let plain = hex("00112233445566778899aabbccddeeff");
+        for (key, expect) in [
+            (
+                "000102030405060708090a0b0c0d0e0f",
+                "69c4e0d86a7b0430d8cdb78070b4c55a",
+            ),
+            (
+                "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+                "8ea2b7ca516745bfeafc49904b496089",
+            ),
+        ] {
+            // SAFETY: AES-NI, PCLMULQDQ and SSSE3 present (checked above); 16 readable bytes.
+            let out = unsafe {
+                let k = Schedule::new(&hex(key)).unwrap();
+                encrypt_block(
+                    &k.round_keys,
+                    k.rounds,
+                    _mm_loadu_si128(plain.as_ptr().cast()),
+                )
+            };
+            assert_eq!(block_bytes(out).to_vec(), hex(expect), "key {key}");
+        }
+    }
+}
