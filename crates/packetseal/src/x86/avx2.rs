@@ -6,6 +6,10 @@
 //! halves' XOR costs the same vector pipes the multiplication would.) AVX2 has no byte-masked loads and stores, so a message's last
 //! partial register is staged through 32 bytes on the stack; every whole register is read
 //! from and written to the packet directly.
+//!
+//! The seal's driver (`seal_with`) has the AVX-512 width's shape on purpose: each width's is
+//! compiled with its own target features, so that every helper inlines into it; one generic
+//! driver would have to call the other width's helpers out of line.
 
 use std::arch::x86_64::*;
 

@@ -43,7 +43,7 @@ pub(crate) struct PacketKey {
     nonce: Vec<u8>,
 
     // rampart: an AES-GCM sealing key that seals a packet in one pipelined pass
-    // (`packetseal`), for encrypting keys on CPUs with AVX-512 VAES and VPCLMULQDQ; `None`
+    // (`packetseal`), for encrypting keys on CPUs with VAES and VPCLMULQDQ (AVX-512 or AVX2); `None`
     // elsewhere, for decrypting keys and for ChaCha20-Poly1305, which seal through `ctx`.
     fast_seal: Option<packetseal::SealKey>,
 
@@ -60,8 +60,9 @@ impl PacketKey {
     ) -> Result<Self> {
         let fast_seal = match alg {
             Algorithm::AES128_GCM | Algorithm::AES256_GCM
-                if enc == Seal::ENCRYPT && fast_seal_enabled() =>
-                packetseal::SealKey::new(&key),
+                if enc == Seal::ENCRYPT =>
+                fast_seal_width()
+                    .and_then(|width| packetseal::SealKey::with_width(&key, width)),
             _ => None,
         };
 
@@ -309,13 +310,17 @@ impl HeaderProtectionKey {
     }
 }
 
-/// rampart: whether encrypting packet keys may use `packetseal`. On by default where the CPU
-/// has the instructions; `RAMPART_QUIC_SEAL=boringssl` in the environment (read once) keeps
-/// BoringSSL's AEAD, for comparing the two.
-fn fast_seal_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        std::env::var("RAMPART_QUIC_SEAL").map_or(true, |v| v != "boringssl")
+/// rampart: the `packetseal` width encrypting packet keys use: the widest the CPU runs, by
+/// default. `RAMPART_QUIC_SEAL=boringssl` in the environment (read once) keeps BoringSSL's
+/// AEAD and `RAMPART_QUIC_SEAL=avx2` the 256-bit width (where the CPU runs it), for comparing
+/// them.
+fn fast_seal_width() -> Option<packetseal::Width> {
+    static WIDTH: std::sync::OnceLock<Option<packetseal::Width>> =
+        std::sync::OnceLock::new();
+    *WIDTH.get_or_init(|| match std::env::var("RAMPART_QUIC_SEAL").as_deref() {
+        Ok("boringssl") => None,
+        Ok("avx2") => Some(packetseal::Width::Avx2),
+        _ => packetseal::Width::best(),
     })
 }
 
