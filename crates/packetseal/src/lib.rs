@@ -6,9 +6,9 @@
 //! twelfth the size of a TLS record. On a bulk download that set-up costs more than the bulk
 //! cipher itself. [`SealKey::seal`] does the same AES-GCM (NIST SP 800-38D, 96-bit nonce,
 //! 128-bit tag) with none of it: the counter blocks of the whole packet go through AES four
-//! to a 512-bit register (two to a 256-bit one), eight registers per round trip, each register of ciphertext is hashed as
-//! it is made (header, ciphertext and lengths block each multiplied by its own precomputed
-//! power of H), and the packet's GHASH is reduced once. Messages longer than 128 blocks
+//! to a 512-bit register (two to a 256-bit one), eight registers per round trip, each register
+//! of ciphertext is hashed as it is made (header, ciphertext and lengths block each multiplied
+//! by its own precomputed power of H), and the packet's GHASH is reduced once. Messages longer than 128 blocks
 //! (about 2 KB, more than a packet) go through in windows of 128 blocks, one reduction each.
 //!
 //! It takes a packet the way quiche's writer holds it after its zero-copy patch: the frame

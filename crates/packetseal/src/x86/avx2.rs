@@ -24,12 +24,7 @@ const WIDE: usize = 8;
 const _: () = assert!(WINDOW.is_multiple_of(WIDE * REG));
 
 pub(crate) fn available() -> bool {
-    is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("vaes")
-        && is_x86_feature_detected!("vpclmulqdq")
-        && is_x86_feature_detected!("aes")
-        && is_x86_feature_detected!("pclmulqdq")
-        && is_x86_feature_detected!("ssse3")
+    is_x86_feature_detected!("avx2") && super::shared_instructions()
 }
 
 #[repr(C, align(64))]

@@ -9,11 +9,7 @@ pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("vaes")
-        && is_x86_feature_detected!("vpclmulqdq")
-        && is_x86_feature_detected!("aes")
-        && is_x86_feature_detected!("pclmulqdq")
-        && is_x86_feature_detected!("ssse3")
+        && super::shared_instructions()
 }
 
 #[repr(C, align(64))]

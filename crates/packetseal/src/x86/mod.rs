@@ -25,6 +25,16 @@ pub(super) const POWERS: usize = 128;
 /// width, so the counter needs no adjusting between windows.
 pub(super) const WINDOW: usize = POWERS * 16;
 
+/// The instructions both widths need besides their own vector extensions: VAES and VPCLMULQDQ,
+/// and what [`Schedule::new`] uses (AES-NI, PCLMULQDQ, SSSE3).
+pub(super) fn shared_instructions() -> bool {
+    is_x86_feature_detected!("vaes")
+        && is_x86_feature_detected!("vpclmulqdq")
+        && is_x86_feature_detected!("aes")
+        && is_x86_feature_detected!("pclmulqdq")
+        && is_x86_feature_detected!("ssse3")
+}
+
 /// The key material both widths start from: AES round keys and powers of the hash key.
 #[repr(C, align(64))]
 pub(super) struct Schedule {

@@ -43,8 +43,9 @@ pub(crate) struct PacketKey {
     nonce: Vec<u8>,
 
     // rampart: an AES-GCM sealing key that seals a packet in one pipelined pass
-    // (`packetseal`), for encrypting keys on CPUs with VAES and VPCLMULQDQ (AVX-512 or AVX2); `None`
-    // elsewhere, for decrypting keys and for ChaCha20-Poly1305, which seal through `ctx`.
+    // (`packetseal`), for encrypting keys on CPUs with VAES and VPCLMULQDQ (with AVX-512 or
+    // AVX2); `None` elsewhere, for decrypting keys and for ChaCha20-Poly1305, which seal
+    // through `ctx`.
     fast_seal: Option<packetseal::SealKey>,
 
     // rampart: the lowest counter `fast_seal` may use next. A repeated GCM nonce gives away
