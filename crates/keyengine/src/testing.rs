@@ -30,6 +30,7 @@ pub fn generate_ecdsa_p256_pkcs8() -> Vec<u8> {
 pub struct DelayEngine {
     pub delay: Duration,
     in_flight: std::sync::Arc<AtomicUsize>,
+    peak_in_flight: std::sync::Arc<AtomicUsize>,
 }
 
 impl DelayEngine {
@@ -37,7 +38,14 @@ impl DelayEngine {
         DelayEngine {
             delay,
             in_flight: Default::default(),
+            peak_in_flight: Default::default(),
         }
+    }
+
+    /// The most signatures that were waiting at once since this engine was made: how many
+    /// handshakes overlapped their waits. A caller that blocked on each signature sees 1.
+    pub fn peak_in_flight(&self) -> usize {
+        self.peak_in_flight.load(Ordering::Relaxed)
     }
 }
 
@@ -49,7 +57,8 @@ impl Engine for DelayEngine {
     fn submit(&self, request: SignRequest) -> SignFuture {
         let delay = self.delay;
         let in_flight = self.in_flight.clone();
-        in_flight.fetch_add(1, Ordering::Relaxed);
+        let now = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_in_flight.fetch_max(now, Ordering::Relaxed);
         Box::pin(async move {
             tokio::time::sleep(delay).await;
             in_flight.fetch_sub(1, Ordering::Relaxed);
