@@ -88,6 +88,7 @@ fn broadcast_round_keys(rk: &[__m128i; 15]) -> [__m256i; 15] {
 // ---- GHASH ----
 
 /// GHASH products not yet reduced: two lanes each of the low, middle and high parts.
+#[derive(Clone, Copy)]
 struct Products {
     lo: __m256i,
     mi: __m256i,
@@ -149,26 +150,6 @@ fn fold_lanes(y: __m256i) -> __m128i {
 }
 
 // ---- AES-CTR ----
-
-/// Encrypts `K` registers of counter blocks with `NR` rounds, all rounds interleaved.
-#[target_feature(enable = "avx2,vaes")]
-fn encrypt_2x<const NR: usize, const K: usize>(
-    rk: &[__m256i; 15],
-    mut x: [__m256i; K],
-) -> [__m256i; K] {
-    for v in x.iter_mut() {
-        *v = _mm256_xor_si256(*v, rk[0]);
-    }
-    for key in &rk[1..NR] {
-        for v in x.iter_mut() {
-            *v = _mm256_aesenc_epi128(*v, *key);
-        }
-    }
-    for v in x.iter_mut() {
-        *v = _mm256_aesenclast_epi128(*v, rk[NR]);
-    }
-    x
-}
 
 /// Counter blocks for GCM's `inc32`: each lane holds the nonce and its counter in native
 /// order in the last dword; `to_block` swaps that dword to big-endian.
@@ -265,10 +246,104 @@ impl Plaintext {
     }
 }
 
+/// One round trip's ciphertext, waiting to be hashed while the next round trip's AES rounds run.
+struct Pending {
+    /// `WIDE` registers of ciphertext, in message order.
+    c: [__m256i; WIDE],
+    /// The power of H for the first block; the others follow.
+    powers: *const __m128i,
+}
+
+/// Encrypts `K` registers of counter blocks with `NR` rounds, all rounds interleaved.
+#[target_feature(enable = "avx2,vaes")]
+fn encrypt_2x<const NR: usize, const K: usize>(
+    rk: &[__m256i; 15],
+    mut x: [__m256i; K],
+) -> [__m256i; K] {
+    for v in x.iter_mut() {
+        *v = _mm256_xor_si256(*v, rk[0]);
+    }
+    for key in &rk[1..NR] {
+        for v in x.iter_mut() {
+            *v = _mm256_aesenc_epi128(*v, *key);
+        }
+    }
+    for v in x.iter_mut() {
+        *v = _mm256_aesenclast_epi128(*v, rk[NR]);
+    }
+    x
+}
+
+/// [`encrypt_2x`], adding the GHASH products of `pending` to `sum`, one register of it between each two rounds:
+/// the products depend only on ciphertext already made, so the carry-less multiplications and
+/// the AES rounds run side by side instead of the multiplications waiting at the end of each
+/// round trip for the rounds they do not depend on.
+///
+/// Always inlined, without target features of its own, so that it inlines into its caller:
+/// a call would pass the registers through memory.
+///
+/// # Safety
+/// `pending.powers` has `2 * WIDE` powers (then, for the last, one more entry); the CPU has
+/// AVX2, VAES and VPCLMULQDQ.
+#[inline(always)]
+unsafe fn encrypt_2x_hashing<const NR: usize, const K: usize>(
+    rk: &[__m256i; 15],
+    mut x: [__m256i; K],
+    pending: &Pending,
+    sum: &mut Products,
+    reverse: __m256i,
+) -> [__m256i; K] {
+    // Rounds 1..NR leave NR - 1 gaps, one for each of the WIDE registers.
+    const { assert!(WIDE < NR) };
+    // SAFETY: the CPU has the instructions, as the caller promised; register `r`'s two powers
+    // are readable, as the caller promised.
+    unsafe {
+        for v in x.iter_mut() {
+            *v = _mm256_xor_si256(*v, rk[0]);
+        }
+        for (r, key) in rk[1..NR].iter().enumerate() {
+            for v in x.iter_mut() {
+                *v = _mm256_aesenc_epi128(*v, *key);
+            }
+            if r < WIDE {
+                let h = _mm256_loadu_si256(pending.powers.add(2 * r).cast());
+                sum.add(_mm256_shuffle_epi8(pending.c[r], reverse), h);
+            }
+        }
+        for v in x.iter_mut() {
+            *v = _mm256_aesenclast_epi128(*v, rk[NR]);
+        }
+    }
+    x
+}
+
+/// The next `K` registers of keystream, hashing `pending` meanwhile if there is one.
+///
+/// # Safety
+/// As [`encrypt_2x_hashing`].
+#[inline(always)]
+unsafe fn encrypt_2x_maybe_hashing<const NR: usize, const K: usize>(
+    rk: &[__m256i; 15],
+    ctr: &mut Counter,
+    pending: Option<&Pending>,
+    sum: &mut Products,
+    reverse: __m256i,
+) -> [__m256i; K] {
+    // SAFETY: the CPU has the instructions and `pending`'s powers are readable, as the caller
+    // promised.
+    unsafe {
+        let blocks = std::array::from_fn(|_| ctr.next());
+        match pending {
+            Some(p) => encrypt_2x_hashing::<NR, K>(rk, blocks, p, sum, reverse),
+            None => encrypt_2x::<NR, K>(rk, blocks),
+        }
+    }
+}
+
 /// Encrypts the whole plaintext into `text.out` and adds every ciphertext block's GHASH product
-/// to `sum`, block `j` times the power at `powers + j`. Each register of ciphertext is hashed as
-/// soon as it is made, with no dependence between products, so the hashing overlaps the next
-/// registers' AES rounds.
+/// to `sum`, block `j` times the power at `powers + j`. Software-pipelined: each round trip's
+/// ciphertext is hashed during the next round trip's AES rounds (the last one during the
+/// rest's), with no dependence between products.
 ///
 /// # Safety
 /// As [`Plaintext::load`], and `out..out + total` writable; `powers` points into `h_powers` with
@@ -280,45 +355,71 @@ unsafe fn encrypt_and_hash<const NR: usize>(
     ctr: &mut Counter,
     text: Plaintext,
     mut powers: *const __m128i,
-    sum: &mut Products,
+    products: &mut Products,
 ) {
+    // Summed in registers and stored once: through the reference, each product would be
+    // stored as it is added.
+    let mut sum = *products;
     let reverse = _mm256_broadcastsi128_si256(byte_reverse_mask());
     let mut off = 0;
+    let mut pending: Option<Pending> = None;
     while text.total - off >= WIDE * REG {
-        let ks = encrypt_2x::<NR, WIDE>(rk, std::array::from_fn(|_| ctr.next()));
+        let blocks = std::array::from_fn(|_| ctr.next());
+        let ks = match &pending {
+            // SAFETY: the pending round trip's powers are the 2 * WIDE before `powers`.
+            Some(p) => unsafe { encrypt_2x_hashing::<NR, WIDE>(rk, blocks, p, &mut sum, reverse) },
+            None => encrypt_2x::<NR, WIDE>(rk, blocks),
+        };
+        let mut c = ks;
         for (i, k) in ks.iter().enumerate() {
-            // SAFETY: off + 32 * i + 32 <= total; `powers + 2 * i` has two powers of this
-            // packet's blocks.
+            // SAFETY: off + 32 * i + 32 <= total.
             unsafe {
-                let c = _mm256_xor_si256(text.load(off + REG * i), *k);
-                _mm256_storeu_si256(text.out.add(off + REG * i).cast(), c);
-                let h = _mm256_loadu_si256(powers.add(2 * i).cast());
-                sum.add(_mm256_shuffle_epi8(c, reverse), h);
+                c[i] = _mm256_xor_si256(text.load(off + REG * i), *k);
+                _mm256_storeu_si256(text.out.add(off + REG * i).cast(), c[i]);
             }
         }
+        pending = Some(Pending { c, powers });
         // SAFETY: stays within `h_powers` (the packet has 2 * WIDE more blocks).
         powers = unsafe { powers.add(2 * WIDE) };
         off += WIDE * REG;
     }
     if off == text.total {
+        if let Some(p) = &pending {
+            for i in 0..WIDE {
+                // SAFETY: the pending round trip's two powers for register `i`.
+                let h = unsafe { _mm256_loadu_si256(p.powers.add(2 * i).cast()) };
+                sum.add(_mm256_shuffle_epi8(p.c[i], reverse), h);
+            }
+        }
+        *products = sum;
         return;
     }
     // The rest, at most WIDE registers, encrypted together: two, four or eight at once,
-    // whichever covers it (a spare register's rounds cost less than a second pass's latency).
+    // whichever covers it (a spare register's rounds cost less than a second pass's latency),
+    // while the last whole round trip is hashed.
     let mut ks = [_mm256_setzero_si256(); WIDE];
     let rest = text.total - off;
-    if rest <= 2 * REG {
-        ks[..2].copy_from_slice(&encrypt_2x::<NR, 2>(
-            rk,
-            std::array::from_fn(|_| ctr.next()),
-        ));
-    } else if rest <= 4 * REG {
-        ks[..4].copy_from_slice(&encrypt_2x::<NR, 4>(
-            rk,
-            std::array::from_fn(|_| ctr.next()),
-        ));
-    } else {
-        ks = encrypt_2x::<NR, WIDE>(rk, std::array::from_fn(|_| ctr.next()));
+    // SAFETY: as for the loop above.
+    unsafe {
+        if rest <= 2 * REG {
+            ks[..2].copy_from_slice(&encrypt_2x_maybe_hashing::<NR, 2>(
+                rk,
+                ctr,
+                pending.as_ref(),
+                &mut sum,
+                reverse,
+            ));
+        } else if rest <= 4 * REG {
+            ks[..4].copy_from_slice(&encrypt_2x_maybe_hashing::<NR, 4>(
+                rk,
+                ctr,
+                pending.as_ref(),
+                &mut sum,
+                reverse,
+            ));
+        } else {
+            ks = encrypt_2x_maybe_hashing::<NR, WIDE>(rk, ctr, pending.as_ref(), &mut sum, reverse);
+        }
     }
     for k in ks.iter() {
         if off >= text.total {
@@ -350,6 +451,7 @@ unsafe fn encrypt_and_hash<const NR: usize>(
         }
         off += REG;
     }
+    *products = sum;
 }
 
 /// Adds the GHASH products of `len` bytes at `data` (the last block zero-padded), block `j`
