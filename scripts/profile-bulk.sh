@@ -71,7 +71,11 @@ def label(frames, names, kernel):
             if any(k in n for n in names for k in keys):
                 return lab
         return KERNEL_REST
-    if any(k in names[0] for k in AEAD):
+    # perf lists inlined functions as frames of their own ("... (inlined)"): an intrinsic
+    # inlined into packetseal's seal is a leaf named `_mm256_aesenc_epi128`. The sample is
+    # AEAD work if the leaf or any frame up to the first real (not inlined) one is.
+    real = next((i for i, n in enumerate(names) if not n.endswith("(inlined)")), 0)
+    if any(k in n for n in names[: real + 1] for k in AEAD):
         return AEAD_LABEL
     for n in names:
         for lab, keys in USER:
