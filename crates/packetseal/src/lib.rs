@@ -7,9 +7,10 @@
 //! cipher itself. [`SealKey::seal`] does the same AES-GCM (NIST SP 800-38D, 96-bit nonce,
 //! 128-bit tag) with none of it: the counter blocks of the whole packet go through AES four
 //! to a 512-bit register (two to a 256-bit one), eight registers per round trip, each register
-//! of ciphertext is hashed as it is made (header, ciphertext and lengths block each multiplied
-//! by its own precomputed power of H), and the packet's GHASH is reduced once. Messages longer than 128 blocks
-//! (about 2 KB, more than a packet) go through in windows of 128 blocks, one reduction each.
+//! of ciphertext is hashed as it is made or, in the AVX2 width, between the next round trip's
+//! AES rounds (header, ciphertext and lengths block each multiplied by its own precomputed
+//! power of H), and the packet's GHASH is reduced once. Messages longer than 128 blocks (about
+//! 2 KB, more than a packet) go through in windows of 128 blocks, one reduction each.
 //!
 //! It takes a packet the way quiche's writer holds it after its zero-copy patch: the frame
 //! headers in the output buffer and the stream data still in the send buffer (`extra_in`),

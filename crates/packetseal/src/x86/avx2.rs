@@ -1,11 +1,15 @@
 //! The AVX2 width, for CPUs with VAES and VPCLMULQDQ but no AVX-512 (AMD Zen 3, Intel client
 //! cores since Alder Lake): AES-CTR two blocks to a `ymm` register, eight registers (sixteen
 //! blocks) in flight; GHASH with 256-bit VPCLMULQDQ, one reduction per packet (per 128-block
-//! window for longer messages). (Karatsuba's three multiplications per block instead of four
-//! measured slower on AMD Zen 3, 283–299 against 270–285 ns per 1,323-byte packet: the
-//! halves' XOR costs the same vector pipes the multiplication would.) AVX2 has no byte-masked loads and stores, so a message's last
-//! partial register is staged through 32 bytes on the stack; every whole register is read
-//! from and written to the packet directly.
+//! window for longer messages). Software-pipelined: each round trip's ciphertext is hashed
+//! between the next round trip's AES rounds, as BoringSSL's AVX2 AES-GCM does (276 → 243 ns per
+//! 1,323-byte packet on AMD Zen 3, docs/benchmarks.md). Karatsuba's three multiplications per
+//! block instead of four measured slower on Zen 3 (283–299 against 270–285 ns, before the
+//! pipelining): the halves' XOR costs the same vector pipes the multiplication would.
+//!
+//! AVX2 has no byte-masked loads and stores, so a message's last partial register is staged
+//! through 32 bytes on the stack; every whole register is read from and written to the packet
+//! directly.
 //!
 //! The seal's driver (`seal_with`) has the AVX-512 width's shape on purpose: each width's is
 //! compiled with its own target features, so that every helper inlines into it; one generic

@@ -3,7 +3,8 @@
 //! no AVX-512, such as AMD Zen 3 and Intel's client cores since Alder Lake). Both share the key
 //! schedule and the powers of the hash key kept here, and the same one-pass design: the
 //! packet's counter blocks eight registers per round trip, each register of ciphertext hashed
-//! against its own powers of H as it is made, one GHASH reduction per packet.
+//! against its own powers of H (as it is made in the AVX-512 width; in the AVX2 width between
+//! the next round trip's AES rounds), one GHASH reduction per packet.
 //!
 //! GHASH convention (as in BoringSSL's and Linux's AVX-512 AES-GCM): blocks are byte-reversed
 //! so GCM's bit-reflected field elements become 128-bit integers, the hash key is stored
