@@ -278,10 +278,10 @@ fn encrypt_2x<const NR: usize, const K: usize>(
     x
 }
 
-/// [`encrypt_2x`], adding the GHASH products of `pending` to `sum`, one register of it between each two rounds:
-/// the products depend only on ciphertext already made, so the carry-less multiplications and
-/// the AES rounds run side by side instead of the multiplications waiting at the end of each
-/// round trip for the rounds they do not depend on.
+/// [`encrypt_2x`], adding the GHASH products of `pending` to `sum`, one register of it between
+/// each two rounds: the products depend only on ciphertext already made, so the carry-less
+/// multiplications and the AES rounds run side by side instead of the multiplications waiting
+/// at the end of each round trip for the rounds they do not depend on.
 ///
 /// Always inlined, without target features of its own, so that it inlines into its caller:
 /// a call would pass the registers through memory.
