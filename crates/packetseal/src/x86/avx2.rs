@@ -2,10 +2,12 @@
 //! cores since Alder Lake): AES-CTR two blocks to a `ymm` register, eight registers (sixteen
 //! blocks) in flight; GHASH with 256-bit VPCLMULQDQ, one reduction per packet (per 128-block
 //! window for longer messages). Software-pipelined: each round trip's ciphertext is hashed
-//! between the next round trip's AES rounds, as BoringSSL's AVX2 AES-GCM does (276 → 243 ns per
-//! 1,323-byte packet on AMD Zen 3, docs/benchmarks.md). Karatsuba's three multiplications per
-//! block instead of four measured slower on Zen 3 (283–299 against 270–285 ns, before the
-//! pipelining): the halves' XOR costs the same vector pipes the multiplication would.
+//! between the next round trip's AES rounds, as BoringSSL's AVX2 AES-GCM does, and in
+//! Karatsuba's form, three carry-less multiplications per block instead of four. On AMD Zen 3,
+//! per 1,323-byte packet: 276 ns unpipelined, 243 pipelined, 228 with Karatsuba
+//! (docs/benchmarks.md). Karatsuba alone, before the pipelining, measured slower (283–299
+//! against 270–285 ns): while the hashing waited for each round trip's AES rounds, the halves'
+//! extra shuffle and XOR were on the critical path.
 //!
 //! AVX2 has no byte-masked loads and stores, so a message's last partial register is staged
 //! through 32 bytes on the stack; every whole register is read from and written to the packet
@@ -17,7 +19,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{byte_reverse_mask, encrypt_block, reduce, Schedule, POWERS, WINDOW};
+use super::{byte_reverse_mask, encrypt_block, reduce, Schedule, HALVES, POWERS, WINDOW};
 
 /// Bytes of one `ymm` register: two AES blocks.
 const REG: usize = 32;
@@ -109,18 +111,26 @@ impl Products {
         }
     }
 
-    /// Adds the two products `d[i] * h[i]` (`d` byte-reflected).
-    #[target_feature(enable = "avx2,vpclmulqdq")]
-    fn add(&mut self, d: __m256i, h: __m256i) {
-        self.lo = _mm256_xor_si256(self.lo, _mm256_clmulepi64_epi128::<0x00>(d, h));
-        self.mi = _mm256_xor_si256(
-            self.mi,
-            _mm256_xor_si256(
-                _mm256_clmulepi64_epi128::<0x01>(d, h),
-                _mm256_clmulepi64_epi128::<0x10>(d, h),
-            ),
-        );
-        self.hi = _mm256_xor_si256(self.hi, _mm256_clmulepi64_epi128::<0x11>(d, h));
+    /// Adds the two products `d[i] * h[i]` (`d` byte-reflected), `h` the two powers at
+    /// `powers`, in Karatsuba's form: three carry-less multiplications per block, the middle
+    /// one of the halves' XORs (the powers' precomputed in `h_halves`); `reduce` adds the low
+    /// and high products back into the middle.
+    ///
+    /// # Safety
+    /// `powers` points into `h_powers` with one more entry after it.
+    #[inline(always)]
+    unsafe fn add_at(&mut self, d: __m256i, powers: *const __m128i) {
+        // SAFETY: the CPU has AVX2 and VPCLMULQDQ (every caller is compiled with them); two
+        // entries of `h_powers` and the same two of `h_halves`, which follows it in the
+        // `repr(C)` Schedule, as the caller promised.
+        unsafe {
+            let h = _mm256_loadu_si256(powers.cast());
+            let hk = _mm256_loadu_si256(powers.add(HALVES).cast());
+            let dk = _mm256_xor_si256(d, _mm256_shuffle_epi32::<0x4e>(d));
+            self.lo = _mm256_xor_si256(self.lo, _mm256_clmulepi64_epi128::<0x00>(d, h));
+            self.mi = _mm256_xor_si256(self.mi, _mm256_clmulepi64_epi128::<0x00>(dk, hk));
+            self.hi = _mm256_xor_si256(self.hi, _mm256_clmulepi64_epi128::<0x11>(d, h));
+        }
     }
 
     /// Adds `acc * H^n`, the running hash carried into a window of `n` blocks, where `powers`
@@ -132,18 +142,14 @@ impl Products {
     unsafe fn add_carry(&mut self, acc: __m128i, powers: *const __m128i) {
         // SAFETY: two entries from H^n, as the caller promised; the data's second lane is
         // zero, so only acc * H^n is added.
-        let h = unsafe { _mm256_loadu_si256(powers.cast()) };
-        self.add(_mm256_zextsi128_si256(acc), h);
+        unsafe { self.add_at(_mm256_zextsi128_si256(acc), powers) };
     }
 
     /// The sum of everything added, reduced to one field element.
     #[target_feature(enable = "avx2,pclmulqdq")]
     fn reduce(&self) -> __m128i {
-        reduce(
-            fold_lanes(self.lo),
-            fold_lanes(self.mi),
-            fold_lanes(self.hi),
-        )
+        let mi = _mm256_xor_si256(self.mi, _mm256_xor_si256(self.lo, self.hi));
+        reduce(fold_lanes(self.lo), fold_lanes(mi), fold_lanes(self.hi))
     }
 }
 
@@ -310,8 +316,10 @@ unsafe fn encrypt_2x_hashing<const NR: usize, const K: usize>(
                 *v = _mm256_aesenc_epi128(*v, *key);
             }
             if r < WIDE {
-                let h = _mm256_loadu_si256(pending.powers.add(2 * r).cast());
-                sum.add(_mm256_shuffle_epi8(pending.c[r], reverse), h);
+                sum.add_at(
+                    _mm256_shuffle_epi8(pending.c[r], reverse),
+                    pending.powers.add(2 * r),
+                );
             }
         }
         for v in x.iter_mut() {
@@ -391,8 +399,7 @@ unsafe fn encrypt_and_hash<const NR: usize>(
         if let Some(p) = &pending {
             for i in 0..WIDE {
                 // SAFETY: the pending round trip's two powers for register `i`.
-                let h = unsafe { _mm256_loadu_si256(p.powers.add(2 * i).cast()) };
-                sum.add(_mm256_shuffle_epi8(p.c[i], reverse), h);
+                unsafe { sum.add_at(_mm256_shuffle_epi8(p.c[i], reverse), p.powers.add(2 * i)) };
             }
         }
         *products = sum;
@@ -449,8 +456,7 @@ unsafe fn encrypt_and_hash<const NR: usize>(
                 staged[len..].fill(0);
                 _mm256_loadu_si256(staged.as_ptr().cast())
             };
-            let h = _mm256_loadu_si256(powers.cast());
-            sum.add(_mm256_shuffle_epi8(c, reverse), h);
+            sum.add_at(_mm256_shuffle_epi8(c, reverse), powers);
             powers = powers.add(2);
         }
         off += REG;
@@ -478,8 +484,7 @@ unsafe fn hash_into(sum: &mut Products, data: *const u8, len: usize, powers: *co
                 std::ptr::copy_nonoverlapping(data.add(off), staged.as_mut_ptr(), len - off);
                 _mm256_loadu_si256(staged.as_ptr().cast())
             };
-            let h = _mm256_loadu_si256(powers.add(off / 16).cast());
-            sum.add(_mm256_shuffle_epi8(d, reverse), h);
+            sum.add_at(_mm256_shuffle_epi8(d, reverse), powers.add(off / 16));
         }
         off += REG;
     }
@@ -517,7 +522,9 @@ unsafe fn seal_with<const NR: usize>(
 
     // The first data block counts from 2; the second part's blocks follow the first's.
     let out = text.as_mut_ptr();
-    let powers = key.schedule.h_powers.as_ptr();
+    // Derived from the whole schedule, not from `h_powers` alone, so that the pointer may also
+    // reach `h_halves` behind it (`Products::add_at`).
+    let powers = Schedule::powers(&key.schedule);
     let aad_blocks = aad.len().div_ceil(16);
     let blocks = aad_blocks + text.len().div_ceil(16) + 1;
     let hash = if blocks <= POWERS {
