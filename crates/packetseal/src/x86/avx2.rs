@@ -196,6 +196,26 @@ impl Counter {
 
 // ---- the seal ----
 
+/// Shuffle controls and masks for a message's final partial block of `r` bytes (1..=15), each
+/// the 16 bytes at an offset that depends on `r`:
+/// - at `r`: 16 - r zeroing indices, then 0..r (moves the low r bytes to the top);
+/// - at `32 - r`: 16 - r..16, then zeroing indices (moves the top r bytes to the bottom);
+/// - at `64 - r`: r bytes of 0xff, then zeros (keeps the low r bytes);
+/// - at `64 + r`: 16 - r zeros, then r bytes of 0xff (selects the top r bytes).
+static TAIL_TABLE: [u8; 96] = {
+    let mut t = [0u8; 96];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = 0x80;
+        t[16 + i] = i as u8;
+        t[32 + i] = 0x80;
+        t[48 + i] = 0xff;
+        t[80 + i] = 0xff;
+        i += 1;
+    }
+    t
+};
+
 /// The plaintext of one packet as quiche's writer holds it: `in_len` bytes already in the output
 /// buffer (encrypted in place), then the stream data still in the send buffer.
 #[derive(Clone, Copy)]
@@ -230,6 +250,81 @@ impl Plaintext {
                     _mm_loadu_si128(self.out.add(off).cast()),
                 )
             }
+        }
+    }
+
+    /// Encrypts the message's last, partial register (`len` < 32 bytes at `off`, the end of
+    /// the plaintext) with keystream `k` without staging it on the stack: a whole first block
+    /// is loaded and stored directly; the final partial block (r < 16 bytes) is read with the
+    /// 16-byte load that ends where it ends and shifted down, and written with the 16-byte
+    /// store that ends there, its first 16 - r bytes the ciphertext already written before
+    /// it. Returns the ciphertext zero-padded for GHASH, or `None` (nothing written) where a
+    /// 16-byte window would start before the part it reads or the message: a message or a
+    /// second part shorter than 16 bytes, which the caller stages instead.
+    ///
+    /// # Safety
+    /// As [`Plaintext::gather`], `out..out + total` writable, everything below `off` already
+    /// written, and the CPU has AVX2.
+    #[inline(always)]
+    unsafe fn seal_partial(&self, off: usize, len: usize, k: __m256i) -> Option<__m256i> {
+        debug_assert!(len < REG && off + len == self.total && off.is_multiple_of(16));
+        let whole = len & !15;
+        let r = len - whole;
+        let q = off + whole;
+        // The final partial block lies in one part: with a second part the seam is
+        // block-aligned, so a block starting below `in_len` ends at or below it.
+        let (src, before) = if q >= self.in_len {
+            // SAFETY: `q - in_len` is inside the second part (or at its end when r == 0).
+            (unsafe { self.extra.add(q - self.in_len) }, q - self.in_len)
+        } else {
+            // SAFETY: `q` is inside the first part.
+            (unsafe { self.out.add(q).cast_const() }, q)
+        };
+        if r > 0 && before + r < 16 {
+            return None;
+        }
+        // SAFETY: every load reads inside one part, below `total`; every store writes inside
+        // `out..out + total`, bytes below `q` only with the ciphertext already there.
+        unsafe {
+            let k_lo = _mm256_castsi256_si128(k);
+            let k_hi = _mm256_extracti128_si256::<1>(k);
+            let first = if whole == 16 {
+                let p = if off + 16 <= self.in_len {
+                    _mm_loadu_si128(self.out.add(off).cast())
+                } else {
+                    _mm_loadu_si128(self.extra.add(off - self.in_len).cast())
+                };
+                let c = _mm_xor_si128(p, k_lo);
+                _mm_storeu_si128(self.out.add(off).cast(), c);
+                Some(c)
+            } else {
+                None
+            };
+            let last = if r > 0 {
+                let kr = if whole == 16 { k_hi } else { k_lo };
+                // The r plaintext bytes, moved to the bottom, zeros above.
+                let window = _mm_loadu_si128(src.add(r).sub(16).cast());
+                let down = _mm_loadu_si128(TAIL_TABLE.as_ptr().add(32 - r).cast());
+                let p = _mm_shuffle_epi8(window, down);
+                let keep = _mm_loadu_si128(TAIL_TABLE.as_ptr().add(64 - r).cast());
+                let c = _mm_and_si128(_mm_xor_si128(p, kr), keep);
+                // Written as the 16 bytes ending at the message's end.
+                let dst = self.out.add(q + r).sub(16);
+                let up = _mm_loadu_si128(TAIL_TABLE.as_ptr().add(r).cast());
+                let new = _mm_loadu_si128(TAIL_TABLE.as_ptr().add(64 + r).cast());
+                let merged =
+                    _mm_blendv_epi8(_mm_loadu_si128(dst.cast()), _mm_shuffle_epi8(c, up), new);
+                _mm_storeu_si128(dst.cast(), merged);
+                Some(c)
+            } else {
+                None
+            };
+            Some(match (first, last) {
+                (Some(a), Some(b)) => _mm256_set_m128i(b, a),
+                (Some(a), None) => _mm256_zextsi128_si256(a),
+                (None, Some(b)) => _mm256_zextsi128_si256(b),
+                (None, None) => unreachable!("len > 0"),
+            })
         }
     }
 
@@ -444,6 +539,8 @@ unsafe fn encrypt_and_hash<const NR: usize>(
             let c = if text.total - off >= REG {
                 let c = _mm256_xor_si256(text.load(off), *k);
                 _mm256_storeu_si256(text.out.add(off).cast(), c);
+                c
+            } else if let Some(c) = text.seal_partial(off, text.total - off, *k) {
                 c
             } else {
                 let len = text.total - off;
