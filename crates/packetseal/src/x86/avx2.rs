@@ -4,14 +4,15 @@
 //! window for longer messages). Software-pipelined: each round trip's ciphertext is hashed
 //! between the next round trip's AES rounds, as BoringSSL's AVX2 AES-GCM does, and in
 //! Karatsuba's form, three carry-less multiplications per block instead of four. On AMD Zen 3,
-//! per 1,323-byte packet: 276 ns unpipelined, 243 pipelined, 228 with Karatsuba
-//! (docs/benchmarks.md). Karatsuba alone, before the pipelining, measured slower (283–299
-//! against 270–285 ns): while the hashing waited for each round trip's AES rounds, the halves'
-//! extra shuffle and XOR were on the critical path.
+//! per 1,323-byte packet: 276 ns unpipelined, 243 pipelined, 228 with Karatsuba, about 210
+//! without staging the last block (docs/benchmarks.md). Karatsuba alone, before the
+//! pipelining, measured slower (283–299 against 270–285 ns): while the hashing waited for each
+//! round trip's AES rounds, the halves' extra shuffle and XOR were on the critical path.
 //!
-//! AVX2 has no byte-masked loads and stores, so a message's last partial register is staged
-//! through 32 bytes on the stack; every whole register is read from and written to the packet
-//! directly.
+//! AVX2 has no byte-masked loads and stores. Every whole register is read from and written to
+//! the packet directly; a message's final partial block is read with the 16-byte load that
+//! ends where it ends and written with the 16-byte store that ends there (`seal_partial`),
+//! and only a message, or a second part, shorter than 16 bytes is staged on the stack.
 //!
 //! The seal's driver (`seal_with`) has the AVX-512 width's shape on purpose: each width's is
 //! compiled with its own target features, so that every helper inlines into it; one generic
@@ -531,8 +532,9 @@ unsafe fn encrypt_and_hash<const NR: usize>(
         if off >= text.total {
             break;
         }
-        // SAFETY: a whole register lies below `total`; the last, partial one is staged on the
-        // stack, and only its bytes below `total` are written to the packet. The two powers
+        // SAFETY: a whole register lies below `total`; the last, partial one goes through
+        // `seal_partial` (everything below `off` is written by now) or is staged on the stack,
+        // and only its bytes below `total` are written to the packet. The two powers
         // loaded start at a block of this packet; past its last block they run into the
         // lengths block's power or the zero padding, multiplied by a zeroed lane.
         unsafe {
