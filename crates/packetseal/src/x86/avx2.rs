@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{byte_reverse_mask, encrypt_block, reduce, Schedule, HALVES, POWERS, WINDOW};
+use super::{byte_reverse_mask, encrypt_block, reduce, Schedule, POWERS, WINDOW};
 
 /// Bytes of one `ymm` register: two AES blocks.
 const REG: usize = 32;
@@ -37,9 +37,23 @@ pub(crate) fn available() -> bool {
 #[repr(C, align(64))]
 pub(crate) struct Key {
     schedule: Schedule,
+    /// For each entry of `schedule.h_powers`, the XOR of its two 64-bit halves in both halves:
+    /// the second factor of Karatsuba's middle product. An entry's is [`HALVES`] blocks after
+    /// it (`repr(C)`; see [`Key::powers`]).
+    h_halves: [__m128i; POWERS + 3],
     /// The round keys, each in both lanes of a 256-bit register.
     wide_round_keys: [__m256i; 15],
 }
+
+/// The distance, in blocks, from an entry of `schedule.h_powers` to its entry in `h_halves`.
+const HALVES: usize = (std::mem::offset_of!(Key, h_halves)
+    - std::mem::offset_of!(Key, schedule)
+    - std::mem::offset_of!(Schedule, h_powers))
+    / std::mem::size_of::<__m128i>();
+const _: () = assert!((std::mem::offset_of!(Key, h_halves)
+    - std::mem::offset_of!(Key, schedule)
+    - std::mem::offset_of!(Schedule, h_powers))
+.is_multiple_of(std::mem::size_of::<__m128i>()));
 
 impl Key {
     /// Callers have checked [`available`].
@@ -49,11 +63,24 @@ impl Key {
         unsafe {
             let schedule = Schedule::new(key)?;
             let wide_round_keys = broadcast_round_keys(&schedule.round_keys);
+            let h_halves = schedule
+                .h_powers
+                .map(|h| _mm_xor_si128(h, _mm_shuffle_epi32::<0x4e>(h)));
             Some(Box::new(Key {
                 schedule,
+                h_halves,
                 wide_round_keys,
             }))
         }
+    }
+
+    /// A pointer to `schedule.h_powers[0]` that may reach every entry of `h_powers` and of
+    /// `h_halves` ([`HALVES`] blocks on): taken from a pointer to the whole key, not from a
+    /// borrow of one array.
+    fn powers(&self) -> *const __m128i {
+        let key: *const Key = self;
+        // SAFETY: a field of a valid Key; no reference is made.
+        unsafe { std::ptr::addr_of!((*key).schedule.h_powers).cast() }
     }
 
     /// As the AVX-512 width's `Key::seal`: `text[..in_len]` is encrypted in place and `extra`
@@ -83,6 +110,7 @@ impl Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
+        super::wipe(&mut self.h_halves);
         super::wipe(&mut self.wide_round_keys);
     }
 }
@@ -114,16 +142,17 @@ impl Products {
 
     /// Adds the two products `d[i] * h[i]` (`d` byte-reflected), `h` the two powers at
     /// `powers`, in Karatsuba's form: three carry-less multiplications per block, the middle
-    /// one of the halves' XORs (the powers' precomputed in `h_halves`); `reduce` adds the low
-    /// and high products back into the middle.
+    /// one of the halves' XORs (the powers' precomputed in `Key::h_halves`); `reduce` adds the
+    /// low and high products back into the middle.
     ///
     /// # Safety
-    /// `powers` points into `h_powers` with one more entry after it.
+    /// `powers` points into a key's `h_powers`, with one more entry after it, and was taken
+    /// with [`Key::powers`].
     #[inline(always)]
     unsafe fn add_at(&mut self, d: __m256i, powers: *const __m128i) {
         // SAFETY: the CPU has AVX2 and VPCLMULQDQ (every caller is compiled with them); two
-        // entries of `h_powers` and the same two of `h_halves`, which follows it in the
-        // `repr(C)` Schedule, as the caller promised.
+        // entries of `h_powers` and the same two of `h_halves`, HALVES blocks on in the
+        // `repr(C)` Key, through a pointer that may reach both, as the caller promised.
         unsafe {
             let h = _mm256_loadu_si256(powers.cast());
             let hk = _mm256_loadu_si256(powers.add(HALVES).cast());
@@ -621,9 +650,9 @@ unsafe fn seal_with<const NR: usize>(
 
     // The first data block counts from 2; the second part's blocks follow the first's.
     let out = text.as_mut_ptr();
-    // Derived from the whole schedule, not from `h_powers` alone, so that the pointer may also
-    // reach `h_halves` behind it (`Products::add_at`).
-    let powers = Schedule::powers(&key.schedule);
+    // Derived from the whole key, not from `h_powers` alone, so that the pointer may also
+    // reach `h_halves` (`Products::add_at`).
+    let powers = key.powers();
     let aad_blocks = aad.len().div_ceil(16);
     let blocks = aad_blocks + text.len().div_ceil(16) + 1;
     let hash = if blocks <= POWERS {

@@ -45,29 +45,9 @@ pub(super) struct Schedule {
     /// H^128, H^127, …, H^1 (byte-reflected, times x), then three zero blocks, so that two or
     /// four consecutive powers can be loaded from any starting power. H^k is at `POWERS - k`.
     pub(super) h_powers: [__m128i; POWERS + 3],
-    /// For each entry of `h_powers`, the XOR of its two 64-bit halves in both halves: the
-    /// second factor of Karatsuba's middle product, for the AVX2 width (the AVX-512 width
-    /// multiplies in four). Right after `h_powers` (`repr(C)`), so an entry's is [`HALVES`]
-    /// entries after it.
-    pub(super) h_halves: [__m128i; POWERS + 3],
 }
 
-/// The distance, in blocks, from an entry of `h_powers` to its entry in `h_halves`.
-pub(super) const HALVES: usize = POWERS + 3;
-const _: () = assert!(
-    std::mem::offset_of!(Schedule, h_halves)
-        == std::mem::offset_of!(Schedule, h_powers) + HALVES * std::mem::size_of::<__m128i>()
-);
-
 impl Schedule {
-    /// A pointer to `h_powers[0]` that may reach every entry of `h_powers` and `h_halves`:
-    /// taken from a pointer to the whole schedule, not from a borrow of one array.
-    pub(super) fn powers(s: &Schedule) -> *const __m128i {
-        let s: *const Schedule = s;
-        // SAFETY: a field of a valid Schedule; no reference is made.
-        unsafe { std::ptr::addr_of!((*s).h_powers).cast() }
-    }
-
     /// `None` for a key of another length than 16 or 32 bytes.
     ///
     /// # Safety
@@ -79,7 +59,6 @@ impl Schedule {
             round_keys: [zero; 15],
             rounds: 0,
             h_powers: [zero; POWERS + 3],
-            h_halves: [zero; POWERS + 3],
         };
         // SAFETY: the caller promised the instructions; the functions read only the arrays
         // they are given.
@@ -96,9 +75,6 @@ impl Schedule {
                 _ => return None,
             }
             s.h_powers = hash_key_powers(&s.round_keys, s.rounds);
-            s.h_halves = s
-                .h_powers
-                .map(|h| _mm_xor_si128(h, _mm_shuffle_epi32::<0x4e>(h)));
         }
         Some(s)
     }
@@ -108,7 +84,6 @@ impl Drop for Schedule {
     fn drop(&mut self) {
         wipe(&mut self.round_keys);
         wipe(&mut self.h_powers);
-        wipe(&mut self.h_halves);
     }
 }
 
