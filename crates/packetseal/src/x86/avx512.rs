@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{byte_reverse_mask, encrypt_block, reduce, Schedule, POWERS, WINDOW};
+use super::{byte_reverse_mask, reduce, Lanes, Parts, Schedule, WINDOW};
 
 pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -88,7 +88,7 @@ fn byte_mask(bytes: usize) -> __mmask64 {
 }
 
 /// GHASH products not yet reduced: four lanes each of the low, middle and high parts.
-struct Products {
+pub(crate) struct Products {
     lo: __m512i,
     mi: __m512i,
     hi: __m512i,
@@ -164,7 +164,7 @@ fn encrypt_4x<const NR: usize, const K: usize>(
 
 /// Counter blocks for GCM's `inc32`: each lane holds the nonce and its counter in native
 /// order in the last dword; `to_block` swaps that dword to big-endian.
-struct Counter {
+pub(crate) struct Counter {
     lanes: __m512i,
     to_block: __m512i,
     step: __m512i,
@@ -342,6 +342,9 @@ unsafe fn hash_into(sum: &mut Products, data: *const u8, len: usize, powers: *co
     }
 }
 
+/// The seal with `NR` rounds: the shared driver, compiled with this width's instructions so
+/// that its helpers inline into it.
+///
 /// # Safety
 /// The CPU has the features named; `text.len() == in_len + extra.len()`, and `in_len % 16 == 0`
 /// or `extra` is empty.
@@ -355,100 +358,67 @@ unsafe fn seal_with<const NR: usize>(
     extra: &[u8],
     tag: &mut [u8; 16],
 ) {
-    let mut nonce_block = [0u8; 16];
-    nonce_block[..12].copy_from_slice(nonce);
-    // SAFETY: 16 readable bytes.
-    let nonce = unsafe { _mm_loadu_si128(nonce_block.as_ptr().cast()) };
-    // J0 = nonce ‖ 1 (big-endian): its encryption masks the tag. Issued first, so its rounds
-    // overlap the bulk work below.
-    let tag_mask = encrypt_block(
-        &key.schedule.round_keys,
-        NR,
-        _mm_insert_epi32::<3>(nonce, 0x0100_0000),
-    );
-    let rk = &key.wide_round_keys;
+    // SAFETY: as the caller promised.
+    unsafe { super::seal::<Key, NR>(key, nonce, aad, text, in_len, extra, tag) }
+}
 
-    let mut lengths = [0u8; 16];
-    lengths[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
-    lengths[8..].copy_from_slice(&(text.len() as u64 * 8).to_be_bytes());
+impl Lanes for Key {
+    type Sum = Products;
+    type Counter = Counter;
 
-    // The first data block counts from 2; the second part's blocks follow the first's.
-    let out = text.as_mut_ptr();
-    let aad_blocks = aad.len().div_ceil(16);
-    let blocks = aad_blocks + text.len().div_ceil(16) + 1;
-    let hash = if blocks <= POWERS {
-        // Every block times its own power (the header's first block times H^blocks, the
-        // lengths block times H^1), one reduction.
-        let powers = key.schedule.h_powers.as_ptr();
-        let first = POWERS - blocks;
-        let mut sum = Products::new();
-        // SAFETY: each part's powers lie in `h_powers[first..POWERS]` in message order, and
-        // `h_powers` has three zero entries after H^1. `text` holds in_len + extra.len()
-        // bytes: the first part is read and written in place, the second read from `extra`
-        // and written after it.
-        unsafe {
-            hash_into(&mut sum, aad.as_ptr(), aad.len(), powers.add(first));
-            let mut ctr = Counter::new(nonce, 2);
-            let plaintext = Plaintext {
-                out,
-                in_len,
-                extra: extra.as_ptr(),
-                total: text.len(),
-            };
-            encrypt_and_hash::<NR>(
-                rk,
-                &mut ctr,
-                plaintext,
-                powers.add(first + aad_blocks),
-                &mut sum,
-            );
-            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
-        }
-        sum.reduce()
-    } else {
-        // Longer than a packet: header and text in windows of `POWERS` blocks, each with one
-        // reduction, the running hash carried into the next window as acc * H^n.
-        let powers = key.schedule.h_powers.as_ptr();
-        let mut acc = _mm_setzero_si128();
-        // SAFETY: every window lies inside `aad` or the plaintext's two parts (see above),
-        // and its powers are H^n..H^1 followed by the zero padding.
-        unsafe {
-            for window in aad.chunks(WINDOW) {
-                let n = window.len().div_ceil(16);
-                let mut sum = Products::new();
-                sum.add_carry(acc, powers.add(POWERS - n));
-                hash_into(
-                    &mut sum,
-                    window.as_ptr(),
-                    window.len(),
-                    powers.add(POWERS - n),
-                );
-                acc = sum.reduce();
-            }
-            let mut ctr = Counter::new(nonce, 2);
-            let mut base = 0;
-            while base < text.len() {
-                let len = (text.len() - base).min(WINDOW);
-                let n = len.div_ceil(16);
-                let window = Plaintext {
-                    out: out.add(base),
-                    in_len: in_len.saturating_sub(base),
-                    extra: extra.as_ptr().add(base.saturating_sub(in_len)),
-                    total: len,
-                };
-                let mut sum = Products::new();
-                sum.add_carry(acc, powers.add(POWERS - n));
-                encrypt_and_hash::<NR>(rk, &mut ctr, window, powers.add(POWERS - n), &mut sum);
-                acc = sum.reduce();
-                base += len;
-            }
-            let mut sum = Products::new();
-            sum.add_carry(acc, powers.add(POWERS - 1));
-            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
-            sum.reduce()
-        }
-    };
-    let t = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
-    // SAFETY: 16 writable bytes.
-    unsafe { _mm_storeu_si128(tag.as_mut_ptr().cast(), t) };
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    fn powers(&self) -> *const __m128i {
+        self.schedule.h_powers.as_ptr()
+    }
+
+    #[inline(always)]
+    unsafe fn sum() -> Products {
+        // SAFETY: the CPU has the instructions, as the caller promised.
+        unsafe { Products::new() }
+    }
+
+    #[inline(always)]
+    unsafe fn counter(nonce: __m128i, first: u32) -> Counter {
+        // SAFETY: as for `sum`.
+        unsafe { Counter::new(nonce, first) }
+    }
+
+    #[inline(always)]
+    unsafe fn add_carry(sum: &mut Products, acc: __m128i, powers: *const __m128i) {
+        // SAFETY: as the caller promised.
+        unsafe { sum.add_carry(acc, powers) }
+    }
+
+    #[inline(always)]
+    unsafe fn hash_into(sum: &mut Products, data: *const u8, len: usize, powers: *const __m128i) {
+        // SAFETY: as the caller promised.
+        unsafe { hash_into(sum, data, len, powers) }
+    }
+
+    #[inline(always)]
+    unsafe fn encrypt_and_hash<const NR: usize>(
+        &self,
+        ctr: &mut Counter,
+        text: Parts,
+        powers: *const __m128i,
+        sum: &mut Products,
+    ) {
+        let text = Plaintext {
+            out: text.out,
+            in_len: text.in_len,
+            extra: text.extra,
+            total: text.total,
+        };
+        // SAFETY: as the caller promised.
+        unsafe { encrypt_and_hash::<NR>(&self.wide_round_keys, ctr, text, powers, sum) }
+    }
+
+    #[inline(always)]
+    unsafe fn reduce(sum: &Products) -> __m128i {
+        // SAFETY: as for `sum`.
+        unsafe { sum.reduce() }
+    }
 }

@@ -4,7 +4,9 @@
 //! schedule and the powers of the hash key kept here, and the same one-pass design: the
 //! packet's counter blocks eight registers per round trip, each register of ciphertext hashed
 //! against its own powers of H (as it is made in the AVX-512 width; in the AVX2 width between
-//! the next round trip's AES rounds), one GHASH reduction per packet.
+//! the next round trip's AES rounds), one GHASH reduction per packet. The driver around that
+//! (the nonce, the tag, the lengths block, the windows of long messages) is [`seal`], one for
+//! both widths through [`Lanes`].
 //!
 //! GHASH convention (as in BoringSSL's and Linux's AVX-512 AES-GCM): blocks are byte-reversed
 //! so GCM's bit-reflected field elements become 128-bit integers, the hash key is stored
@@ -157,6 +159,183 @@ unsafe fn expand_256(key: &[u8; 32], rk: &mut [__m128i; 15]) {
     rk[12] = schedule_step::<0x20, 0xff>(rk[10], rk[11]);
     rk[13] = schedule_step::<0x00, 0xaa>(rk[11], rk[12]);
     rk[14] = schedule_step::<0x40, 0xff>(rk[12], rk[13]);
+}
+
+// ---- the seal, for either width ----
+
+/// The plaintext of one packet as quiche's writer holds it: `in_len` bytes already in the output
+/// buffer (encrypted in place), then the stream data still in the send buffer. A width reads
+/// it through its own `Plaintext`, with the same four fields.
+#[derive(Clone, Copy)]
+pub(crate) struct Parts {
+    /// The output buffer; its first `in_len` bytes are plaintext.
+    pub(super) out: *mut u8,
+    pub(super) in_len: usize,
+    pub(super) extra: *const u8,
+    pub(super) total: usize,
+}
+
+/// What the seal's driver ([`seal`]) needs from a register width. Each width implements it on
+/// its `Key` with `#[inline(always)]` forwards to its own `#[target_feature]` helpers.
+pub(crate) trait Lanes {
+    /// GHASH products not yet reduced.
+    type Sum;
+    /// GCM's counter blocks, a register at a time.
+    type Counter;
+
+    fn schedule(&self) -> &Schedule;
+
+    /// A pointer to `h_powers[0]` that may reach everything the width reads at an offset from
+    /// a power.
+    fn powers(&self) -> *const __m128i;
+
+    /// # Safety
+    /// The CPU has the width's instructions (for this and every method below).
+    unsafe fn sum() -> Self::Sum;
+
+    /// # Safety
+    /// As [`Lanes::sum`].
+    unsafe fn counter(nonce: __m128i, first: u32) -> Self::Counter;
+
+    /// Adds `acc * H^n`, the running hash carried into a window of `n` blocks.
+    ///
+    /// # Safety
+    /// `powers` points at H^n, taken from [`Lanes::powers`].
+    unsafe fn add_carry(sum: &mut Self::Sum, acc: __m128i, powers: *const __m128i);
+
+    /// Adds the GHASH products of `len` bytes at `data` (the last block zero-padded), block
+    /// `j` times the power at `powers + j`.
+    ///
+    /// # Safety
+    /// `data..data + len` readable; `powers` with `len.div_ceil(16)` powers after it and the
+    /// entries the width reads past them.
+    unsafe fn hash_into(sum: &mut Self::Sum, data: *const u8, len: usize, powers: *const __m128i);
+
+    /// Encrypts `text` into `text.out` and adds every ciphertext block's GHASH product, block
+    /// `j` times the power at `powers + j`.
+    ///
+    /// # Safety
+    /// `text`'s parts readable and `out..out + total` writable; `powers` as for `hash_into`.
+    unsafe fn encrypt_and_hash<const NR: usize>(
+        &self,
+        ctr: &mut Self::Counter,
+        text: Parts,
+        powers: *const __m128i,
+        sum: &mut Self::Sum,
+    );
+
+    /// The sum of everything added, reduced to one field element.
+    ///
+    /// # Safety
+    /// As [`Lanes::sum`].
+    unsafe fn reduce(sum: &Self::Sum) -> __m128i;
+}
+
+/// AES-GCM with `NR` rounds: `text[..in_len]` encrypted in place and `extra` into
+/// `text[in_len..]`, the tag into `tag`. Every block of a message of at most [`POWERS`] GHASH
+/// blocks is multiplied by its own power and the sum reduced once; longer messages go in
+/// windows of `POWERS` blocks, the running hash carried into the next as `acc * H^n`.
+///
+/// Always inlined, without target features of its own: each width calls it from its
+/// `#[target_feature]` entry point, so that the width's helpers inline into it.
+///
+/// # Safety
+/// The CPU has the width's instructions; `text.len() == in_len + extra.len()`, and
+/// `in_len % 16 == 0` or `extra` is empty.
+#[inline(always)]
+pub(super) unsafe fn seal<W: Lanes, const NR: usize>(
+    key: &W,
+    nonce: &[u8; 12],
+    aad: &[u8],
+    text: &mut [u8],
+    in_len: usize,
+    extra: &[u8],
+    tag: &mut [u8; 16],
+) {
+    let mut nonce_block = [0u8; 16];
+    nonce_block[..12].copy_from_slice(nonce);
+    let mut lengths = [0u8; 16];
+    lengths[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+    lengths[8..].copy_from_slice(&(text.len() as u64 * 8).to_be_bytes());
+    // The first data block counts from 2; the second part's blocks follow the first's.
+    let out = text.as_mut_ptr();
+    let powers = key.powers();
+    let aad_blocks = aad.len().div_ceil(16);
+    let blocks = aad_blocks + text.len().div_ceil(16) + 1;
+    // SAFETY: the CPU has the width's instructions, as the caller promised. Each part's
+    // powers lie in `h_powers[first..POWERS]` (or a window's H^n..H^1) in message order, and
+    // `h_powers` has zero entries after H^1. `text` holds in_len + extra.len() bytes: the first
+    // part is read and written in place, the second read from `extra` and written after it;
+    // every window lies inside `aad` or the plaintext's two parts.
+    unsafe {
+        let nonce = _mm_loadu_si128(nonce_block.as_ptr().cast());
+        // J0 = nonce ‖ 1 (big-endian): its encryption masks the tag. Issued first, so its
+        // rounds overlap the bulk work below.
+        let tag_mask = encrypt_block(
+            &key.schedule().round_keys,
+            NR,
+            _mm_insert_epi32::<3>(nonce, 0x0100_0000),
+        );
+        let hash = if blocks <= POWERS {
+            // Every block times its own power (the header's first block times H^blocks, the
+            // lengths block times H^1), one reduction.
+            let first = POWERS - blocks;
+            let mut sum = W::sum();
+            W::hash_into(&mut sum, aad.as_ptr(), aad.len(), powers.add(first));
+            let mut ctr = W::counter(nonce, 2);
+            let plaintext = Parts {
+                out,
+                in_len,
+                extra: extra.as_ptr(),
+                total: text.len(),
+            };
+            key.encrypt_and_hash::<NR>(
+                &mut ctr,
+                plaintext,
+                powers.add(first + aad_blocks),
+                &mut sum,
+            );
+            W::hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
+            W::reduce(&sum)
+        } else {
+            let mut acc = _mm_setzero_si128();
+            for window in aad.chunks(WINDOW) {
+                let n = window.len().div_ceil(16);
+                let mut sum = W::sum();
+                W::add_carry(&mut sum, acc, powers.add(POWERS - n));
+                W::hash_into(
+                    &mut sum,
+                    window.as_ptr(),
+                    window.len(),
+                    powers.add(POWERS - n),
+                );
+                acc = W::reduce(&sum);
+            }
+            let mut ctr = W::counter(nonce, 2);
+            let mut base = 0;
+            while base < text.len() {
+                let len = (text.len() - base).min(WINDOW);
+                let n = len.div_ceil(16);
+                let window = Parts {
+                    out: out.add(base),
+                    in_len: in_len.saturating_sub(base),
+                    extra: extra.as_ptr().add(base.saturating_sub(in_len)),
+                    total: len,
+                };
+                let mut sum = W::sum();
+                W::add_carry(&mut sum, acc, powers.add(POWERS - n));
+                key.encrypt_and_hash::<NR>(&mut ctr, window, powers.add(POWERS - n), &mut sum);
+                acc = W::reduce(&sum);
+                base += len;
+            }
+            let mut sum = W::sum();
+            W::add_carry(&mut sum, acc, powers.add(POWERS - 1));
+            W::hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
+            W::reduce(&sum)
+        };
+        let t = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
+        _mm_storeu_si128(tag.as_mut_ptr().cast(), t);
+    }
 }
 
 #[target_feature(enable = "aes")]
