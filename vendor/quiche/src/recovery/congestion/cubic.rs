@@ -761,7 +761,6 @@ mod tests {
             delivered_time: sender.time,
             first_sent_time: sender.time,
             is_app_limited: false,
-            rtt: Duration::ZERO,
         };
 
         // Trigger detecting spurious congestion event
@@ -791,7 +790,6 @@ mod tests {
             delivered_time: sender.time,
             first_sent_time: sender.time,
             is_app_limited: false,
-            rtt: Duration::ZERO,
         };
 
         // Trigger detecting spurious congestion event.

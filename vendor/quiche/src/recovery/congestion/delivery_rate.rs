@@ -119,28 +119,53 @@ impl Rate {
 
     // Update the delivery rate sample when a packet is acked.
     pub fn update_rate_sample(&mut self, pkt: &Acked, now: Instant) {
-        self.delivered += pkt.size;
+        self.update_rate_samples(std::slice::from_ref(pkt), now);
+    }
+
+    /// rampart: `update_rate_sample` for each of `acked` in turn, with the
+    /// sample's fields written once. Each packet whose `delivered` is at least
+    /// the sample's replaced them, so what is left is the last packet to reach
+    /// the running maximum; the per-packet loop only counts bytes and finds it.
+    /// The sample's RTT is `now` less that packet's send time.
+    pub fn update_rate_samples(&mut self, acked: &[Acked], now: Instant) {
+        if acked.is_empty() {
+            return;
+        }
+
         self.delivered_time = now;
 
         // Update info using the newest packet. If rate_sample is not yet
         // initialized, initialize with the first packet.
-        if self.rate_sample.prior_time.is_none() ||
-            pkt.delivered >= self.rate_sample.prior_delivered
-        {
+        let mut newest = None;
+        let mut prior_delivered = self
+            .rate_sample
+            .prior_time
+            .map(|_| self.rate_sample.prior_delivered);
+
+        for (i, pkt) in acked.iter().enumerate() {
+            self.delivered += pkt.size;
+
+            if prior_delivered.is_none_or(|prior| pkt.delivered >= prior) {
+                prior_delivered = Some(pkt.delivered);
+                newest = Some(i);
+            }
+
+            self.largest_acked = self.largest_acked.max(pkt.pkt_num);
+        }
+
+        if let Some(pkt) = newest.map(|i| &acked[i]) {
             self.rate_sample.prior_delivered = pkt.delivered;
             self.rate_sample.prior_time = Some(pkt.delivered_time);
             self.rate_sample.is_app_limited = pkt.is_app_limited;
             self.rate_sample.send_elapsed =
                 pkt.time_sent.saturating_duration_since(pkt.first_sent_time);
-            self.rate_sample.rtt = pkt.rtt;
+            self.rate_sample.rtt = now.saturating_duration_since(pkt.time_sent);
             self.rate_sample.ack_elapsed = self
                 .delivered_time
                 .saturating_duration_since(pkt.delivered_time);
 
             self.first_sent_time = pkt.time_sent;
         }
-
-        self.largest_acked = self.largest_acked.max(pkt.pkt_num);
     }
 
     pub fn generate_rate_sample(&mut self, min_rtt: Duration) {
@@ -278,6 +303,92 @@ mod tests {
     use crate::Config;
     use crate::OnAckReceivedOutcome;
     use std::ops::Range;
+
+    /// rampart: the per-packet rule `update_rate_samples` replaces, kept as
+    /// the reference it is checked against.
+    fn update_one_by_one(r: &mut Rate, acked: &[Acked], now: Instant) {
+        for pkt in acked {
+            r.delivered += pkt.size;
+            r.delivered_time = now;
+            if r.rate_sample.prior_time.is_none() ||
+                pkt.delivered >= r.rate_sample.prior_delivered
+            {
+                r.rate_sample.prior_delivered = pkt.delivered;
+                r.rate_sample.prior_time = Some(pkt.delivered_time);
+                r.rate_sample.is_app_limited = pkt.is_app_limited;
+                r.rate_sample.send_elapsed = pkt
+                    .time_sent
+                    .saturating_duration_since(pkt.first_sent_time);
+                r.rate_sample.rtt = now.saturating_duration_since(pkt.time_sent);
+                r.rate_sample.ack_elapsed = r
+                    .delivered_time
+                    .saturating_duration_since(pkt.delivered_time);
+                r.first_sent_time = pkt.time_sent;
+            }
+            r.largest_acked = r.largest_acked.max(pkt.pkt_num);
+        }
+    }
+
+    // rampart: `update_rate_samples` leaves `Rate` as the per-packet rule does,
+    // for batches in send order, with ties, with packets delivered out of
+    // order (a retransmission's record carries an older `delivered`), with a
+    // first batch that starts the sample and one below the current prior.
+    #[test]
+    fn rate_samples_in_one_call_match_packet_by_packet() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let acked = |pkt_num: u64, delivered: usize, sent_ms: u64, app: bool| {
+            Acked {
+                pkt_num,
+                time_sent: start + ms(sent_ms),
+                size: 1000 + pkt_num as usize,
+                delivered,
+                delivered_time: start + ms(sent_ms / 2),
+                first_sent_time: start + ms(sent_ms / 3),
+                is_app_limited: app,
+            }
+        };
+        let batches: Vec<Vec<Acked>> = vec![
+            vec![],
+            vec![acked(1, 0, 10, false)],
+            vec![
+                acked(2, 1000, 11, false),
+                acked(3, 2000, 12, true),
+                acked(4, 3000, 13, false),
+            ],
+            // Ties: the last packet to reach the maximum wins.
+            vec![
+                acked(5, 5000, 20, false),
+                acked(6, 5000, 21, true),
+                acked(7, 4000, 22, false),
+            ],
+            // Out of order: the maximum comes first.
+            vec![
+                acked(9, 9000, 30, true),
+                acked(8, 7000, 29, false),
+                acked(10, 9000, 31, false),
+                acked(11, 8000, 32, true),
+            ],
+            // Nothing reaches the prior: only bytes and the largest number.
+            vec![acked(12, 100, 40, true), acked(13, 200, 41, true)],
+        ];
+        for first in 0..batches.len() {
+            let (mut one_call, mut reference) = (Rate::default(), Rate::default());
+            // Each default reads the clock.
+            reference.delivered_time = one_call.delivered_time;
+            reference.first_sent_time = one_call.first_sent_time;
+            for (i, batch) in batches[first..].iter().enumerate() {
+                let now = start + ms(100 + i as u64);
+                one_call.update_rate_samples(batch, now);
+                update_one_by_one(&mut reference, batch, now);
+                assert_eq!(
+                    format!("{one_call:?}"),
+                    format!("{reference:?}"),
+                    "batches from {first}, after {i}"
+                );
+            }
+        }
+    }
 
     // A `RateSample` generated while `Rate` is app-limited inherits that state.
     //
@@ -426,7 +537,6 @@ mod tests {
                 pkt_num: pn,
                 time_sent: now,
                 size: mss,
-                rtt,
                 delivered: 0,
                 delivered_time: now,
                 first_sent_time: now.checked_sub(rtt).unwrap(),

@@ -251,10 +251,9 @@ impl Congestion {
         &mut self, bytes_in_flight: usize, acked: &mut Vec<Acked>,
         rtt_stats: &RttStats, now: Instant,
     ) {
-        // Update delivery rate sample per acked packet.
-        for pkt in acked.iter() {
-            self.delivery_rate.update_rate_sample(pkt, now);
-        }
+        // Update delivery rate sample per acked packet (rampart: in one
+        // call, the sample's fields written once).
+        self.delivery_rate.update_rate_samples(acked, now);
 
         // Fill in a rate sample.
         self.delivery_rate.generate_rate_sample(*rtt_stats.min_rtt);

@@ -115,6 +115,45 @@ struct LossDetectionResult {
     pmtud_lost_bytes: usize,
 }
 
+/// rampart: when `frames` is a single STREAM range that continues the last
+/// acknowledged one of the same stream (which did not end the stream), extends
+/// that range over it and returns true; otherwise changes nothing. The frames
+/// acknowledged are then handled as one range (as `recv_single` would merge
+/// them anyway, quiche patch 14), and a bulk download's ACK moves no frame per
+/// packet.
+fn extend_acked_stream_range(
+    acked_frames: &mut [frame::Frame], frames: &[frame::Frame],
+) -> bool {
+    let (
+        Some(frame::Frame::StreamHeader {
+            stream_id: last_id,
+            offset: last_off,
+            length: last_len,
+            fin: last_fin,
+        }),
+        [frame::Frame::StreamHeader {
+            stream_id,
+            offset,
+            length,
+            fin,
+        }],
+    ) = (acked_frames.last_mut(), frames)
+    else {
+        return false;
+    };
+
+    if *last_id != *stream_id ||
+        *last_fin ||
+        *last_off + *last_len as u64 != *offset
+    {
+        return false;
+    }
+
+    *last_len += *length;
+    *last_fin = *fin;
+    true
+}
+
 impl RecoveryEpoch {
     // `peer_sent_ack_ranges` should not be used without validation.
     fn detect_and_remove_acked_packets(
@@ -191,7 +230,6 @@ impl RecoveryEpoch {
                         time_sent: unacked.time_sent,
                         size: unacked.size,
 
-                        rtt: now.saturating_duration_since(unacked.time_sent),
                         delivered: unacked.delivered,
                         delivered_time: unacked.delivered_time,
                         first_sent_time: unacked.first_sent_time,
@@ -202,7 +240,17 @@ impl RecoveryEpoch {
 
                     // rampart: drained in place, not moved out whole
                     // first (`mem::take`) and replaced with an empty list.
-                    self.acked_frames.extend(unacked.frames.drain(..));
+                    // A packet carrying only the stream data that continues
+                    // the range acknowledged just before it (a bulk
+                    // download's next packet) extends that range instead;
+                    // its frame stays in the record, which is dropped
+                    // acknowledged.
+                    if !extend_acked_stream_range(
+                        &mut self.acked_frames,
+                        &unacked.frames,
+                    ) {
+                        self.acked_frames.extend(unacked.frames.drain(..));
+                    }
 
                     has_ack_eliciting |= unacked.ack_eliciting;
                     unacked.time_acked = Some(now);
@@ -1200,8 +1248,6 @@ pub struct Acked {
 
     pub size: usize,
 
-    pub rtt: Duration,
-
     pub delivered: usize,
 
     pub delivered_time: Instant,
@@ -1234,5 +1280,45 @@ mod tests {
         let now = Instant::now();
 
         let _ = r.pto_time_and_space(handshake_status, now);
+    }
+
+    // rampart: a packet's lone STREAM range extends the last acknowledged
+    // range only when it continues it, on the same stream, which did not end.
+    #[test]
+    fn acked_stream_range_extends_only_a_continuation() {
+        let range = |stream_id, offset, length, fin| frame::Frame::StreamHeader {
+            stream_id,
+            offset,
+            length,
+            fin,
+        };
+        let ping = frame::Frame::Ping { mtu_probe: None };
+
+        let mut acked = vec![ping.clone(), range(4, 100, 50, false)];
+        assert!(extend_acked_stream_range(&mut acked, &[range(4, 150, 30, true)]));
+        assert_eq!(acked, vec![ping.clone(), range(4, 100, 80, true)]);
+
+        let unchanged = |acked: &mut Vec<frame::Frame>, frames: &[frame::Frame]| {
+            let before = acked.clone();
+            assert!(!extend_acked_stream_range(acked, frames), "{frames:?}");
+            assert_eq!(*acked, before);
+        };
+        let mut acked = vec![range(4, 100, 50, false)];
+        // A gap, an overlap, data before the range, another stream.
+        unchanged(&mut acked, &[range(4, 151, 30, false)]);
+        unchanged(&mut acked, &[range(4, 149, 30, false)]);
+        unchanged(&mut acked, &[range(4, 70, 30, false)]);
+        unchanged(&mut acked, &[range(8, 150, 30, false)]);
+        // More than the one frame, or none.
+        unchanged(&mut acked, &[range(4, 150, 30, false), ping.clone()]);
+        unchanged(&mut acked, &[]);
+        // Not a STREAM range.
+        unchanged(&mut acked, &[ping.clone()]);
+        // The last range ended the stream.
+        let mut acked = vec![range(4, 100, 50, true)];
+        unchanged(&mut acked, &[range(4, 150, 30, false)]);
+        // Nothing acknowledged before it, or something else last.
+        unchanged(&mut Vec::new(), &[range(4, 150, 30, false)]);
+        unchanged(&mut vec![range(4, 100, 50, false), ping], &[range(4, 150, 1, false)]);
     }
 }

@@ -125,7 +125,6 @@ impl TestSender {
                 time_sent: unacked.time_sent,
                 size: unacked.size,
 
-                rtt: self.time.saturating_duration_since(unacked.time_sent),
                 delivered: unacked.delivered,
                 delivered_time: unacked.delivered_time,
                 first_sent_time: unacked.first_sent_time,
