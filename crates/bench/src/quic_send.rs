@@ -123,6 +123,7 @@ pub fn measure(duration: Duration, max_packets: Option<u64>) -> anyhow::Result<Q
                         None,
                         None,
                         now,
+                        None,
                     )
                     .context("server burst")?;
                 for (i, len) in lens[1..=packets].iter_mut().enumerate() {

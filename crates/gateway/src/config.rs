@@ -291,12 +291,11 @@ pub struct QuicConfig {
     /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
     /// forwarded with `Early-Data: 1`; any other method in early data gets 425 Too Early.
     pub early_data: bool,
-    /// Pace outgoing packets (spread over the RTT instead of bursts) with bbr2: each GSO send
-    /// gets a release time (`SO_TXTIME`) and spans at most 1 ms of them. With cubic and reno it
-    /// changes nothing: quiche 0.30 gives their packets no release times (README).
+    /// Pace outgoing packets (spread over the RTT instead of bursts): each GSO send gets a
+    /// release time (`SO_TXTIME`, honoured by the `fq` qdisc) and spans at most 1 ms of them.
+    /// bbr2 paces by its own model; cubic and reno by Linux TCP's rule (quiche patch 20).
     pub pacing: bool,
-    /// Initial congestion window in packets (RFC 9002 suggests 10). With cubic and reno it is
-    /// also the most packets one GSO send carries, so it bounds syscalls per byte.
+    /// Initial congestion window in packets (RFC 9002 suggests 10).
     pub initial_congestion_window: usize,
     /// Path MTU discovery (RFC 8899 DPLPMTUD, quiche's): a connection starts at QUIC's
     /// 1,200 bytes and probes up to `max_udp_payload`; a probe lost three times is taken as too

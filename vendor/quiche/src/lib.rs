@@ -4286,12 +4286,16 @@ impl<F: BufFactory> Connection<F> {
     /// is meant to follow a [`send_on_path_at()`] on the same path, as the
     /// rest of that packet's GSO buffer; it writes nothing before the
     /// handshake is confirmed. `now` stamps the packets, read again every 8
-    /// of them.
+    /// of them. With `release_until`, it also ends before a packet the
+    /// congestion controller's pacer would release after that time (the
+    /// caller sends the whole buffer at its first packet's release time).
     ///
     /// [`send_on_path_at()`]: struct.Connection.html#method.send_on_path_at
+    #[allow(clippy::too_many_arguments)]
     pub fn send_stream_burst_at(
         &mut self, out: &mut [u8], segment: usize, max_packets: usize,
         from: Option<SocketAddr>, to: Option<SocketAddr>, mut now: Instant,
+        release_until: Option<Instant>,
     ) -> Result<(usize, usize)> {
         if self.is_closed() || self.is_draining() {
             return Ok((0, 0));
@@ -4307,6 +4311,13 @@ impl<F: BufFactory> Connection<F> {
         while packets < max_packets && written + segment <= out.len() {
             if packets > 0 && packets % 8 == 0 {
                 now = Instant::now();
+            }
+
+            if let Some(until) = release_until {
+                let next = self.paths.get(send_pid)?.recovery.get_next_release_time();
+                if next.time(now).is_some_and(|at| at > until) {
+                    break;
+                }
             }
 
             let packet = &mut out[written..written + segment];

@@ -1301,6 +1301,7 @@ fn send_stream_burst_writes_whole_segments(
             None,
             None,
             now,
+            None,
         );
         let (n, bytes) = burst.unwrap();
         assert!(n <= max);
@@ -1343,7 +1344,7 @@ fn send_stream_burst_writes_whole_segments(
     let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
     test_utils::process_flight(&mut pipe.server, flight).unwrap();
     assert_eq!(
-        pipe.server.send_stream_burst_at(&mut gso, segment, 64, None, None, Instant::now()),
+        pipe.server.send_stream_burst_at(&mut gso, segment, 64, None, None, Instant::now(), None),
         Ok((0, 0))
     );
     let (_, frames, _) = server_packet(&mut pipe, &mut gso).unwrap();
@@ -1384,7 +1385,7 @@ fn stream_burst_records_its_packets_and_arms_the_timer(
     let later = Instant::now() + Duration::from_millis(300);
     let (n, bytes) = pipe
         .server
-        .send_stream_burst_at(&mut gso, segment, 8, None, None, later)
+        .send_stream_burst_at(&mut gso, segment, 8, None, None, later, None)
         .unwrap();
     assert!(n >= 2, "a burst of {n}");
     assert_eq!(recovery(&pipe), (in_flight + bytes, records + n));
@@ -1407,6 +1408,98 @@ fn stream_burst_records_its_packets_and_arms_the_timer(
     assert_eq!(r.bytes_in_flight(), 0);
     assert_eq!(r.loss_detection_timer(), None);
     assert!(r.delivery_rate().to_bytes_per_second() > 0);
+}
+
+/// rampart: a bulk pipe with room for 30 packets in the initial congestion
+/// window, pacing on or off, nothing in flight.
+fn paced_pipe(cc_algorithm_name: &str, pacing: bool) -> test_utils::Pipe {
+    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
+    config.set_initial_max_data(10_000_000);
+    config.set_initial_max_stream_data_bidi_local(10_000_000);
+    config.set_initial_max_stream_data_bidi_remote(10_000_000);
+    config.set_initial_congestion_window_packets(30);
+    config.enable_pacing(pacing);
+    let mut pipe = test_utils::Pipe::with_config(&mut config).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert_eq!(pipe.client.stream_send(0, b"GET", true), Ok(3));
+    assert_eq!(pipe.advance(), Ok(()));
+    let mut buf = [0; 16];
+    assert_eq!(pipe.server.stream_recv(0, &mut buf), Ok((3, true)));
+    assert_eq!(pipe.advance(), Ok(()));
+    let recovery = &pipe.server.paths.get_active().unwrap().recovery;
+    assert_eq!(recovery.bytes_in_flight(), 0);
+    // As much as the window takes (patch 2): its 30 packets.
+    let queued = pipe.server.stream_send(0, &[7; 100_000], false).unwrap();
+    assert!(queued >= 30 * 1_000, "{queued}");
+    pipe
+}
+
+#[rstest]
+/// rampart: the legacy controllers pace (quiche patch 20). From idle, the
+/// first packets leave at once; after them each packet's release time
+/// (`SendInfo::at`) follows the one before by its size at twice the window
+/// over the smoothed RTT (slow start). Without pacing every packet leaves at
+/// once. A burst with `release_until` stops before a packet due later.
+fn legacy_pacing_release_times(
+    #[values("cubic", "reno")] cc_algorithm_name: &str,
+) {
+    // Far enough ahead that the clock, read again inside a burst, is behind.
+    let now = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0; 1500];
+    let release_times = |pipe: &mut test_utils::Pipe, buf: &mut [u8]| {
+        let mut sent = Vec::new();
+        loop {
+            match pipe.server.send_on_path_at(buf, None, None, now) {
+                Ok((len, info)) => sent.push((len, info.at)),
+                Err(Error::Done) => return sent,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    };
+
+    let mut pipe = paced_pipe(cc_algorithm_name, true);
+    let stats = pipe.server.path_stats().next().unwrap();
+    let rate = 2.0 * stats.cwnd as f64 / stats.rtt.as_secs_f64();
+    let gap = |len: usize| Duration::from_secs_f64(len as f64 / rate);
+    let sent = release_times(&mut pipe, &mut buf);
+    assert!(sent.len() >= 25, "{} packets", sent.len());
+    // Ten from the initial burst, and the first paced one, which has no
+    // packet before it to wait for.
+    assert!(sent[..11].iter().all(|&(_, at)| at == now), "{sent:?}");
+    for pair in sent[10..].windows(2) {
+        let ((len, before), (_, at)) = (pair[0], pair[1]);
+        let spacing = at.duration_since(before);
+        assert!(
+            spacing.abs_diff(gap(len)) <= Duration::from_micros(1),
+            "{spacing:?} after {len} bytes, expected {:?}",
+            gap(len)
+        );
+    }
+
+    let mut pipe = paced_pipe(cc_algorithm_name, false);
+    let sent = release_times(&mut pipe, &mut buf);
+    assert!(sent.len() >= 25);
+    assert!(sent.iter().all(|&(_, at)| at == now), "{sent:?}");
+
+    // The burst: eleven packets out at once, then room for 2.5 gaps.
+    let mut pipe = paced_pipe(cc_algorithm_name, true);
+    let mut segment = 0;
+    for _ in 0..11 {
+        let (len, info) = pipe.server.send_on_path_at(&mut buf, None, None, now).unwrap();
+        assert_eq!(info.at, now);
+        segment = len;
+    }
+    let stats = pipe.server.path_stats().next().unwrap();
+    let rate = 2.0 * stats.cwnd as f64 / stats.rtt.as_secs_f64();
+    let until = now + Duration::from_secs_f64(2.5 * segment as f64 / rate);
+    let mut gso = vec![0; 65_000];
+    let burst =
+        pipe.server
+            .send_stream_burst_at(&mut gso, segment, 64, None, None, now, Some(until));
+    // Released at now + gap and now + 2 gaps; the next one is due after until.
+    assert_eq!(burst, Ok((2, 2 * segment)));
+    let next = pipe.server.get_next_release_time().unwrap().time(now);
+    assert!(next.is_some_and(|t| t > until), "{next:?} after {until:?}");
 }
 
 #[rstest]

@@ -118,6 +118,7 @@ impl Rate {
     }
 
     // Update the delivery rate sample when a packet is acked.
+    #[cfg(test)]
     pub fn update_rate_sample(&mut self, pkt: &Acked, now: Instant) {
         self.update_rate_samples(std::slice::from_ref(pkt), now);
     }

@@ -184,6 +184,11 @@ impl Congestion {
         self.send_quantum
     }
 
+    /// rampart: whether the window is below the slow-start threshold.
+    pub(crate) fn in_slow_start(&self) -> bool {
+        self.congestion_window < self.ssthresh.get()
+    }
+
     pub(crate) fn congestion_window(&self) -> usize {
         self.congestion_window
     }
@@ -378,6 +383,7 @@ mod tests {
 mod cubic;
 mod delivery_rate;
 mod hystart;
+mod pacer;
 mod prr;
 pub(crate) mod recovery;
 mod reno;

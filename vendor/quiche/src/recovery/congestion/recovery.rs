@@ -52,13 +52,14 @@ use crate::frame;
 #[cfg(feature = "qlog")]
 use qlog::events::EventData;
 
+use super::pacer::Pacer;
+use super::pacer::PacingInput;
 use super::Congestion;
 use crate::recovery::bytes_in_flight::BytesInFlight;
 use crate::recovery::rtt::RttStats;
 use crate::recovery::LossDetectionTimer;
 use crate::recovery::OnAckReceivedOutcome;
 use crate::recovery::ReleaseDecision;
-use crate::recovery::ReleaseTime;
 use crate::recovery::GRANULARITY;
 use crate::recovery::INITIAL_PACKET_THRESHOLD;
 use crate::recovery::INITIAL_TIME_THRESHOLD;
@@ -437,9 +438,25 @@ pub struct LegacyRecovery {
 
     /// A resusable list of acks.
     newly_acked: Vec<Acked>,
+
+    /// rampart: release times for in-flight packets (quiche 0.30 has none
+    /// for the legacy controllers).
+    pacer: Pacer,
 }
 
 impl LegacyRecovery {
+    /// rampart: what the pacer needs to know about the packet about to be
+    /// counted in flight.
+    fn pacing_input(&self) -> PacingInput {
+        PacingInput {
+            congestion_window: self.congestion.congestion_window(),
+            smoothed_rtt: self.rtt_stats.smoothed_rtt,
+            rtt_unknown: !self.rtt_stats.has_first_rtt_sample,
+            slow_start: self.congestion.in_slow_start(),
+            bytes_in_flight: self.bytes_in_flight.get(),
+        }
+    }
+
     pub fn new_with_config(recovery_config: &RecoveryConfig) -> Self {
         Self {
             epochs: Default::default(),
@@ -478,6 +495,11 @@ impl LegacyRecovery {
             congestion: Congestion::from_config(recovery_config),
 
             newly_acked: Vec::new(),
+
+            pacer: Pacer::new(
+                recovery_config.pacing,
+                recovery_config.max_pacing_rate,
+            ),
         }
     }
 
@@ -682,6 +704,9 @@ impl RecoveryOps for LegacyRecovery {
             self.epochs[epoch].time_of_last_ack_eliciting_packet = Some(now);
         }
 
+        let pacing = self.pacing_input();
+        self.pacer.on_packet_sent(sent_bytes, in_flight, pacing, now);
+
         self.congestion.on_packet_sent(
             self.bytes_in_flight.get(),
             sent_bytes,
@@ -722,6 +747,9 @@ impl RecoveryOps for LegacyRecovery {
 
         self.outstanding_non_ack_eliciting = 0;
         self.epochs[epoch].time_of_last_ack_eliciting_packet = Some(now);
+
+        let pacing = self.pacing_input();
+        self.pacer.on_packet_sent(size, true, pacing, now);
 
         let rate = self.congestion.on_stream_packet_sent(
             bytes_in_flight,
@@ -772,7 +800,8 @@ impl RecoveryOps for LegacyRecovery {
     }
 
     fn get_packet_send_time(&self, now: Instant) -> Instant {
-        now
+        // rampart: the release time the pacer gave the packet just sent.
+        self.pacer.sent_packet_time(now)
     }
 
     // `peer_sent_ack_ranges` should not be used without validation.
@@ -1192,10 +1221,8 @@ impl RecoveryOps for LegacyRecovery {
     }
 
     fn get_next_release_time(&self) -> ReleaseDecision {
-        ReleaseDecision {
-            time: ReleaseTime::Immediate,
-            allow_burst: false,
-        }
+        // rampart: when the pacer lets the next in-flight packet go.
+        self.pacer.release_decision()
     }
 
     fn gcongestion_enabled(&self) -> bool {

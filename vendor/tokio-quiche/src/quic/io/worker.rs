@@ -739,8 +739,23 @@ where
                     let room = (UDP_MAX_SEGMENT_COUNT - self.write_state.num_pkts)
                         .min(cap.saturating_sub(self.write_state.bytes_written) / size);
                     let (from, to) = self.write_state.selected_path.unzip();
+                    // With pacing, the whole send leaves at its first packet's
+                    // release time: the burst ends where the pacer's times
+                    // pass that by LEGACY_PACED_BATCH_SPAN.
+                    let release_until = send_info
+                        .as_ref()
+                        .filter(|_| self.pacing_enabled(qconn))
+                        .map(|info| info.at + LEGACY_PACED_BATCH_SPAN);
                     let out = &mut send_buf[self.write_state.bytes_written..];
-                    match qconn.send_stream_burst_at(out, size, room, from, to, now) {
+                    match qconn.send_stream_burst_at(
+                        out,
+                        size,
+                        room,
+                        from,
+                        to,
+                        now,
+                        release_until,
+                    ) {
                         Ok((0, _)) => (),
 
                         Ok((packets, bytes)) => {

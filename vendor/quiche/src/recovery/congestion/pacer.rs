@@ -1,0 +1,233 @@
+// rampart: pacing for the legacy congestion controllers (cubic, reno).
+//
+// quiche 0.30 gives these controllers no pacer: every packet is released at
+// once, as far as the congestion window allows, so a window's worth leaves in
+// one burst at the sender's line rate. This gives each in-flight packet a
+// release time instead, by Linux TCP's rule (`tcp_update_pacing_rate`): the
+// window spread over the smoothed RTT, at twice that rate in slow start and
+// 1.2 times it after, so that pacing never holds the window back. The release
+// times reach the socket through `SendInfo::at` (SO_TXTIME, honoured by the
+// `fq` qdisc); quiche itself still writes whatever the window allows.
+
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::recovery::ReleaseDecision;
+use crate::recovery::ReleaseTime;
+
+/// Packets released at once after the connection was idle (nothing in
+/// flight), as Linux's `fq` lets a flow's initial quantum go: the first flight
+/// is not delayed, and no RTT may be known yet.
+const INITIAL_BURST: usize = 10;
+
+/// Pacing gain in slow start (Linux `tcp_pacing_ss_ratio`, 200%).
+const SLOW_START_GAIN: f64 = 2.0;
+
+/// Pacing gain in congestion avoidance (Linux `tcp_pacing_ca_ratio`, 120%).
+const AVOIDANCE_GAIN: f64 = 1.2;
+
+/// The congestion controller's state a packet's pacing depends on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PacingInput {
+    pub(crate) congestion_window: usize,
+    pub(crate) smoothed_rtt: Duration,
+    /// No RTT sample yet: the smoothed RTT is the configured initial one.
+    pub(crate) rtt_unknown: bool,
+    pub(crate) slow_start: bool,
+    /// Bytes in flight before this packet.
+    pub(crate) bytes_in_flight: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    enabled: bool,
+    /// Bytes per second, from the configured Mbit/s.
+    max_rate: Option<f64>,
+    /// When the next in-flight packet may leave (`None`: at once).
+    next_release: Option<Instant>,
+    /// The release time given to the last packet sent, if it was in flight.
+    last_release: Option<Instant>,
+    /// Packets still to go without delay.
+    burst_tokens: usize,
+}
+
+impl Pacer {
+    pub(crate) fn new(enabled: bool, max_rate_mbps: Option<u64>) -> Self {
+        Pacer {
+            enabled,
+            max_rate: max_rate_mbps.map(|m| m as f64 * 1e6 / 8.0),
+            next_release: None,
+            last_release: None,
+            burst_tokens: INITIAL_BURST,
+        }
+    }
+
+    /// The rate the window is paced at, in bytes per second; `None` while no
+    /// RTT is known.
+    fn rate(&self, input: &PacingInput) -> Option<f64> {
+        if input.rtt_unknown || input.smoothed_rtt.is_zero() {
+            return None;
+        }
+
+        let gain = if input.slow_start {
+            SLOW_START_GAIN
+        } else {
+            AVOIDANCE_GAIN
+        };
+        let rate = gain * input.congestion_window as f64 /
+            input.smoothed_rtt.as_secs_f64();
+
+        Some(self.max_rate.map_or(rate, |max| rate.min(max)))
+    }
+
+    /// Records a packet of `size` bytes sent at `now`; `in_flight` packets are
+    /// paced, others (ACK-only) leave at once and change nothing.
+    pub(crate) fn on_packet_sent(
+        &mut self, size: usize, in_flight: bool, input: PacingInput,
+        now: Instant,
+    ) {
+        if !self.enabled || !in_flight {
+            self.last_release = None;
+            return;
+        }
+
+        if input.bytes_in_flight == 0 {
+            // Idle: start over with a burst, as after quiescence.
+            self.burst_tokens = INITIAL_BURST;
+            self.next_release = None;
+        }
+
+        let at = self.next_release.map_or(now, |t| t.max(now));
+        self.last_release = Some(at);
+
+        if self.burst_tokens > 0 {
+            self.burst_tokens -= 1;
+            return;
+        }
+
+        self.next_release = self
+            .rate(&input)
+            .map(|rate| at + Duration::from_secs_f64(size as f64 / rate));
+    }
+
+    /// When the packet just sent should leave: its release time, or `now`.
+    pub(crate) fn sent_packet_time(&self, now: Instant) -> Instant {
+        self.last_release.map_or(now, |t| t.max(now))
+    }
+
+    /// When the next in-flight packet may leave.
+    #[cfg(test)]
+    pub(crate) fn next_release(&self, now: Instant) -> Instant {
+        self.next_release.map_or(now, |t| t.max(now))
+    }
+
+    pub(crate) fn release_decision(&self) -> ReleaseDecision {
+        ReleaseDecision {
+            time: match self.next_release {
+                Some(t) if self.enabled => ReleaseTime::At(t),
+                _ => ReleaseTime::Immediate,
+            },
+            allow_burst: self.burst_tokens > 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn rate_for(&self, input: &PacingInput) -> Option<f64> {
+        self.rate(input)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(bytes_in_flight: usize, slow_start: bool) -> PacingInput {
+        PacingInput {
+            congestion_window: 120_000,
+            smoothed_rtt: Duration::from_millis(10),
+            rtt_unknown: false,
+            slow_start,
+            bytes_in_flight,
+        }
+    }
+
+    // After the initial burst, packets are spaced by size ÷ (gain × cwnd ÷
+    // srtt), from the later of the previous release and now.
+    #[test]
+    fn spaces_packets_at_the_window_over_the_rtt() {
+        let start = Instant::now();
+        let mut p = Pacer::new(true, None);
+        let mut in_flight = 0;
+        for _ in 0..INITIAL_BURST {
+            p.on_packet_sent(1200, true, input(in_flight, false), start);
+            assert_eq!(p.sent_packet_time(start), start);
+            in_flight += 1200;
+        }
+
+        // 1.2 × 120,000 B / 10 ms = 14.4 MB/s: 1,200 B every 83.3 µs.
+        let gap = Duration::from_secs_f64(1200.0 / 14.4e6);
+        let mut expect = start;
+        for _ in 0..5 {
+            p.on_packet_sent(1200, true, input(in_flight, false), start);
+            assert_eq!(p.sent_packet_time(start), expect);
+            expect += gap;
+            assert_eq!(p.next_release(start), expect);
+            in_flight += 1200;
+        }
+
+        // Later than the schedule: the next packet leaves now.
+        let late = expect + Duration::from_millis(5);
+        p.on_packet_sent(1200, true, input(in_flight, false), late);
+        assert_eq!(p.sent_packet_time(late), late);
+        assert_eq!(p.next_release(late), late + gap);
+
+        // Slow start paces at twice the window over the RTT.
+        let ss = p.rate_for(&input(in_flight, true)).unwrap();
+        assert!((ss - 24e6).abs() < 1.0, "{ss}");
+    }
+
+    // ACK-only packets leave at once; nothing in flight restarts the burst;
+    // without an RTT sample or with pacing off nothing is delayed.
+    #[test]
+    fn idle_ack_only_unknown_rtt_and_disabled() {
+        let now = Instant::now();
+        let mut p = Pacer::new(true, None);
+        for i in 0..INITIAL_BURST + 3 {
+            p.on_packet_sent(1200, true, input(1 + i * 1200, false), now);
+        }
+        assert!(p.next_release(now) > now);
+        assert!(!p.release_decision().can_burst());
+
+        p.on_packet_sent(50, false, input(100, false), now);
+        assert_eq!(p.sent_packet_time(now), now);
+
+        p.on_packet_sent(1200, true, input(0, false), now);
+        assert_eq!(p.sent_packet_time(now), now);
+        assert_eq!(p.next_release(now), now);
+        assert!(p.release_decision().can_burst());
+
+        let mut unknown = input(1, false);
+        unknown.rtt_unknown = true;
+        let mut p = Pacer::new(true, None);
+        for _ in 0..INITIAL_BURST + 5 {
+            p.on_packet_sent(1200, true, unknown, now);
+        }
+        assert_eq!(p.next_release(now), now);
+
+        let mut p = Pacer::new(false, None);
+        for _ in 0..INITIAL_BURST + 5 {
+            p.on_packet_sent(1200, true, input(1, false), now);
+        }
+        assert_eq!(p.sent_packet_time(now), now);
+        assert_eq!(p.release_decision().time(now), None);
+    }
+
+    // A configured maximum (Mbit/s) caps the rate.
+    #[test]
+    fn max_rate_caps() {
+        let p = Pacer::new(true, Some(8));
+        assert_eq!(p.rate_for(&input(0, false)), Some(1e6));
+        let p = Pacer::new(true, Some(1_000));
+        assert!((p.rate_for(&input(0, false)).unwrap() - 14.4e6).abs() < 1.0);
+    }
+}
