@@ -60,22 +60,27 @@ metric() { # $1 kind of rampart_quic_packets_total
     awk -v k="kind=\"$1\"" 'index($0, "rampart_quic_packets_total{") == 1 && index($0, k) { print $2 }'
 }
 
-echo "| round | pacing | Gbit/s | packets sent | lost | lost % | bottleneck drops |"
-echo "|---|---|---|---|---|---|---|"
+rcvbuf_errors() { # the client namespace's UDP receive-buffer drops so far
+  in_ns $CL awk '$1 == "Udp:" && n++ { print $6 }' /proc/net/snmp
+}
+echo "| round | pacing | Gbit/s | packets sent | lost | lost % | of them spurious | bottleneck drops | client socket drops |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
   for pacing in true false; do
     sed "s/^enabled = true$/enabled = true\npacing = $pacing/" "$OUT/rampart.toml" > "$OUT/variant.toml"
     bottleneck
+    client_drops=$(rcvbuf_errors)
     ip netns exec $GW "$BIN" run --config "$OUT/variant.toml" 2>"$OUT/gateway-$pacing.log" & gw=$!
     for _ in $(seq 100); do in_ns $GW curl -s -o /dev/null http://127.0.0.1:19901/metrics && break; sleep 0.1; done
     in_ns $CL "$BIN" bench h3-download --url https://10.77.1.1:18443/bytes/10000000 -c 1 \
       -d "$DURATION" --json > "$OUT/run-$pacing.json"
     sleep 0.5
     gbit=$(python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(f\"{r['gbit_per_sec']:.3f}\")" "$OUT/run-$pacing.json")
-    sent=$(metric sent); lost=$(metric lost)
+    sent=$(metric sent); lost=$(metric lost); spurious=$(metric spurious_lost)
     drops=$(qdisc_count $GW gw0 dropped | tr -d ,)
     pct=$(python3 -c "print(f'{100 * ${lost:-0} / max(1, ${sent:-0}):.2f}')")
-    echo "| $round | $pacing | $gbit | ${sent:-?} | ${lost:-?} | $pct | ${drops:-?} |"
+    client_drops=$(( $(rcvbuf_errors) - client_drops ))
+    echo "| $round | $pacing | $gbit | ${sent:-?} | ${lost:-?} | $pct | ${spurious:-?} | ${drops:-?} | $client_drops |"
     kill $gw; wait $gw 2>/dev/null || true
   done
 done

@@ -197,7 +197,7 @@ impl Metrics {
             quic_packets: IntCounterVec::new(
                 Opts::new(
                     "rampart_quic_packets_total",
-                    "QUIC packets of closed connections by kind: sent, received, lost, retransmitted",
+                    "QUIC packets of closed connections by kind: sent, received, lost, spurious_lost (declared lost, then acknowledged), retransmitted",
                 ),
                 &["listener", "kind"],
             )

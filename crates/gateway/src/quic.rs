@@ -759,6 +759,7 @@ async fn record_closed(
                 ("sent", s.sent),
                 ("received", s.recv),
                 ("lost", s.lost),
+                ("spurious_lost", s.spurious_lost),
                 ("retransmitted", s.retrans),
             ] {
                 m.quic_packets
