@@ -77,7 +77,10 @@ impl Pacer {
         let rate = gain * input.congestion_window as f64 /
             input.smoothed_rtt.as_secs_f64();
 
+        // A cap of 0 (or a rate that is not a positive number) paces nothing
+        // rather than never releasing.
         Some(self.max_rate.map_or(rate, |max| rate.min(max)))
+            .filter(|rate| *rate > 0.0 && rate.is_finite())
     }
 
     /// Records a packet of `size` bytes sent at `now`; `in_flight` packets are
@@ -107,7 +110,8 @@ impl Pacer {
 
         self.next_release = self
             .rate(&input)
-            .map(|rate| at + Duration::from_secs_f64(size as f64 / rate));
+            .and_then(|rate| Duration::try_from_secs_f64(size as f64 / rate).ok())
+            .map(|gap| at + gap);
     }
 
     /// When the packet just sent should leave: its release time, or `now`.
@@ -229,5 +233,15 @@ mod tests {
         assert_eq!(p.rate_for(&input(0, false)), Some(1e6));
         let p = Pacer::new(true, Some(1_000));
         assert!((p.rate_for(&input(0, false)).unwrap() - 14.4e6).abs() < 1.0);
+
+        // A cap of 0 paces nothing (and does not divide by zero).
+        let now = Instant::now();
+        let mut p = Pacer::new(true, Some(0));
+        assert_eq!(p.rate_for(&input(0, false)), None);
+        for i in 0..INITIAL_BURST + 3 {
+            p.on_packet_sent(1200, true, input(1 + i * 1200, false), now);
+        }
+        assert_eq!(p.sent_packet_time(now), now);
+        assert_eq!(p.next_release(now), now);
     }
 }
