@@ -111,7 +111,7 @@ impl Pacer {
         self.next_release = self
             .rate(&input)
             .and_then(|rate| Duration::try_from_secs_f64(size as f64 / rate).ok())
-            .map(|gap| at + gap);
+            .and_then(|gap| at.checked_add(gap));
     }
 
     /// When the packet just sent should leave: its release time, or `now`.
