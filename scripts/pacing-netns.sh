@@ -32,6 +32,7 @@ GW=rp-gw CL=rp-cl
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 teardown() { bench_cleanup; for ns in $GW $CL; do ip netns del "$ns" 2>/dev/null || true; done; }
 trap teardown EXIT
+trap 'exit 130' INT TERM  # through the EXIT trap, so the namespaces go too
 teardown
 for ns in $GW $CL; do ip netns add "$ns"; in_ns "$ns" ip link set lo up; done
 ip link add gw0 netns $GW type veth peer name cl0 netns $CL
