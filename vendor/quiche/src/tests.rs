@@ -1116,10 +1116,7 @@ fn stream_send_complete_waits_for_the_peer_ack(
 /// a bulk response, the handshake done and its aftermath (HANDSHAKE_DONE, ACKs,
 /// connection IDs) exchanged, and the client's request on stream 0 read.
 fn bulk_pipe(cc_algorithm_name: &str) -> test_utils::Pipe {
-    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
-    config.set_initial_max_data(10_000_000);
-    config.set_initial_max_stream_data_bidi_local(10_000_000);
-    config.set_initial_max_stream_data_bidi_remote(10_000_000);
+    let mut config = bulk_config(cc_algorithm_name);
     let mut pipe = test_utils::Pipe::with_config(&mut config).unwrap();
     assert_eq!(pipe.handshake(), Ok(()));
     assert_eq!(pipe.client.stream_send(0, b"GET", true), Ok(3));
@@ -1129,6 +1126,15 @@ fn bulk_pipe(cc_algorithm_name: &str) -> test_utils::Pipe {
     assert_eq!(pipe.server.stream_recv(0, &mut buf), Ok((3, true)));
     assert_eq!(pipe.server.stream_recv(4, &mut buf), Ok((6, false)));
     pipe
+}
+
+/// rampart: the test config with windows large enough for a bulk response.
+fn bulk_config(cc_algorithm_name: &str) -> Config {
+    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
+    config.set_initial_max_data(10_000_000);
+    config.set_initial_max_stream_data_bidi_local(10_000_000);
+    config.set_initial_max_stream_data_bidi_remote(10_000_000);
+    config
 }
 
 /// rampart: sends one server packet into `buf` and returns its length, its
@@ -1413,10 +1419,7 @@ fn stream_burst_records_its_packets_and_arms_the_timer(
 /// rampart: a bulk pipe with room for 30 packets in the initial congestion
 /// window, pacing on or off, nothing in flight.
 fn paced_pipe(cc_algorithm_name: &str, pacing: bool) -> test_utils::Pipe {
-    let mut config = test_utils::Pipe::default_config(cc_algorithm_name).unwrap();
-    config.set_initial_max_data(10_000_000);
-    config.set_initial_max_stream_data_bidi_local(10_000_000);
-    config.set_initial_max_stream_data_bidi_remote(10_000_000);
+    let mut config = bulk_config(cc_algorithm_name);
     config.set_initial_congestion_window_packets(30);
     config.enable_pacing(pacing);
     let mut pipe = test_utils::Pipe::with_config(&mut config).unwrap();

@@ -127,10 +127,8 @@ impl Pacer {
 
     pub(crate) fn release_decision(&self) -> ReleaseDecision {
         ReleaseDecision {
-            time: match self.next_release {
-                Some(t) if self.enabled => ReleaseTime::At(t),
-                _ => ReleaseTime::Immediate,
-            },
+            // Never set while pacing is off.
+            time: self.next_release.map_or(ReleaseTime::Immediate, ReleaseTime::At),
             allow_burst: self.burst_tokens > 0,
         }
     }
