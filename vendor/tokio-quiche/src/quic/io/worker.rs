@@ -1059,6 +1059,10 @@ where
             qconn.recv(&mut pkt.buf, recv_info)?;
         }
 
+        // rampart: the router's buffer, when it handed one over, is reused.
+        #[cfg(target_os = "linux")]
+        crate::quic::router::give_back_recv_buf(pkt.buf);
+
         Ok(())
     }
 

@@ -26,6 +26,15 @@
 
 pub(crate) mod acceptor;
 pub(crate) mod connector;
+#[cfg(target_os = "linux")]
+mod recv_buf_pool;
+
+/// rampart: gives a received packet's buffer back to the router's pool once
+/// quiche has read it (`recv_buf_pool`).
+#[cfg(target_os = "linux")]
+pub(crate) fn give_back_recv_buf(buf: Vec<u8>) {
+    recv_buf_pool::give_back(buf)
+}
 
 use super::connection::ConnectionMap;
 use super::connection::HandshakeInfo;
@@ -453,17 +462,18 @@ where
             use std::os::fd::AsRawFd;
             use tokio::io::Interest;
 
-            use crate::buf_factory::BufFactory;
-
             let Some(udp_socket) = self.socket_rx.as_udp_socket() else {
                 // the given socket is not a UDP socket, fall back to the
                 // simple poll_recv_from.
                 return self.poll_recv_from(cx);
             };
 
-            // Note, the resize will be a no-op after the first call since
-            // we never truncate the `self.buf`
-            self.buf.resize(BufFactory::MAX_BUF_SIZE, 0u8);
+            // rampart: the buffer is replaced from the pool when a large
+            // receive hands it to its connection (`recv_buf_pool`); it is
+            // only empty before the first receive.
+            if self.buf.len() != recv_buf_pool::RECV_BUF_SIZE {
+                self.buf = recv_buf_pool::take();
+            }
             loop {
                 let iov_s = &mut [io::IoSliceMut::new(&mut self.buf)];
                 match udp_socket.try_io(Interest::READABLE, || {
@@ -476,10 +486,9 @@ where
                     .map_err(|x| x.into())
                 }) {
                     Ok(r) => {
-                        let filled_buf =
-                            r.iovs().next().map(Vec::from).unwrap_or_default();
-                        // Verify that the `recvmsg` slices total `r.bytes`.
-                        debug_assert_eq!(r.bytes, filled_buf.len());
+                        // rampart: the received bytes are taken out of
+                        // `self.buf` once `r` (which borrows it) is done with.
+                        let received = r.bytes;
 
                         let address = match r.address {
                             Some(inner) => inner,
@@ -508,7 +517,10 @@ where
                         let Ok(cmsgs) = r.cmsgs() else {
                             // Best-effort if we can't read cmsgs.
                             return Poll::Ready(Ok(PollRecvData {
-                                buf: filled_buf,
+                                buf: recv_buf_pool::hand_over(
+                                    &mut self.buf,
+                                    received,
+                                ),
                                 src_addr: peer_addr,
                                 dst_addr_override,
                                 rx_time,
@@ -619,7 +631,10 @@ where
                         }
 
                         return Poll::Ready(Ok(PollRecvData {
-                            buf: filled_buf,
+                            buf: recv_buf_pool::hand_over(
+                                &mut self.buf,
+                                received,
+                            ),
                             src_addr: peer_addr,
                             dst_addr_override,
                             rx_time,
