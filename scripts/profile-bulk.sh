@@ -6,6 +6,9 @@
 # bench-h3.sh.
 #   scripts/profile-bulk.sh        # DURATION=7s PROFILE_S=3; needs `perf` (apt install linux-perf)
 #   CLIENT_ARGS="--udp-recv-buffer 0" scripts/profile-bulk.sh    # extra load-generator arguments
+#   UPLOAD=1 scripts/profile-bulk.sh   # uploads (h3-upload, https-upload to /discard) instead;
+#                                      # the rows then read: sending = to the upstream, receiving =
+#                                      # the client's body, AEAD = opening, quiche receiving = the body
 # On loopback the sender's CPU runs the receiver's protocol processing. The table counts two such
 # pieces of other processes' work that ran on the gateway's CPU: the client's receive processing
 # inside the gateway's sends, and the upstream's transmits inside the gateway's receives (the
@@ -32,15 +35,16 @@ during_download() {
   perf record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p "$gw" -o "$OUT/$kind.perf" \
     -- sleep "$PROFILE_S" >/dev/null 2>&1
 }
-for kind in h3 https; do
+suffix=; [ -n "${UPLOAD:-}" ] && suffix=-upload
+for kind in h3$suffix https$suffix; do
   gw_log=$OUT/rampart-$kind.log
   bench_bulk_round "$OUT/rampart.toml" $kind "$OUT/$kind.json" ${client_args[@]+"${client_args[@]}"}
   perf script -i "$OUT/$kind.perf" -F ip,sym 2>/dev/null > "$OUT/$kind.stacks"
 done
 
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$suffix" <<'PY'
 import json, os, sys
-out = sys.argv[1]
+out, suffix = sys.argv[1], sys.argv[2]
 import re
 AEAD = ("aes_gcm_", "aes_hw_", "gcm_", "gcm128", "aead_aes", "EVP_AEAD", "CRYPTO_xor16", "ghash", "packetseal::")
 KERNEL = [
@@ -125,8 +129,8 @@ def shares(path):
     return {k: v / total for k, v in counts.items()}, total
 runs = {}
 for kind in ("h3", "https"):
-    d = json.load(open(os.path.join(out, kind + ".json")))
-    s, n = shares(os.path.join(out, kind + ".stacks"))
+    d = json.load(open(os.path.join(out, kind + suffix + ".json")))
+    s, n = shares(os.path.join(out, kind + suffix + ".stacks"))
     runs[kind] = (d["server_cpu_seconds_per_gb"], d["gbit_per_sec"], s, n)
 (h, hg, hs, hn), (t, tg, ts, tn) = runs["h3"], runs["https"]
 print(f"| CPU s per GB (share of samples) | HTTP/3: {h:.2f} at {hg:.2f} Gbit/s, {hn} samples | HTTPS: {t:.2f} at {tg:.2f} Gbit/s, {tn} samples |")
