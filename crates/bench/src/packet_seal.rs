@@ -1,7 +1,9 @@
 //! `rampart bench packet-seal`: what sealing one QUIC packet costs, BoringSSL's AEAD (the call
 //! quiche makes: `EVP_AEAD_CTX_seal_scatter` with the stream data as `extra_in`) against
 //! `packetseal`'s one-pass seal, and BoringSSL sealing a 16 KB TLS record as the per-byte
-//! reference HTTPS pays. In process, one thread, no sockets.
+//! reference HTTPS pays; then opening a packet, BoringSSL's `EVP_AEAD_CTX_open` (quiche's
+//! call) against `packetseal::OpenKey`, each on a fresh copy of the sealed packet (the copy is
+//! in both figures). In process, one thread, no sockets.
 
 use anyhow::{anyhow, bail};
 use serde::Serialize;
@@ -78,6 +80,32 @@ impl BoringAead {
     }
 }
 
+impl BoringAead {
+    /// Opens `buf` (ciphertext ‖ tag) in place, as quiche does.
+    fn open(&self, nonce: &[u8; 12], ad: &[u8], buf: &mut [u8]) -> bool {
+        let mut out_len = 0usize;
+        let max = buf.len().saturating_sub(16);
+        let p = buf.as_mut_ptr();
+        // SAFETY: `buf` is read whole and written up to its length less the tag; input and
+        // output alias exactly (in place), as BoringSSL allows.
+        let rc = unsafe {
+            boring_sys::EVP_AEAD_CTX_open(
+                self.ctx,
+                p,
+                &mut out_len,
+                max,
+                nonce.as_ptr(),
+                nonce.len(),
+                p,
+                buf.len(),
+                ad.as_ptr(),
+                ad.len(),
+            )
+        };
+        rc == 1
+    }
+}
+
 impl Drop for BoringAead {
     fn drop(&mut self) {
         // SAFETY: allocated by EVP_AEAD_CTX_new, freed once.
@@ -142,6 +170,7 @@ pub fn measure(duration: Duration) -> anyhow::Result<Vec<SealRate>> {
         .into_iter()
         .filter_map(|w| packetseal::SealKey::with_width(&key, w))
         .collect();
+    let opener = packetseal::OpenKey::new(&key);
     let mut packet = vec![0u8; IN_PACKET_LEN + STREAM_DATA_LEN + 16];
     let mut record = vec![0u8; RECORD_LEN + 16];
     let packet_len = IN_PACKET_LEN + STREAM_DATA_LEN;
@@ -155,6 +184,24 @@ pub fn measure(duration: Duration) -> anyhow::Result<Vec<SealRate>> {
             round.push(rate(packetseal_name(k.width()), packet_len, each, |n| {
                 k.seal(&nonce_for(n), &header, &mut packet, IN_PACKET_LEN, &stream)
                     .is_ok()
+            })?);
+        }
+        // Opening: the packet sealed once under one nonce, a copy opened each time.
+        let nonce = nonce_for(1);
+        let mut sealed = vec![0u8; packet_len + 16];
+        sealed[..IN_PACKET_LEN].copy_from_slice(&stream[..IN_PACKET_LEN]);
+        if !boring.seal(&nonce, &header, &mut sealed, IN_PACKET_LEN, &stream) {
+            bail!("boringssl: seal failed");
+        }
+        let mut work = sealed.clone();
+        round.push(rate("boringssl-packet-open", packet_len, each, |_| {
+            work.copy_from_slice(&sealed);
+            boring.open(&nonce, &header, &mut work)
+        })?);
+        if let Some(k) = &opener {
+            round.push(rate("packetseal-avx2-open", packet_len, each, |_| {
+                work.copy_from_slice(&sealed);
+                k.open(&nonce, &header, &mut work).is_ok()
             })?);
         }
         round.push(rate("boringssl-tls-record", RECORD_LEN, each, |n| {

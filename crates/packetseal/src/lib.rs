@@ -1,4 +1,4 @@
-//! AES-GCM sealing of one QUIC packet in a single pipelined pass.
+//! AES-GCM sealing (and opening) of one QUIC packet in a single pipelined pass.
 //!
 //! quiche seals every 1,350-byte packet through BoringSSL's generic AEAD: per packet it sets up
 //! a GCM context, encrypts the tag mask `E(K, J0)` as a lone AES block, hashes the header and
@@ -15,6 +15,11 @@
 //! It takes a packet the way quiche's writer holds it after its zero-copy patch: the frame
 //! headers in the output buffer and the stream data still in the send buffer (`extra_in`),
 //! so the stream bytes are read once, encrypted straight into the packet.
+//!
+//! [`OpenKey::open`] is the receiving side, in the AVX2 width only (which CPUs with the AVX-512
+//! width also run): the ciphertext is at hand before its keystream, so each round trip is hashed
+//! during its own AES rounds; the tag is compared with one `ptest`, and a packet that fails is
+//! zeroed, so no unauthenticated plaintext is left behind.
 //!
 //! Two register widths are served on x86-64 ([`Width`]): AVX-512 (F, BW, VL) with VAES and
 //! VPCLMULQDQ, four blocks to a register, and AVX2 with VAES and VPCLMULQDQ, two blocks to a
@@ -206,6 +211,97 @@ impl SealKey {
             let _ = (nonce, in_len, extra_in);
             unreachable!("SealKey is never built off x86-64")
         }
+    }
+}
+
+/// Why an open was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenError {
+    /// The buffer is shorter than a tag.
+    TooShort,
+    /// The ciphertext is longer than a QUIC packet can be (64 KiB).
+    TooLong,
+    /// The tag does not match: the packet was not sealed under this key, nonce and header.
+    /// The ciphertext's bytes have been zeroed.
+    Forged,
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::TooShort => f.write_str("input shorter than the tag"),
+            OpenError::TooLong => f.write_str("ciphertext longer than 65,535 bytes"),
+            OpenError::Forged => f.write_str("authentication tag mismatch"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// An AES-128-GCM or AES-256-GCM key prepared for opening packets in one pass: each round
+/// trip's ciphertext is hashed during its own AES rounds, and the tag compared without
+/// branching on its bytes. It uses the AVX2 width (VAES and VPCLMULQDQ on 256-bit registers),
+/// which CPUs with the AVX-512 width have as well.
+pub struct OpenKey {
+    #[cfg(target_arch = "x86_64")]
+    inner: Box<x86::avx2::Key>,
+}
+
+impl OpenKey {
+    /// Prepares `key` (16 bytes for AES-128, 32 for AES-256). `None` when the CPU lacks the
+    /// AVX2 width's instructions or the key has another length.
+    pub fn new(key: &[u8]) -> Option<OpenKey> {
+        if !Width::Avx2.available() {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            Some(OpenKey {
+                inner: x86::avx2::Key::new(key)?,
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = key;
+            None
+        }
+    }
+
+    /// Opens `buf`, a ciphertext followed by its [`TAG_LEN`]-byte tag, under `nonce` with
+    /// `aad` authenticated: on success the plaintext is `buf[..n]` for the `n` returned
+    /// (`buf.len() - TAG_LEN`). On [`OpenError::Forged`] that part of `buf` is zeroed, so no
+    /// unauthenticated plaintext is left; on the length errors nothing is written.
+    pub fn open(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<usize, OpenError> {
+        let n = buf.len().checked_sub(TAG_LEN).ok_or(OpenError::TooShort)?;
+        if n > MAX_PLAINTEXT_LEN || aad.len() > MAX_PLAINTEXT_LEN {
+            return Err(OpenError::TooLong);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (text, tag) = buf.split_at_mut(n);
+            let tag: &[u8; TAG_LEN] = (&*tag).try_into().expect("TAG_LEN bytes");
+            if self.inner.open(nonce, aad, text, tag) {
+                Ok(n)
+            } else {
+                Err(OpenError::Forged)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (nonce, n);
+            unreachable!("OpenKey is never built off x86-64")
+        }
+    }
+}
+
+impl std::fmt::Debug for OpenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpenKey { .. }")
     }
 }
 

@@ -694,3 +694,208 @@ impl Lanes for Key {
         unsafe { sum.reduce() }
     }
 }
+
+// ---- the open ----
+
+impl Key {
+    /// Opens `text` (the ciphertext) in place under `nonce` with `aad` authenticated, against
+    /// `tag`: the plaintext replaces the ciphertext when the tag matches. When it does not,
+    /// `text` is zeroed and `false` returned. `text` is at most `MAX_PLAINTEXT_LEN` bytes
+    /// (checked by `OpenKey::open`).
+    pub(crate) fn open(
+        &self,
+        nonce: &[u8; 12],
+        aad: &[u8],
+        text: &mut [u8],
+        tag: &[u8; 16],
+    ) -> bool {
+        // SAFETY: a Key is only built where `available()` held.
+        let authentic = unsafe {
+            if self.schedule.rounds == 10 {
+                open_with::<10>(self, nonce, aad, text, tag)
+            } else {
+                open_with::<14>(self, nonce, aad, text, tag)
+            }
+        };
+        if !authentic {
+            // What was decrypted is not authenticated: nothing of it is left.
+            text.fill(0);
+        }
+        authentic
+    }
+}
+
+/// Decrypts the `len` bytes at `data` in place and adds every ciphertext block's GHASH product
+/// to `products`, block `j` times the power at `powers + j`. The ciphertext is at hand before
+/// its keystream, so each round trip's registers are hashed during its own AES rounds.
+///
+/// # Safety
+/// `data..data + len` readable and writable; `powers` points into `h_powers` with
+/// `len.div_ceil(16)` powers and then at least one more entry after it; the CPU has the
+/// features named.
+#[target_feature(enable = "avx2,vaes,vpclmulqdq")]
+unsafe fn decrypt_and_hash<const NR: usize>(
+    rk: &[__m256i; 15],
+    ctr: &mut Counter,
+    data: *mut u8,
+    len: usize,
+    mut powers: *const __m128i,
+    products: &mut Products,
+) {
+    let mut sum = *products;
+    let reverse = _mm256_broadcastsi128_si256(byte_reverse_mask());
+    let mut off = 0;
+    while len - off >= WIDE * REG {
+        // SAFETY: WIDE whole registers lie below `len`; the round trip's 2 * WIDE powers follow
+        // `powers` (the message has that many more blocks).
+        unsafe {
+            let c: [__m256i; WIDE] =
+                std::array::from_fn(|i| _mm256_loadu_si256(data.add(off + REG * i).cast()));
+            let blocks = std::array::from_fn(|_| ctr.next());
+            let pending = Pending { c, powers };
+            let ks = encrypt_2x_hashing::<NR, WIDE>(rk, blocks, &pending, &mut sum, reverse);
+            for (i, k) in ks.iter().enumerate() {
+                _mm256_storeu_si256(data.add(off + REG * i).cast(), _mm256_xor_si256(c[i], *k));
+            }
+            powers = powers.add(2 * WIDE);
+        }
+        off += WIDE * REG;
+    }
+    let rest = len - off;
+    if rest > 0 {
+        // The rest, fewer than WIDE registers, staged on the stack (one copy in, one out,
+        // measured cheaper than reading its whole registers in place and staging only the
+        // last), its keystream in one pass of 2, 4, 6 or 8 registers, whichever covers it.
+        let mut staged = [0u8; WIDE * REG];
+        // SAFETY: `rest` bytes at `off` are the message's last; `staged` holds more and
+        // overlaps nothing.
+        unsafe { std::ptr::copy_nonoverlapping(data.add(off), staged.as_mut_ptr(), rest) };
+        let used = rest.div_ceil(REG);
+        let mut ks = [_mm256_setzero_si256(); WIDE];
+        if used <= 2 {
+            ks[..2].copy_from_slice(&encrypt_2x::<NR, 2>(
+                rk,
+                std::array::from_fn(|_| ctr.next()),
+            ));
+        } else if used <= 4 {
+            ks[..4].copy_from_slice(&encrypt_2x::<NR, 4>(
+                rk,
+                std::array::from_fn(|_| ctr.next()),
+            ));
+        } else if used <= 6 {
+            ks[..6].copy_from_slice(&encrypt_2x::<NR, 6>(
+                rk,
+                std::array::from_fn(|_| ctr.next()),
+            ));
+        } else {
+            ks = encrypt_2x::<NR, WIDE>(rk, std::array::from_fn(|_| ctr.next()));
+        }
+        for (i, k) in ks.iter().enumerate().take(used) {
+            // SAFETY: register `i` lies in `staged`; its first power is the power of a block
+            // of this message, and a second lane past the message's last block is zero, so
+            // the entry after it (the lengths block's power or the zero padding) adds nothing.
+            unsafe {
+                let c = _mm256_loadu_si256(staged.as_ptr().add(REG * i).cast());
+                sum.add_at(_mm256_shuffle_epi8(c, reverse), powers.add(2 * i));
+                _mm256_storeu_si256(
+                    staged.as_mut_ptr().add(REG * i).cast(),
+                    _mm256_xor_si256(c, *k),
+                );
+            }
+        }
+        // SAFETY: back to where the `rest` bytes came from.
+        unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), data.add(off), rest) };
+    }
+    *products = sum;
+}
+
+/// AES-GCM opening with `NR` rounds: `text` decrypted in place, its tag computed over `aad`
+/// and the ciphertext (windows of [`POWERS`] blocks for long messages, as in `super::seal`)
+/// and compared with `tag` without branching on their contents. True when they match.
+///
+/// # Safety
+/// The CPU has the features named.
+#[target_feature(enable = "avx2,vaes,vpclmulqdq,aes,pclmulqdq")]
+unsafe fn open_with<const NR: usize>(
+    key: &Key,
+    nonce: &[u8; 12],
+    aad: &[u8],
+    text: &mut [u8],
+    tag: &[u8; 16],
+) -> bool {
+    let mut nonce_block = [0u8; 16];
+    nonce_block[..12].copy_from_slice(nonce);
+    let mut lengths = [0u8; 16];
+    lengths[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+    lengths[8..].copy_from_slice(&(text.len() as u64 * 8).to_be_bytes());
+    let rk = &key.wide_round_keys;
+    let data = text.as_mut_ptr();
+    let powers = key.powers();
+    let aad_blocks = aad.len().div_ceil(16);
+    let blocks = aad_blocks + text.len().div_ceil(16) + 1;
+    // SAFETY: the CPU has the instructions, as the caller promised. Each part's powers lie in
+    // `h_powers[first..POWERS]` (or a window's H^n..H^1) in message order, and `h_powers` has
+    // zero entries after H^1; every window lies inside `aad` or `text`.
+    unsafe {
+        let nonce = _mm_loadu_si128(nonce_block.as_ptr().cast());
+        let tag_mask = super::encrypt_block(
+            &key.schedule.round_keys,
+            NR,
+            _mm_insert_epi32::<3>(nonce, 0x0100_0000),
+        );
+        let mut ctr = Counter::new(nonce, 2);
+        let hash = if blocks <= POWERS {
+            let first = POWERS - blocks;
+            let mut sum = Products::new();
+            hash_into(&mut sum, aad.as_ptr(), aad.len(), powers.add(first));
+            decrypt_and_hash::<NR>(
+                rk,
+                &mut ctr,
+                data,
+                text.len(),
+                powers.add(first + aad_blocks),
+                &mut sum,
+            );
+            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
+            sum.reduce()
+        } else {
+            let mut acc = _mm_setzero_si128();
+            for window in aad.chunks(WINDOW) {
+                let n = window.len().div_ceil(16);
+                let mut sum = Products::new();
+                sum.add_carry(acc, powers.add(POWERS - n));
+                hash_into(
+                    &mut sum,
+                    window.as_ptr(),
+                    window.len(),
+                    powers.add(POWERS - n),
+                );
+                acc = sum.reduce();
+            }
+            let mut base = 0;
+            while base < text.len() {
+                let len = (text.len() - base).min(WINDOW);
+                let n = len.div_ceil(16);
+                let mut sum = Products::new();
+                sum.add_carry(acc, powers.add(POWERS - n));
+                decrypt_and_hash::<NR>(
+                    rk,
+                    &mut ctr,
+                    data.add(base),
+                    len,
+                    powers.add(POWERS - n),
+                    &mut sum,
+                );
+                acc = sum.reduce();
+                base += len;
+            }
+            let mut sum = Products::new();
+            sum.add_carry(acc, powers.add(POWERS - 1));
+            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
+            sum.reduce()
+        };
+        let expected = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
+        let diff = _mm_xor_si128(expected, _mm_loadu_si128(tag.as_ptr().cast()));
+        _mm_testz_si128(diff, diff) == 1
+    }
+}
