@@ -39,6 +39,14 @@ use tokio_quiche::socket::QuicListener;
 use tokio_quiche::{ConnectionIdGenerator, QuicResult};
 use tokio_quiche::{ConnectionParams, ServerH3Controller, ServerH3Driver};
 
+/// The most request-body bytes the HTTP/3 driver takes out of quiche in one read, each read
+/// becoming one body chunk for the upstream. tokio-quiche's default, 16 KiB, split a 64 KB GRO
+/// train of upload into four chunks, four channel sends and four upstream writes; 64 KiB
+/// matches the HTTPS side's read buffer (`RecvBuffer`). A read is sized to what is readable,
+/// so small bodies still allocate little. Uploads A/B on the Zen 3 VM (docs/benchmarks.md,
+/// 2026-11-25): 1.55–1.96 CPU s/GB at 16 KiB, 1.36–1.55 at 64 KiB, 1.26–1.39 at 256 KiB.
+const H3_REQUEST_BODY_CHUNK: usize = 64 * 1024;
+
 /// Binds a UDP socket of a QUIC listener, with large buffers (warning when capped), in a
 /// `SO_REUSEPORT` group when `reuse_port` (one socket per worker, see [`crate::quic_workers`]).
 pub fn bind_udp(
@@ -295,6 +303,7 @@ pub async fn serve(
         let client = conn.peer_addr();
         let mut h3_settings = Http3Settings::default();
         h3_settings.report_connection_established = true;
+        h3_settings.max_recv_body_buf_size = Some(H3_REQUEST_BODY_CHUNK);
         let (driver, controller) = ServerH3Driver::new(h3_settings);
         let stats = conn.audit_log_stats();
         let conn_stats = conn.stats().clone();
