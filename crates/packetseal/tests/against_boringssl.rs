@@ -1,6 +1,9 @@
 //! `SealKey::seal` produces exactly BoringSSL's AES-GCM ciphertext and tag, for every split of
 //! the plaintext quiche can hand it, and the GCM specification's vectors.
 
+mod common;
+
+use common::boring_seal;
 use packetseal::{SealError, SealKey, Width, TAG_LEN};
 
 fn hex(s: &str) -> Vec<u8> {
@@ -29,37 +32,6 @@ fn keys_or_skip(key: &[u8]) -> Vec<SealKey> {
         eprintln!("skipped: CPU lacks VAES/VPCLMULQDQ");
     }
     keys
-}
-
-/// BoringSSL's AES-GCM seal of a contiguous plaintext: ciphertext ‖ tag.
-fn boring_seal(key: &[u8], nonce: &[u8; 12], aad: &[u8], plain: &[u8]) -> Vec<u8> {
-    // SAFETY: plain FFI on buffers sized here; the context is freed before returning.
-    unsafe {
-        let aead = match key.len() {
-            16 => boring_sys::EVP_aead_aes_128_gcm(),
-            _ => boring_sys::EVP_aead_aes_256_gcm(),
-        };
-        let ctx = boring_sys::EVP_AEAD_CTX_new(aead, key.as_ptr(), key.len(), TAG_LEN);
-        assert!(!ctx.is_null());
-        let mut out = vec![0u8; plain.len() + TAG_LEN];
-        let mut out_len = 0usize;
-        let rc = boring_sys::EVP_AEAD_CTX_seal(
-            ctx,
-            out.as_mut_ptr(),
-            &mut out_len,
-            out.len(),
-            nonce.as_ptr(),
-            nonce.len(),
-            plain.as_ptr(),
-            plain.len(),
-            aad.as_ptr(),
-            aad.len(),
-        );
-        boring_sys::EVP_AEAD_CTX_free(ctx);
-        assert_eq!(rc, 1);
-        out.truncate(out_len);
-        out
-    }
 }
 
 /// Seals `plain` split at `in_len` (head in the buffer, the rest as `extra_in`), with a

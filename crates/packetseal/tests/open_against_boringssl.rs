@@ -1,6 +1,9 @@
 //! `OpenKey::open` recovers exactly what BoringSSL's AES-GCM sealed, for every size around the
 //! register and window boundaries, and refuses anything altered, leaving no plaintext.
 
+mod common;
+
+use common::boring_seal;
 use packetseal::{OpenError, OpenKey, Width, TAG_LEN};
 
 /// The key, or `None` with a note where the CPU lacks the AVX2 width (the test then has
@@ -12,37 +15,6 @@ fn key_or_skip(key: &[u8]) -> Option<OpenKey> {
         eprintln!("skipped: CPU lacks AVX2 with VAES/VPCLMULQDQ");
     }
     k
-}
-
-/// BoringSSL's AES-GCM seal: ciphertext ‖ tag.
-fn boring_seal(key: &[u8], nonce: &[u8; 12], aad: &[u8], plain: &[u8]) -> Vec<u8> {
-    // SAFETY: plain FFI on buffers sized here; the context is freed before returning.
-    unsafe {
-        let aead = match key.len() {
-            16 => boring_sys::EVP_aead_aes_128_gcm(),
-            _ => boring_sys::EVP_aead_aes_256_gcm(),
-        };
-        let ctx = boring_sys::EVP_AEAD_CTX_new(aead, key.as_ptr(), key.len(), TAG_LEN);
-        assert!(!ctx.is_null());
-        let mut out = vec![0u8; plain.len() + TAG_LEN];
-        let mut out_len = 0usize;
-        let rc = boring_sys::EVP_AEAD_CTX_seal(
-            ctx,
-            out.as_mut_ptr(),
-            &mut out_len,
-            out.len(),
-            nonce.as_ptr(),
-            nonce.len(),
-            plain.as_ptr(),
-            plain.len(),
-            aad.as_ptr(),
-            aad.len(),
-        );
-        boring_sys::EVP_AEAD_CTX_free(ctx);
-        assert_eq!(rc, 1);
-        out.truncate(out_len);
-        out
-    }
 }
 
 /// Opens a copy of `sealed` with a guard byte after it that must survive.

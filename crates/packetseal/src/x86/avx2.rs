@@ -809,9 +809,9 @@ unsafe fn decrypt_and_hash<const NR: usize>(
     *products = sum;
 }
 
-/// AES-GCM opening with `NR` rounds: `text` decrypted in place, its tag computed over `aad`
-/// and the ciphertext (windows of [`POWERS`] blocks for long messages, as in `super::seal`)
-/// and compared with `tag` without branching on their contents. True when they match.
+/// AES-GCM opening with `NR` rounds: `text` decrypted in place within the shared GCM framing
+/// (`super::gcm`, as the seal's), and the tag it computes over `aad` and the ciphertext
+/// compared with `tag` without branching on their contents. True when they match.
 ///
 /// # Safety
 /// The CPU has the features named.
@@ -823,78 +823,20 @@ unsafe fn open_with<const NR: usize>(
     text: &mut [u8],
     tag: &[u8; 16],
 ) -> bool {
-    let mut nonce_block = [0u8; 16];
-    nonce_block[..12].copy_from_slice(nonce);
-    let mut lengths = [0u8; 16];
-    lengths[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
-    lengths[8..].copy_from_slice(&(text.len() as u64 * 8).to_be_bytes());
     let rk = &key.wide_round_keys;
     let data = text.as_mut_ptr();
-    let powers = key.powers();
-    let aad_blocks = aad.len().div_ceil(16);
-    let blocks = aad_blocks + text.len().div_ceil(16) + 1;
-    // SAFETY: the CPU has the instructions, as the caller promised. Each part's powers lie in
-    // `h_powers[first..POWERS]` (or a window's H^n..H^1) in message order, and `h_powers` has
-    // zero entries after H^1; every window lies inside `aad` or `text`.
+    // SAFETY: the CPU has the instructions, as the caller promised; each window
+    // `base..base + len` lies inside `text`, with its powers from `key`.
     unsafe {
-        let nonce = _mm_loadu_si128(nonce_block.as_ptr().cast());
-        let tag_mask = super::encrypt_block(
-            &key.schedule.round_keys,
-            NR,
-            _mm_insert_epi32::<3>(nonce, 0x0100_0000),
+        let expected = super::gcm::<Key, NR>(
+            key,
+            nonce,
+            aad,
+            text.len(),
+            |ctr, base, len, powers, sum| {
+                decrypt_and_hash::<NR>(rk, ctr, data.add(base), len, powers, sum)
+            },
         );
-        let mut ctr = Counter::new(nonce, 2);
-        let hash = if blocks <= POWERS {
-            let first = POWERS - blocks;
-            let mut sum = Products::new();
-            hash_into(&mut sum, aad.as_ptr(), aad.len(), powers.add(first));
-            decrypt_and_hash::<NR>(
-                rk,
-                &mut ctr,
-                data,
-                text.len(),
-                powers.add(first + aad_blocks),
-                &mut sum,
-            );
-            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
-            sum.reduce()
-        } else {
-            let mut acc = _mm_setzero_si128();
-            for window in aad.chunks(WINDOW) {
-                let n = window.len().div_ceil(16);
-                let mut sum = Products::new();
-                sum.add_carry(acc, powers.add(POWERS - n));
-                hash_into(
-                    &mut sum,
-                    window.as_ptr(),
-                    window.len(),
-                    powers.add(POWERS - n),
-                );
-                acc = sum.reduce();
-            }
-            let mut base = 0;
-            while base < text.len() {
-                let len = (text.len() - base).min(WINDOW);
-                let n = len.div_ceil(16);
-                let mut sum = Products::new();
-                sum.add_carry(acc, powers.add(POWERS - n));
-                decrypt_and_hash::<NR>(
-                    rk,
-                    &mut ctr,
-                    data.add(base),
-                    len,
-                    powers.add(POWERS - n),
-                    &mut sum,
-                );
-                acc = sum.reduce();
-                base += len;
-            }
-            let mut sum = Products::new();
-            sum.add_carry(acc, powers.add(POWERS - 1));
-            hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
-            sum.reduce()
-        };
-        let expected = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
         let diff = _mm_xor_si128(expected, _mm_loadu_si128(tag.as_ptr().cast()));
         _mm_testz_si128(diff, diff) == 1
     }

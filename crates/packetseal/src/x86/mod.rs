@@ -232,9 +232,7 @@ pub(crate) trait Lanes {
 }
 
 /// AES-GCM with `NR` rounds: `text[..in_len]` encrypted in place and `extra` into
-/// `text[in_len..]`, the tag into `tag`. Every block of a message of at most [`POWERS`] GHASH
-/// blocks is multiplied by its own power and the sum reduced once; longer messages go in
-/// windows of `POWERS` blocks, the running hash carried into the next as `acc * H^n`.
+/// `text[in_len..]`, the tag into `tag` (the framing is [`gcm`]'s).
 ///
 /// Always inlined, without target features of its own: each width calls it from its
 /// `#[target_feature]` entry point, so that the width's helpers inline into it.
@@ -252,21 +250,63 @@ pub(super) unsafe fn seal<W: Lanes, const NR: usize>(
     extra: &[u8],
     tag: &mut [u8; 16],
 ) {
+    let out = text.as_mut_ptr();
+    // SAFETY: the CPU has the width's instructions, as the caller promised. Each window
+    // `base..base + len` lies inside the plaintext: its first part is read and written in
+    // place, its second read from `extra` (at `base - in_len` once past the first) and
+    // written after the first.
+    unsafe {
+        let t = gcm::<W, NR>(
+            key,
+            nonce,
+            aad,
+            text.len(),
+            |ctr, base, len, powers, sum| {
+                let window = Parts {
+                    out: out.add(base),
+                    in_len: in_len.saturating_sub(base),
+                    extra: extra.as_ptr().add(base.saturating_sub(in_len)),
+                    total: len,
+                };
+                key.encrypt_and_hash::<NR>(ctr, window, powers, sum);
+            },
+        );
+        _mm_storeu_si128(tag.as_mut_ptr().cast(), t);
+    }
+}
+
+/// GCM's framing with `NR` rounds around a message of `text_len` bytes, returning its tag:
+/// `E(K, J0)` XOR the GHASH of `aad`, the ciphertext and the lengths block. `crypt(ctr, base,
+/// len, powers, sum)` encrypts or decrypts the message's bytes `base..base + len` with the
+/// counter and adds their ciphertext's GHASH products to `sum`, block `j` times the power at
+/// `powers + j`. Every block of a message of at most [`POWERS`] GHASH blocks is multiplied by
+/// its own power and the sum reduced once (one call of `crypt`); longer messages go in windows
+/// of `POWERS` blocks, the running hash carried into the next as `acc * H^n`.
+///
+/// Always inlined, like [`seal`], so that `crypt` inlines too.
+///
+/// # Safety
+/// The CPU has the width's instructions; `crypt` is safe to call with windows inside the
+/// message and powers taken from `key`.
+#[inline(always)]
+pub(super) unsafe fn gcm<W: Lanes, const NR: usize>(
+    key: &W,
+    nonce: &[u8; 12],
+    aad: &[u8],
+    text_len: usize,
+    mut crypt: impl FnMut(&mut W::Counter, usize, usize, *const __m128i, &mut W::Sum),
+) -> __m128i {
     let mut nonce_block = [0u8; 16];
     nonce_block[..12].copy_from_slice(nonce);
     let mut lengths = [0u8; 16];
     lengths[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
-    lengths[8..].copy_from_slice(&(text.len() as u64 * 8).to_be_bytes());
-    // The first data block counts from 2; the second part's blocks follow the first's.
-    let out = text.as_mut_ptr();
+    lengths[8..].copy_from_slice(&(text_len as u64 * 8).to_be_bytes());
     let powers = key.powers();
     let aad_blocks = aad.len().div_ceil(16);
-    let blocks = aad_blocks + text.len().div_ceil(16) + 1;
+    let blocks = aad_blocks + text_len.div_ceil(16) + 1;
     // SAFETY: the CPU has the width's instructions, as the caller promised. Each part's
     // powers lie in `h_powers[first..POWERS]` (or a window's H^n..H^1) in message order, and
-    // `h_powers` has zero entries after H^1. `text` holds in_len + extra.len() bytes: the first
-    // part is read and written in place, the second read from `extra` and written after it;
-    // every window lies inside `aad` or the plaintext's two parts.
+    // `h_powers` has zero entries after H^1; every window lies inside `aad` or the message.
     unsafe {
         let nonce = _mm_loadu_si128(nonce_block.as_ptr().cast());
         // J0 = nonce ‖ 1 (big-endian): its encryption masks the tag. Issued first, so its
@@ -276,22 +316,18 @@ pub(super) unsafe fn seal<W: Lanes, const NR: usize>(
             NR,
             _mm_insert_epi32::<3>(nonce, 0x0100_0000),
         );
+        // The first data block counts from 2, and the counter runs on across windows.
+        let mut ctr = W::counter(nonce, 2);
         let hash = if blocks <= POWERS {
             // Every block times its own power (the header's first block times H^blocks, the
             // lengths block times H^1), one reduction.
             let first = POWERS - blocks;
             let mut sum = W::sum();
             W::hash_into(&mut sum, aad.as_ptr(), aad.len(), powers.add(first));
-            let mut ctr = W::counter(nonce, 2);
-            let plaintext = Parts {
-                out,
-                in_len,
-                extra: extra.as_ptr(),
-                total: text.len(),
-            };
-            key.encrypt_and_hash::<NR>(
+            crypt(
                 &mut ctr,
-                plaintext,
+                0,
+                text_len,
                 powers.add(first + aad_blocks),
                 &mut sum,
             );
@@ -311,20 +347,13 @@ pub(super) unsafe fn seal<W: Lanes, const NR: usize>(
                 );
                 acc = W::reduce(&sum);
             }
-            let mut ctr = W::counter(nonce, 2);
             let mut base = 0;
-            while base < text.len() {
-                let len = (text.len() - base).min(WINDOW);
+            while base < text_len {
+                let len = (text_len - base).min(WINDOW);
                 let n = len.div_ceil(16);
-                let window = Parts {
-                    out: out.add(base),
-                    in_len: in_len.saturating_sub(base),
-                    extra: extra.as_ptr().add(base.saturating_sub(in_len)),
-                    total: len,
-                };
                 let mut sum = W::sum();
                 W::add_carry(&mut sum, acc, powers.add(POWERS - n));
-                key.encrypt_and_hash::<NR>(&mut ctr, window, powers.add(POWERS - n), &mut sum);
+                crypt(&mut ctr, base, len, powers.add(POWERS - n), &mut sum);
                 acc = W::reduce(&sum);
                 base += len;
             }
@@ -333,8 +362,7 @@ pub(super) unsafe fn seal<W: Lanes, const NR: usize>(
             W::hash_into(&mut sum, lengths.as_ptr(), 16, powers.add(POWERS - 1));
             W::reduce(&sum)
         };
-        let t = _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask);
-        _mm_storeu_si128(tag.as_mut_ptr().cast(), t);
+        _mm_xor_si128(_mm_shuffle_epi8(hash, byte_reverse_mask()), tag_mask)
     }
 }
 
