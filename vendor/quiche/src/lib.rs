@@ -2906,6 +2906,18 @@ impl<F: BufFactory> Connection<F> {
     /// # Ok::<(), quiche::Error>(())
     /// ```
     pub fn recv(&mut self, buf: &mut [u8], info: RecvInfo) -> Result<usize> {
+        self.recv_at(buf, info, Instant::now())
+    }
+
+    /// rampart: [`recv()`] with the caller's reading of the clock, the time the
+    /// datagram's packets are taken to have arrived. A caller handing over the
+    /// datagrams of one GRO buffer, which arrived together, reads the clock once
+    /// for all of them instead of once per packet.
+    ///
+    /// [`recv()`]: struct.Connection.html#method.recv
+    pub fn recv_at(
+        &mut self, buf: &mut [u8], info: RecvInfo, now: Instant,
+    ) -> Result<usize> {
         let len = buf.len();
 
         if len == 0 {
@@ -2952,6 +2964,7 @@ impl<F: BufFactory> Connection<F> {
                 &mut buf[len - left..len],
                 &info,
                 recv_pid,
+                now,
             ) {
                 Ok(v) => v,
 
@@ -3047,8 +3060,8 @@ impl<F: BufFactory> Connection<F> {
     /// [`Done`]: enum.Error.html#variant.Done
     fn recv_single(
         &mut self, buf: &mut [u8], info: &RecvInfo, recv_pid: Option<usize>,
+        now: Instant,
     ) -> Result<usize> {
-        let now = Instant::now();
 
         if buf.is_empty() {
             return Err(Error::Done);

@@ -13999,3 +13999,31 @@ fn server_qlog() {
         panic!("expected Qlog event");
     }
 }
+
+#[rstest]
+/// rampart: `recv_at` takes the caller's clock reading as the packets' arrival
+/// (patch 22): every timer the packet arms counts from it, not from the clock.
+fn recv_at_counts_from_the_given_time(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = test_utils::Pipe::new(cc_algorithm_name).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+
+    assert_eq!(pipe.client.stream_send(0, b"request", true), Ok(7));
+    let mut buf = [0; 1500];
+    let (len, _) = pipe.client.send(&mut buf).unwrap();
+
+    let client_path = pipe.client.paths.get_active().unwrap();
+    let info = RecvInfo {
+        to: client_path.peer_addr(),
+        from: client_path.local_addr(),
+    };
+    // Later than any timer the real clock would give: the idle timeout is 180 s.
+    let arrival = Instant::now() + Duration::from_secs(3600);
+    assert_eq!(pipe.server.recv_at(&mut buf[..len], info, arrival), Ok(len));
+
+    let mut out = [0; 16];
+    assert_eq!(pipe.server.stream_recv(0, &mut out), Ok((7, true)));
+    let timeout = pipe.server.timeout_instant().unwrap();
+    assert!(timeout > arrival, "a timer counted from the clock, not from the arrival");
+}

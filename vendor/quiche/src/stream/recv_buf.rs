@@ -148,6 +148,23 @@ impl RecvBuf {
             }
         }
 
+        // rampart: data that starts at or past everything received so far (the
+        // usual, in-order case) can overlap nothing and needs no splitting: it is
+        // stored as the loop below would store it, without the loop's queue (a
+        // heap allocation per frame).
+        if !buf.is_empty() && buf.off() >= self.len {
+            self.len = buf.max_off();
+
+            if !self.drain {
+                self.data.insert(buf.max_off(), buf);
+            } else {
+                // we are not storing any data, off == len
+                self.off = self.len;
+            }
+
+            return Ok(());
+        }
+
         let mut tmp_bufs = VecDeque::with_capacity(2);
         tmp_bufs.push_back(buf);
 
