@@ -330,7 +330,7 @@ fn demo_takes_an_h3_upload_sent_in_gso_buffers() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert!(report["ok"].as_u64().unwrap() >= 2, "{report}");
+    assert!(report["ok"].as_u64().unwrap() >= 1, "{report}");
     assert_eq!(report["errors"].as_u64(), Some(0), "{report}");
     assert_eq!(
         report["bytes"].as_u64(),
