@@ -78,9 +78,7 @@ impl BoringAead {
         };
         rc == 1
     }
-}
 
-impl BoringAead {
     /// Opens `buf` (ciphertext ‖ tag) in place, as quiche does.
     fn open(&self, nonce: &[u8; 12], ad: &[u8], buf: &mut [u8]) -> bool {
         let mut out_len = 0usize;

@@ -3062,7 +3062,6 @@ impl<F: BufFactory> Connection<F> {
         &mut self, buf: &mut [u8], info: &RecvInfo, recv_pid: Option<usize>,
         now: Instant,
     ) -> Result<usize> {
-
         if buf.is_empty() {
             return Err(Error::Done);
         }
