@@ -18,13 +18,21 @@ fn main() {
     // The CUDA entry points (rsa_kernel.cu) compiled for the host, for the simulated GPU.
     println!("cargo:rerun-if-changed=kernels/rsa_kernel.cu");
     println!("cargo:rerun-if-changed=kernels/emulate.cpp");
-    cc::Build::new()
-        .cpp(true)
-        .file("kernels/emulate.cpp")
-        .include("kernels")
-        .opt_level(3)
-        .warnings(true)
-        .extra_warnings(true)
-        .flag_if_supported("-Wno-unused-function")
-        .compile("rsa_kernel_emulated");
+    // Once per window width the CUDA build can be given (4, 5, 6), each under its own name.
+    for window in [4, 5, 6] {
+        cc::Build::new()
+            .cpp(true)
+            .file("kernels/emulate.cpp")
+            .include("kernels")
+            .define("RSA_WINDOW", window.to_string().as_str())
+            .define(
+                "RSA_EMULATE_LAUNCH",
+                format!("rsa_emulate_launch_w{window}").as_str(),
+            )
+            .opt_level(3)
+            .warnings(true)
+            .extra_warnings(true)
+            .flag_if_supported("-Wno-unused-function")
+            .compile(&format!("rsa_kernel_emulated_w{window}"));
+    }
 }

@@ -4,15 +4,49 @@
 //!
 //! ```text
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
+//!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--kernel-dir DIR]
 //! ```
+//! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
+//! a changed kernel measured without rebuilding (the self-check still compares it with the CPU
+//! build of the built-in core).
+//! Without `--sizes`: 1, 4, 16, … 65,536.
 
 use gpu_engine::{bench_batch, crossover, GpuConfig, GpuKey};
 use std::time::{Duration, Instant};
 
 fn main() {
+    let mut positional = Vec::new();
+    let mut config = GpuConfig::default();
+    let mut sizes: Option<Vec<usize>> = None;
+    let mut kernel_dir: Option<String> = None;
     let mut args = std::env::args().skip(1);
-    let bits: u32 = args.next().map_or(2048, |a| a.parse().expect("bits"));
-    let secs: f64 = args.next().map_or(2.0, |a| a.parse().expect("seconds"));
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .unwrap_or_else(|| panic!("{name} needs a value"))
+        };
+        match a.as_str() {
+            "--sizes" => {
+                sizes = Some(
+                    value("--sizes")
+                        .split(',')
+                        .map(|s| s.parse().expect("--sizes: numbers"))
+                        .collect(),
+                )
+            }
+            "--block" => config.threads_per_block = value("--block").parse().expect("--block"),
+            "--window" => config.window = value("--window").parse().expect("--window"),
+            "--streams" => config.streams = value("--streams").parse().expect("--streams"),
+            "--kernel-dir" => kernel_dir = Some(value("--kernel-dir")),
+            _ => positional.push(a),
+        }
+    }
+    let bits: u32 = positional
+        .first()
+        .map_or(2048, |a| a.parse().expect("bits"));
+    let secs: f64 = positional
+        .get(1)
+        .map_or(2.0, |a| a.parse().expect("seconds"));
     match gpu_engine::probe() {
         Ok(info) => println!("device: {info}"),
         Err(e) => {
@@ -21,8 +55,26 @@ fn main() {
         }
     }
     let t = Instant::now();
-    let backend = gpu_engine::cuda_backend(&GpuConfig::default()).expect("kernel build");
-    println!("NVRTC compile + load: {:?}", t.elapsed());
+    let backend: std::sync::Arc<dyn gpu_engine::BatchBackend> = match &kernel_dir {
+        None => gpu_engine::cuda_backend(&config).expect("kernel build"),
+        Some(dir) => {
+            let read = |f: &str| {
+                std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_else(|e| panic!("{f}: {e}"))
+            };
+            let source = read("rsa_core.h") + &read("rsa_kernel.cu");
+            println!("kernel from {dir}");
+            std::sync::Arc::new(
+                gpu_engine::cuda::CudaBackend::with_source(&config, source).expect("kernel build"),
+            )
+        }
+    };
+    println!(
+        "NVRTC compile + load: {:?}; RSA-{bits}, window {}, {} threads per block, {} streams",
+        t.elapsed(),
+        config.window,
+        config.threads_per_block,
+        backend.streams()
+    );
     let der = boring::rsa::Rsa::generate(bits)
         .unwrap()
         .private_key_to_der()
@@ -38,9 +90,13 @@ fn main() {
     let cpu = t.elapsed() / 50;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("cpu: {cpu:?} per signature, {cores} cores");
+    let sizes = sizes.unwrap_or_else(|| {
+        std::iter::successors(Some(1usize), |s| Some(s * 4))
+            .take_while(|&s| s <= backend.max_batch().min(65_536))
+            .collect()
+    });
     let mut results = Vec::new();
-    let mut size = 1;
-    while size <= backend.max_batch().min(65_536) {
+    for size in sizes {
         let r = bench_batch(&*backend, &key, size, Duration::from_secs_f64(secs))
             .expect("bench (first batch checked against the CPU core)");
         println!(
@@ -48,7 +104,6 @@ fn main() {
             r.batch, r.signs_per_sec, r.p50, r.p99, r.batches
         );
         results.push(r);
-        size *= 4;
     }
     match crossover(&results, cpu, cores) {
         Some(b) => println!("crossover: GPU beats {cores} CPU cores from batch {b}"),

@@ -7,6 +7,7 @@
  */
 #define __global__
 #define __device__
+#define RSA_ENTRY_LINKAGE static
 struct rsa_dim3 {
     unsigned int x, y, z;
 };
@@ -15,9 +16,15 @@ static rsa_dim3 blockIdx, threadIdx, blockDim;
 #include "rsa_core.h"
 #include "rsa_kernel.cu"
 
+/* Built once per window width (build.rs: -DRSA_WINDOW=W -DRSA_EMULATE_LAUNCH=...), so tests
+ * cover every width the CUDA build can be given. */
+#ifndef RSA_EMULATE_LAUNCH
+#define RSA_EMULATE_LAUNCH rsa_emulate_launch
+#endif
+
 /* Runs a grid of `grid` blocks of `block` threads of the kernel for primes of `half` limbs.
  * Returns 0, or -1 for an unsupported size. Not thread-safe (one emulated launch at a time). */
-extern "C" int rsa_emulate_launch(int half, unsigned int grid, unsigned int block,
+extern "C" int RSA_EMULATE_LAUNCH(int half, unsigned int grid, unsigned int block,
                                   rsa_u32 *out, const rsa_u32 *in, const rsa_u32 *keys,
                                   const rsa_u32 *key_index, unsigned int count) {
     blockDim.x = block;

@@ -29,9 +29,18 @@ typedef uint64_t rsa_u64;
 #define RSA_MAX_HALF 64
 /* Largest modulus handled by the generic helpers (the full RSA-4096 modulus on the host). */
 #define RSA_MAX_LIMBS 128
-/* Fixed window width and table size. */
+/* Fixed window width (bits) and table size. The width is public and fixed per build: 5 unless
+ * the compiler is given another (-DRSA_WINDOW=4..6, for measuring the kernel on a device). */
+#ifndef RSA_WINDOW
 #define RSA_WINDOW 5
-#define RSA_TABLE 32
+#endif
+#if RSA_WINDOW < 4 || RSA_WINDOW > 6
+#error "RSA_WINDOW must be 4, 5 or 6"
+#endif
+#define RSA_TABLE (1 << RSA_WINDOW)
+/* Exponent bits processed for primes of n limbs: 32n rounded up to whole windows. The exponent
+ * has a spare zero word above its n limbs, so the last window's read stays inside it. */
+#define RSA_EXP_BITS(n) (((32 * (n) + RSA_WINDOW - 1) / RSA_WINDOW) * RSA_WINDOW)
 
 /*
  * A prepared key is one flat array of 32-bit words ("key record"), item layout shared with
@@ -48,8 +57,7 @@ typedef uint64_t rsa_u64;
 #define RSA_K_QINV(n) (8 * (n) + 2)         /* q^-1 * R mod p */
 #define RSA_K_P0INV(n) (9 * (n) + 2)        /* -p^-1 mod 2^32 */
 #define RSA_K_Q0INV(n) (9 * (n) + 3)        /* -q^-1 mod 2^32 */
-#define RSA_K_EXPBITS(n) (9 * (n) + 4)      /* exponent bits to process (multiple of 5) */
-#define RSA_KEY_WORDS(n) (9 * (n) + 5)
+#define RSA_KEY_WORDS(n) (9 * (n) + 4)
 
 /* Scratch words rsa_crt needs: the window table plus five numbers. */
 #define RSA_WORK_WORDS(n) (RSA_TABLE * (n) + 5 * (n))
@@ -185,7 +193,7 @@ RSA_FN void rsa_crt(rsa_u32 *out, const rsa_u32 *in, const rsa_u32 *key, int n, 
     rsa_u32 *mq = mp + n;
     rsa_u32 *unit = mq + n;
     rsa_u32 *h = unit + n;
-    const int exp_bits = (int)key[RSA_K_EXPBITS(n)];
+    const int exp_bits = RSA_EXP_BITS(n);
     for (int j = 0; j < n; j++) unit[j] = 0;
     unit[0] = 1;
     for (int half = 0; half < 2; half++) {

@@ -46,7 +46,6 @@ void rsa_host_prep_key(uint32_t *key, int n) {
             rsa_mont_mul(key + RSA_K_QINV(n), key + RSA_K_QINV(n), rr, m, m0inv, n);
     }
     for (int j = 0; j < RSA_MAX_HALF; j++) rr[j] = 0;
-    key[RSA_K_EXPBITS(n)] = (uint32_t)(((32 * n + RSA_WINDOW - 1) / RSA_WINDOW) * RSA_WINDOW);
 }
 
 /* The private-key operation for one request (the kernel's per-thread body). */

@@ -8,8 +8,12 @@
  * code the host tests run; whether a few threads per request (limbs split across a warp, as in
  * SSLShader) is faster must be measured on a device (see README).
  */
+/* The host emulation (emulate.cpp) is built once per window width and makes these static. */
+#ifndef RSA_ENTRY_LINKAGE
+#define RSA_ENTRY_LINKAGE extern "C"
+#endif
 #define RSA_KERNEL(N)                                                                          \
-    extern "C" __global__ void rsa_crt_batch_##N(rsa_u32 *out, const rsa_u32 *in,              \
+    RSA_ENTRY_LINKAGE __global__ void rsa_crt_batch_##N(rsa_u32 *out, const rsa_u32 *in,              \
                                                  const rsa_u32 *keys, const rsa_u32 *key_index, \
                                                  unsigned int count) {                          \
         unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;                                 \

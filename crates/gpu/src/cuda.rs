@@ -36,18 +36,38 @@ fn device(e: cudarc::driver::DriverError) -> BackendError {
     BackendError::Device(e.to_string())
 }
 
-/// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)`. Needs
-/// libnvrtc, not a device.
-pub fn compile_kernel((major, minor): (i32, i32)) -> Result<Ptx, GpuError> {
+/// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)`, with
+/// exponent windows of `window` bits (one of [`crate::host_core::WINDOWS`]). Needs libnvrtc,
+/// not a device.
+pub fn compile_kernel((major, minor): (i32, i32), window: u32) -> Result<Ptx, GpuError> {
+    compile_kernel_source(kernel_source(), (major, minor), window)
+}
+
+/// [`compile_kernel`] for another text of the kernel with the same entry points (for measuring
+/// a changed kernel on a device without rebuilding; see `examples/device_bench.rs`).
+pub fn compile_kernel_source(
+    source: String,
+    (major, minor): (i32, i32),
+    window: u32,
+) -> Result<Ptx, GpuError> {
+    if !crate::host_core::WINDOWS.contains(&window) {
+        return Err(GpuError::Compile(format!(
+            "window width {window}: expected one of {:?}",
+            crate::host_core::WINDOWS
+        )));
+    }
     // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(GpuError::NoNvrtc);
     }
     let opts = CompileOptions {
-        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+        options: vec![
+            format!("--gpu-architecture=compute_{major}{minor}"),
+            format!("-DRSA_WINDOW={window}"),
+        ],
         ..Default::default()
     };
-    compile_ptx_with_opts(kernel_source(), opts).map_err(|e| GpuError::Compile(e.to_string()))
+    compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile(e.to_string()))
 }
 
 /// Loads the driver and finds device 0, without compiling anything.
@@ -92,10 +112,16 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Loads the driver, compiles the kernel for the device and loads it.
-    pub fn new(streams: usize, max_batch: usize) -> Result<Self, GpuError> {
+    /// Loads the driver, compiles the kernel for the device (`config.window`) and loads it;
+    /// `config.streams`, `config.max_batch` and `config.threads_per_block` shape the launches.
+    pub fn new(config: &crate::GpuConfig) -> Result<Self, GpuError> {
+        Self::with_source(config, kernel_source())
+    }
+
+    /// [`CudaBackend::new`] with another text of the kernel (same entry points).
+    pub fn with_source(config: &crate::GpuConfig, source: String) -> Result<Self, GpuError> {
         let (ctx, info) = open_context()?;
-        let ptx = compile_kernel(info.compute_capability)?;
+        let ptx = compile_kernel_source(source, info.compute_capability, config.window)?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let f = |n: usize| {
             module
@@ -106,9 +132,9 @@ impl CudaBackend {
             funcs: [f(32)?, f(48)?, f(64)?],
             ctx,
             info,
-            streams: streams.max(2),
-            max_batch: max_batch.max(1),
-            block: 128,
+            streams: config.streams.max(2),
+            max_batch: config.max_batch.max(1),
+            block: config.threads_per_block.clamp(32, 1024),
         })
     }
 
@@ -283,7 +309,9 @@ mod tests {
     #[test]
     #[ignore = "needs libnvrtc"]
     fn nvrtc_compiles_the_kernel_for_hopper() {
-        let ptx = compile_kernel((9, 0)).unwrap().to_src();
+        let ptx = compile_kernel((9, 0), crate::host_core::DEFAULT_WINDOW)
+            .unwrap()
+            .to_src();
         for n in [32, 48, 64] {
             assert!(
                 ptx.contains(&format!(".entry rsa_crt_batch_{n}")),

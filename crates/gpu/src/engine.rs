@@ -51,6 +51,12 @@ pub struct GpuConfig {
     pub backoff_max: Duration,
     /// CPU threads that pad/blind and unblind/verify a large batch (per batching thread).
     pub cpu_threads: usize,
+    /// CUDA streams, each with its own buffers: batches in flight at once (at least 2).
+    pub streams: usize,
+    /// Threads per block of the kernel launch (one thread per request).
+    pub threads_per_block: u32,
+    /// Exponent window width the kernel is compiled with (4, 5 or 6 bits).
+    pub window: u32,
 }
 
 impl Default for GpuConfig {
@@ -63,6 +69,9 @@ impl Default for GpuConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(30),
             cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            streams: 2,
+            threads_per_block: 128,
+            window: crate::host_core::DEFAULT_WINDOW,
         }
     }
 }

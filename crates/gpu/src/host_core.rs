@@ -32,7 +32,27 @@ mod ffi {
             rr: *const u32,
             n: c_int,
         );
-        pub fn rsa_emulate_launch(
+        pub fn rsa_emulate_launch_w4(
+            half: c_int,
+            grid: u32,
+            block: u32,
+            out: *mut u32,
+            input: *const u32,
+            keys: *const u32,
+            key_index: *const u32,
+            count: u32,
+        ) -> c_int;
+        pub fn rsa_emulate_launch_w5(
+            half: c_int,
+            grid: u32,
+            block: u32,
+            out: *mut u32,
+            input: *const u32,
+            keys: *const u32,
+            key_index: *const u32,
+            count: u32,
+        ) -> c_int;
+        pub fn rsa_emulate_launch_w6(
             half: c_int,
             grid: u32,
             block: u32,
@@ -56,7 +76,7 @@ pub struct KeyLayout;
 impl KeyLayout {
     /// Words in a key record for primes of `half` limbs.
     pub const fn words(half: usize) -> usize {
-        9 * half + 5
+        9 * half + 4
     }
     const fn p(_half: usize) -> usize {
         0
@@ -239,7 +259,32 @@ pub fn emulate_launch(
     input: &[u32],
     out: &mut [u32],
 ) {
+    emulate_launch_windowed(DEFAULT_WINDOW, half, block, keys, key_index, input, out)
+}
+
+/// The exponent window width (bits) the kernel is built with unless told otherwise.
+pub const DEFAULT_WINDOW: u32 = 5;
+/// Window widths the kernel can be built with (`-DRSA_WINDOW`), for measuring on a device.
+pub const WINDOWS: [u32; 3] = [4, 5, 6];
+
+/// [`emulate_launch`] with the kernel built for exponent windows of `window` bits (one of
+/// [`WINDOWS`]).
+pub fn emulate_launch_windowed(
+    window: u32,
+    half: usize,
+    block: u32,
+    keys: &[u32],
+    key_index: &[u32],
+    input: &[u32],
+    out: &mut [u32],
+) {
     assert!(HALF_LIMBS.contains(&half), "unsupported limb count {half}");
+    let launch = match window {
+        4 => ffi::rsa_emulate_launch_w4,
+        5 => ffi::rsa_emulate_launch_w5,
+        6 => ffi::rsa_emulate_launch_w6,
+        _ => panic!("unsupported window width {window}"),
+    };
     let count = key_index.len();
     let words = KeyLayout::words(half);
     assert!(block > 0);
@@ -253,7 +298,7 @@ pub fn emulate_launch(
     // a key record at key_index[i]·words, all in bounds); the emulator's globals are guarded by
     // ONE_AT_A_TIME.
     let rc = unsafe {
-        ffi::rsa_emulate_launch(
+        launch(
             half as c_int,
             grid,
             block,

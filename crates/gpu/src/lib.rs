@@ -63,7 +63,7 @@ pub fn probe() -> Result<DeviceInfo, GpuError> {
 /// The CUDA backend for `config`, or why there is none.
 pub fn cuda_backend(config: &GpuConfig) -> Result<Arc<dyn BatchBackend>, GpuError> {
     #[cfg(feature = "cuda")]
-    return Ok(Arc::new(cuda::CudaBackend::new(2, config.max_batch)?));
+    return Ok(Arc::new(cuda::CudaBackend::new(config)?));
     #[cfg(not(feature = "cuda"))]
     {
         let _ = config;

@@ -145,3 +145,39 @@ fn kernel_entry_point_emulated_on_the_host_matches_boringssl_across_keys() {
         "threads past count wrote"
     );
 }
+
+/// Every window width the CUDA build can be given (`-DRSA_WINDOW`, measured on a device)
+/// computes the same private-key operation as BoringSSL, at every key size: the width changes
+/// the exponent's length in windows and the table, so an off-by-one there shows at some size.
+#[test]
+fn kernel_entry_point_matches_boringssl_at_every_window_width() {
+    use gpu_engine::host_core::{emulate_launch_windowed, WINDOWS};
+    let mut rng = fastrand::Rng::with_seed(7);
+    for bits in [2048usize, 3072, 4096] {
+        let key = Rsa::generate(bits as u32).unwrap();
+        let crt = CrtKey::from_components(
+            bits,
+            &key.p().unwrap().to_vec(),
+            &key.q().unwrap().to_vec(),
+            &key.dmp1().unwrap().to_vec(),
+            &key.dmq1().unwrap().to_vec(),
+            &key.iqmp().unwrap().to_vec(),
+        )
+        .unwrap();
+        let half = bits / 64;
+        let mut m: Vec<u8> = (0..bits / 8).map(|_| rng.u8(..)).collect();
+        m[0] = 0;
+        let input = be_to_limbs(&m, 2 * half).unwrap();
+        let mut expect = vec![0u8; bits / 8];
+        key.private_encrypt(&m, &mut expect, Padding::NONE).unwrap();
+        for window in WINDOWS {
+            let mut out = vec![0u32; 2 * half];
+            emulate_launch_windowed(window, half, 1, crt.record(), &[0], &input, &mut out);
+            assert_eq!(
+                limbs_to_be(&out, bits / 8),
+                expect,
+                "RSA-{bits}, window {window}"
+            );
+        }
+    }
+}

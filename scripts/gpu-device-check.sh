@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The GPU engine's measurements on a CUDA machine (issue 6), in one bounded run: the kernel
+# checked against the CPU core and measured against batch size (RSA-2048/3072/4096), a few
+# launch shapes, `rampart bench engine` with the gpu engine, and end-to-end RSA handshakes
+# through the gateway with the batch (CPU) engine, the gpu engine and both.
+#
+# Build here, run there (the device machine has the driver and NVRTC, no Rust):
+#   scripts/gpu-device-check.sh --prepare      # release build, stripped copies in target/device
+#   (on the device, from the repo root)  OUT=/some/dir scripts/gpu-device-check.sh
+# Every load run is bounded by SECS / DURATION; everything talks to 127.0.0.1 only.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+D=target/device
+if [ "${1:-}" = --prepare ]; then
+  set -e
+  cargo build --release -p rampart
+  cargo build --release -p gpu-engine --example device_bench
+  mkdir -p "$D/certs"
+  strip -o "$D/rampart" target/release/rampart
+  strip -o "$D/device_bench" target/release/examples/device_bench
+  . scripts/bench-lib.sh
+  bench_site_certs "$D/certs"
+  du -sh "$D"
+  exit 0
+fi
+OUT=${OUT:-/tmp/gpu-device-check}
+SECS=${SECS:-1}            # per batch size in device_bench
+DURATION=${DURATION:-8s}   # per end-to-end handshake run
+CONC=${CONC:-512}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+say() { echo "== $*"; }
+
+say machine
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
+echo "cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)"
+echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512ifma|vaes|vpclmulqdq)$' | tr '\n' ' ')"
+# cudarc looks for libnvrtc.so (or .so.12); CUDA 13 machines have libnvrtc.so.13 only.
+if ! ldconfig -p | grep -q 'libnvrtc\.so '; then
+  nv=$(find /usr/local /opt /usr/lib -name 'libnvrtc.so*' 2>/dev/null | grep -v -e builtins -e alt | sort | head -1)
+  [ -n "$nv" ] || { echo "no libnvrtc on this machine"; exit 1; }
+  mkdir -p /tmp/nvrtc && ln -sf "$nv" /tmp/nvrtc/libnvrtc.so
+  export LD_LIBRARY_PATH=/tmp/nvrtc:$(dirname "$nv")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "nvrtc: $nv"
+fi
+
+say "kernel: RSA-2048 against batch size"
+timeout 120 $D/device_bench 2048 "$SECS"
+say "kernel: launch shapes at large batches (RSA-2048)"
+for shape in "--window 4" "--window 6" "--block 64" "--block 256" "--streams 4"; do
+  timeout 60 $D/device_bench 2048 "$SECS" --sizes 16384,65536 $shape | grep -E 'NVRTC|batch'
+done
+for bits in 3072 4096; do
+  say "kernel: RSA-$bits"
+  timeout 90 $D/device_bench $bits "$SECS" --sizes 1,256,4096,16384,65536 | grep -v '^device'
+done
+
+say "rampart bench engine (RSA-2048 and P-256; gpu takes RSA only)"
+timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
+timeout 90 $D/rampart bench engine --engines gpu --levels 1,64,1024,16384,65536 -d 2s
+
+say "end to end: RSA-2048 handshakes, gateway on CPUs 0-7, client on 8-15"
+UP=18080; GW=18443
+$D/rampart upstream --listen 127.0.0.1:$UP >"$OUT/upstream.log" 2>&1 &
+up=$!
+trap 'kill $up 2>/dev/null' EXIT
+for engines in '"batch"' '"gpu"' '"batch", "gpu"'; do
+  cat > "$OUT/gw.toml" <<CFG
+[server]
+worker_threads = 8
+access_log = "off"
+[admin]
+listen = "127.0.0.1:19901"
+[key_engine]
+engines = [$engines]
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:$GW"
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "$PWD/$D/certs/rsa.crt", key = "$PWD/$D/certs/rsa.key" }
+[[routes]]
+cluster = "up"
+[[clusters]]
+name = "up"
+endpoints = ["127.0.0.1:$UP"]
+CFG
+  taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
+  gw=$!
+  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$GW) 2>/dev/null && break; sleep 0.1; done
+  echo "engines [$engines]:"
+  timeout 60 taskset -c 8-15 $D/rampart bench https-handshake --url "https://localhost:$GW/bytes/100" \
+    -c "$CONC" -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
+  python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())' | grep -E '^rampart_(gpu_|keyengine_operations|keyengine_failovers|batch_operations)' | grep -v ' 0$' | head -24
+  kill $gw; wait $gw 2>/dev/null
+  grep -i -E 'warn|error' "$OUT/gw.log" | head -5
+done
+say done
