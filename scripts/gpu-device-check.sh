@@ -18,6 +18,16 @@ if [ "${1:-}" = --prepare ]; then
   mkdir -p "$D/certs"
   strip -o "$D/rampart" target/release/rampart
   strip -o "$D/device_bench" target/release/examples/device_bench
+  # Kernel variants as cubins for sm_90 (H100/H200), if NVRTC and ptxas are at hand (pip wheels
+  # nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12: NVRTC_LIB=<its lib dir> PTXAS=<ptxas>).
+  if [ -n "${PTXAS:-}" ]; then
+    mkdir -p "$D/cubins"
+    for v in "s1w5" "s2w5 --split 2" "s2w4 --split 2 --window 4"; do
+      set -- $v; name=$1; shift
+      LD_LIBRARY_PATH=${NVRTC_LIB:-} target/release/examples/device_bench --emit-ptx "$D/$name.ptx" "$@"
+      "$PTXAS" -arch=sm_90 "$D/$name.ptx" -o "$D/cubins/$name.cubin" && rm "$D/$name.ptx"
+    done
+  fi
   . scripts/bench-lib.sh
   bench_site_certs "$D/certs"
   du -sh "$D"
@@ -44,20 +54,29 @@ if ! ldconfig -p | grep -q 'libnvrtc\.so '; then
   echo "nvrtc: $nv"
 fi
 
-say "kernel: RSA-2048 against batch size"
-timeout 120 $D/device_bench 2048 "$SECS"
-say "kernel: launch shapes at large batches (RSA-2048)"
-for shape in "--window 4" "--window 6" "--block 64" "--block 256" "--streams 4"; do
-  timeout 60 $D/device_bench 2048 "$SECS" --sizes 16384,65536 $shape | grep -E 'NVRTC|batch'
-done
-for bits in 3072 4096; do
-  say "kernel: RSA-$bits"
-  timeout 90 $D/device_bench $bits "$SECS" --sizes 1,256,4096,16384,65536 | grep -v '^device'
-done
-
+C=$D/cubins
+if [ -d "$C" ]; then
+  # Prebuilt modules (--prepare): variants measured side by side, no JIT on the device.
+  say "kernel variants, RSA-2048 (prebuilt cubins: s=threads per request, w=window, nu=no forced unrolling)"
+  for v in $(ls $C | sed 's/\.cubin$//'); do
+    split=1; case $v in s2*) split=2;; esac
+    echo "-- $v"
+    timeout 60 $D/device_bench 2048 "$SECS" --sizes ${VSIZES:-1,1024,16384,65536} --split $split --cubin $C/$v.cubin | grep -E '^batch|crossover'
+  done
+  for bits in 3072 4096; do
+    for v in s1w5 s2w5; do
+      split=1; case $v in s2*) split=2;; esac
+      say "kernel: RSA-$bits, $v"
+      timeout 90 $D/device_bench $bits "$SECS" --sizes 1,4096,65536 --split $split --cubin $C/$v.cubin | grep -E '^(cpu|batch|crossover)'
+    done
+  done
+else
+  say "kernel: RSA-2048 against batch size"
+  timeout 120 $D/device_bench 2048 "$SECS"
+fi
 say "rampart bench engine (RSA-2048 and P-256; gpu takes RSA only)"
-timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
-timeout 90 $D/rampart bench engine --engines gpu --levels 1,64,1024,16384,65536 -d 2s
+[ -n "${SKIP_CPU_ENGINES:-}" ] || timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
+timeout 150 $D/rampart bench engine --engines gpu --levels 1,64,1024,16384,65536 -d 2s
 
 say "end to end: RSA-2048 handshakes, gateway on CPUs 0-7, client on 8-15"
 UP=18080; GW=18443
@@ -73,6 +92,7 @@ access_log = "off"
 listen = "127.0.0.1:19901"
 [key_engine]
 engines = [$engines]
+batch = { threads = 8 }
 [[listeners]]
 name = "https"
 listen = "127.0.0.1:$GW"
@@ -87,10 +107,10 @@ endpoints = ["127.0.0.1:$UP"]
 CFG
   taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
   gw=$!
-  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$GW) 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 600); do (echo >/dev/tcp/127.0.0.1/$GW) 2>/dev/null && break; sleep 0.1; done
   echo "engines [$engines]:"
   timeout 60 taskset -c 8-15 $D/rampart bench https-handshake --url "https://localhost:$GW/bytes/100" \
-    -c "$CONC" -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
+    -c "$CONC" --threads 8 -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
   python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())' | grep -E '^rampart_(gpu_|keyengine_operations|keyengine_failovers|batch_operations)' | grep -v ' 0$' | head -24
   kill $gw; wait $gw 2>/dev/null
   grep -i -E 'warn|error' "$OUT/gw.log" | head -5

@@ -61,8 +61,9 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
             if !gpu.available() {
                 return Err(gpu.unavailable_reason().unwrap_or("no device").to_string());
             }
-            // ECDSA keys are not GPU keys: their requests go back to the CPU (counted).
-            let _ = gpu.add_key(der);
+            // The GPU signs RSA only; in the gateway other keys go to the CPU engines beside it.
+            gpu.add_key(der)
+                .map_err(|e| format!("the gpu engine signs RSA keys only ({e})"))?;
             Ok(Arc::new(gpu))
         }
         other => match other.strip_prefix("batch:").and_then(KernelBackend::from_name) {

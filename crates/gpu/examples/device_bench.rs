@@ -4,11 +4,15 @@
 //!
 //! ```text
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
-//!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--kernel-dir DIR]
+//!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2]
+//!     [--kernel-dir DIR | --cubin FILE]
+//! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
 //! ```
 //! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
 //! a changed kernel measured without rebuilding (the self-check still compares it with the CPU
-//! build of the built-in core).
+//! build of the built-in core). `--cubin` loads a module built elsewhere for this device (NVRTC
+//! and ptxas on the build machine), so the device spends no time compiling; it must have been
+//! built for the `--split` given.
 //! Without `--sizes`: 1, 4, 16, … 65,536.
 
 use gpu_engine::{bench_batch, crossover, GpuConfig, GpuKey};
@@ -19,6 +23,8 @@ fn main() {
     let mut config = GpuConfig::default();
     let mut sizes: Option<Vec<usize>> = None;
     let mut kernel_dir: Option<String> = None;
+    let mut cubin: Option<String> = None;
+    let mut emit_ptx: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
@@ -37,9 +43,33 @@ fn main() {
             "--block" => config.threads_per_block = value("--block").parse().expect("--block"),
             "--window" => config.window = value("--window").parse().expect("--window"),
             "--streams" => config.streams = value("--streams").parse().expect("--streams"),
+            "--split" => config.threads_per_request = value("--split").parse().expect("--split"),
             "--kernel-dir" => kernel_dir = Some(value("--kernel-dir")),
+            "--cubin" => cubin = Some(value("--cubin")),
+            "--emit-ptx" => emit_ptx = Some(value("--emit-ptx")),
             _ => positional.push(a),
         }
+    }
+    let read_dir = |dir: &str| {
+        let read = |f: &str| {
+            std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_else(|e| panic!("{f}: {e}"))
+        };
+        read("rsa_core.h") + &read("rsa_kernel.cu")
+    };
+    if let Some(file) = emit_ptx {
+        // For sm_90 (H100, H200); ptxas turns it into a cubin for `--cubin`.
+        let source = kernel_dir
+            .as_deref()
+            .map_or_else(gpu_engine::cuda::kernel_source, read_dir);
+        let ptx = gpu_engine::cuda::compile_kernel_source(
+            source,
+            (9, 0),
+            config.window,
+            config.threads_per_request,
+        )
+        .expect("NVRTC");
+        std::fs::write(&file, ptx.to_src()).expect("write PTX");
+        return;
     }
     let bits: u32 = positional
         .first()
@@ -55,13 +85,21 @@ fn main() {
         }
     }
     let t = Instant::now();
-    let backend: std::sync::Arc<dyn gpu_engine::BatchBackend> = match &kernel_dir {
-        None => gpu_engine::cuda_backend(&config).expect("kernel build"),
-        Some(dir) => {
-            let read = |f: &str| {
-                std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_else(|e| panic!("{f}: {e}"))
-            };
-            let source = read("rsa_core.h") + &read("rsa_kernel.cu");
+    let backend: std::sync::Arc<dyn gpu_engine::BatchBackend> = match (&kernel_dir, &cubin) {
+        (_, Some(file)) => {
+            let image = std::fs::read(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+            println!("module from {file}");
+            std::sync::Arc::new(
+                gpu_engine::cuda::CudaBackend::with_module(
+                    &config,
+                    gpu_engine::cuda::Ptx::from_binary(image),
+                )
+                .expect("module load"),
+            )
+        }
+        (None, None) => gpu_engine::cuda_backend(&config).expect("kernel build"),
+        (Some(dir), None) => {
+            let source = read_dir(dir);
             println!("kernel from {dir}");
             std::sync::Arc::new(
                 gpu_engine::cuda::CudaBackend::with_source(&config, source).expect("kernel build"),
@@ -69,9 +107,10 @@ fn main() {
         }
     };
     println!(
-        "NVRTC compile + load: {:?}; RSA-{bits}, window {}, {} threads per block, {} streams",
+        "NVRTC compile + load: {:?}; RSA-{bits}, window {}, {} threads per request, {} per block, {} streams",
         t.elapsed(),
         config.window,
+        config.threads_per_request,
         config.threads_per_block,
         backend.streams()
     );

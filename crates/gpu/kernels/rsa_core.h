@@ -16,6 +16,11 @@
 
 #ifdef __CUDACC__
 #define RSA_FN __device__ static inline
+/* Full unrolling keeps the squaring's and the reduction's limb arrays in registers (n is a
+ * compile-time constant in every kernel). -DRSA_NO_UNROLL leaves it to the compiler. */
+#ifndef RSA_NO_UNROLL
+#define RSA_UNROLL _Pragma("unroll")
+#endif
 typedef unsigned int rsa_u32;
 typedef unsigned long long rsa_u64;
 #else
@@ -23,6 +28,10 @@ typedef unsigned long long rsa_u64;
 #define RSA_FN static inline
 typedef uint32_t rsa_u32;
 typedef uint64_t rsa_u64;
+#endif
+
+#ifndef RSA_UNROLL
+#define RSA_UNROLL
 #endif
 
 /* Largest prime, in limbs (RSA-4096: two 2048-bit primes). */
@@ -59,8 +68,8 @@ typedef uint64_t rsa_u64;
 #define RSA_K_Q0INV(n) (9 * (n) + 3)        /* -q^-1 mod 2^32 */
 #define RSA_KEY_WORDS(n) (9 * (n) + 4)
 
-/* Scratch words rsa_crt needs: the window table plus five numbers. */
-#define RSA_WORK_WORDS(n) (RSA_TABLE * (n) + 5 * (n))
+/* Scratch words rsa_crt needs: one half's (the window table plus two numbers), and mp, mq. */
+#define RSA_WORK_WORDS(n) (RSA_TABLE * (n) + 4 * (n))
 
 /* All ones when x == 0, else zero. */
 RSA_FN rsa_u32 rsa_ct_is_zero(rsa_u32 x) {
@@ -116,25 +125,65 @@ RSA_FN void rsa_mont_mul(rsa_u32 *r, const rsa_u32 *a, const rsa_u32 *b, const r
     rsa_reduce_once(r, t, t[n], m, n);
 }
 
-/* Montgomery reduction of a 2n-limb x < m*R: r = x*R^-1 mod m, r < m. */
-RSA_FN void rsa_redc(rsa_u32 *r, const rsa_u32 *x, const rsa_u32 *m, rsa_u32 m0inv, int n) {
-    rsa_u32 t[2 * RSA_MAX_HALF + 1];
-    for (int j = 0; j < 2 * n; j++) t[j] = x[j];
-    t[2 * n] = 0;
-    for (int i = 0; i < n; i++) {
+/*
+ * Montgomery reduction in place of a 2n-limb t < m*R: r = t*R^-1 mod m, r < m. t is
+ * overwritten. Row i adds q_i*m at limb i; its carry out of limb i+n is kept in `hi` and added
+ * with the next row's, so no row propagates through the limbs above it.
+ */
+RSA_FN void rsa_redc_in_place(rsa_u32 *r, rsa_u32 *t, const rsa_u32 *m, rsa_u32 m0inv, int n) {
+    rsa_u32 hi = 0;
+    RSA_UNROLL for (int i = 0; i < n; i++) {
         rsa_u32 q = t[i] * m0inv;
         rsa_u64 c = 0;
-        for (int j = 0; j < n; j++) {
+        RSA_UNROLL for (int j = 0; j < n; j++) {
             c = (rsa_u64)q * m[j] + t[i + j] + (c >> 32);
             t[i + j] = (rsa_u32)c;
         }
-        /* propagate the carry through the remaining limbs (a public-length loop). */
-        for (int j = i + n; j < 2 * n + 1; j++) {
-            c = (rsa_u64)t[j] + (c >> 32);
-            t[j] = (rsa_u32)c;
-        }
+        rsa_u64 s = (rsa_u64)t[i + n] + (c >> 32) + hi;
+        t[i + n] = (rsa_u32)s;
+        hi = (rsa_u32)(s >> 32);
     }
-    rsa_reduce_once(r, t + n, t[2 * n], m, n);
+    rsa_reduce_once(r, t + n, hi, m, n);
+}
+
+/* Montgomery reduction of a 2n-limb x < m*R: r = x*R^-1 mod m, r < m. */
+RSA_FN void rsa_redc(rsa_u32 *r, const rsa_u32 *x, const rsa_u32 *m, rsa_u32 m0inv, int n) {
+    rsa_u32 t[2 * RSA_MAX_HALF];
+    for (int j = 0; j < 2 * n; j++) t[j] = x[j];
+    rsa_redc_in_place(r, t, m, m0inv, n);
+}
+
+/*
+ * Montgomery squaring: r = a*a*R^-1 mod m for a < m; r may alias a. The square's products
+ * a[i]*a[j] (i < j) are computed once and doubled, then the diagonal added: n(n+1)/2
+ * multiplications instead of n^2, then one reduction. Exponentiation is mostly squarings.
+ */
+RSA_FN void rsa_mont_sqr(rsa_u32 *r, const rsa_u32 *a, const rsa_u32 *m, rsa_u32 m0inv, int n) {
+    rsa_u32 t[2 * RSA_MAX_HALF];
+    RSA_UNROLL for (int j = 0; j < 2 * n; j++) t[j] = 0;
+    RSA_UNROLL for (int i = 0; i < n - 1; i++) {
+        rsa_u64 c = 0;
+        RSA_UNROLL for (int j = i + 1; j < n; j++) {
+            c = (rsa_u64)a[i] * a[j] + t[i + j] + (c >> 32);
+            t[i + j] = (rsa_u32)c;
+        }
+        t[i + n] = (rsa_u32)(c >> 32); /* limb i+n is not yet written by any row */
+    }
+    /* double: the top bit shifted out is 0, since 2 * (off-diagonal sum) < a^2 < 2^(64n). */
+    rsa_u32 carry = 0;
+    RSA_UNROLL for (int j = 0; j < 2 * n; j++) {
+        rsa_u32 v = t[j];
+        t[j] = (v << 1) | carry;
+        carry = v >> 31;
+    }
+    rsa_u64 c = 0;
+    RSA_UNROLL for (int i = 0; i < n; i++) {
+        c = (rsa_u64)a[i] * a[i] + t[2 * i] + (c >> 32);
+        t[2 * i] = (rsa_u32)c;
+        c = (rsa_u64)t[2 * i + 1] + (c >> 32);
+        t[2 * i + 1] = (rsa_u32)c;
+    }
+    rsa_redc_in_place(r, t, m, m0inv, n);
 }
 
 /* out = table[idx], scanning all RSA_TABLE entries (constant time in idx). */
@@ -174,39 +223,46 @@ RSA_FN void rsa_mont_exp(rsa_u32 *r, const rsa_u32 *a_m, const rsa_u32 *exp, int
     rsa_ct_select(r, table, rsa_window(exp, pos), n);
     while (pos > 0) {
         pos -= RSA_WINDOW;
-        for (int s = 0; s < RSA_WINDOW; s++) rsa_mont_mul(r, r, r, m, m0inv, n);
+        for (int s = 0; s < RSA_WINDOW; s++) rsa_mont_sqr(r, r, m, m0inv, n);
         rsa_ct_select(sel, table, rsa_window(exp, pos), n);
         rsa_mont_mul(r, r, sel, m, m0inv, n);
     }
 }
 
+/* Scratch words of one CRT half (rsa_crt_half): the window table plus two numbers. */
+#define RSA_HALF_WORK_WORDS(n) (RSA_TABLE * (n) + 2 * (n))
+
 /*
- * The RSA private-key operation with CRT for one request: out = in^d mod pq, where `in` and
- * `out` have 2n limbs and in < pq. key: a key record (see RSA_K_*). work: RSA_WORK_WORDS(n).
- *   mp = (in mod p)^dp mod p, mq = (in mod q)^dq mod q,
- *   h = (mp - mq) * qinv mod p, out = mq + h*q.
+ * One half of the CRT private-key operation for one request: res = (in mod m)^dm mod m with
+ * (m, dm) = (p, dp) for half 0 and (q, dq) for half 1. `in` has 2n limbs, in < pq; res has n.
+ * work: RSA_HALF_WORK_WORDS(n). The halves are independent: the kernel may run them on two
+ * threads.
  */
-RSA_FN void rsa_crt(rsa_u32 *out, const rsa_u32 *in, const rsa_u32 *key, int n, rsa_u32 *work) {
+RSA_FN void rsa_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key, int half, int n,
+                         rsa_u32 *work) {
     rsa_u32 *table = work;
     rsa_u32 *x = work + RSA_TABLE * n;
-    rsa_u32 *mp = x + n;
-    rsa_u32 *mq = mp + n;
-    rsa_u32 *unit = mq + n;
-    rsa_u32 *h = unit + n;
-    const int exp_bits = RSA_EXP_BITS(n);
+    rsa_u32 *unit = x + n;
+    const rsa_u32 *m = key + (half ? RSA_K_Q(n) : RSA_K_P(n));
+    rsa_u32 m0inv = key[half ? RSA_K_Q0INV(n) : RSA_K_P0INV(n)];
     for (int j = 0; j < n; j++) unit[j] = 0;
     unit[0] = 1;
-    for (int half = 0; half < 2; half++) {
-        const rsa_u32 *m = key + (half ? RSA_K_Q(n) : RSA_K_P(n));
-        rsa_u32 m0inv = key[half ? RSA_K_Q0INV(n) : RSA_K_P0INV(n)];
-        rsa_u32 *res = half ? mq : mp;
-        /* in*R^-1 (REDC), then times R^3: in*R mod m, the Montgomery form of in mod m. */
-        rsa_redc(x, in, m, m0inv, n);
-        rsa_mont_mul(x, x, key + (half ? RSA_K_RRR_Q(n) : RSA_K_RRR_P(n)), m, m0inv, n);
-        rsa_mont_exp(res, x, key + (half ? RSA_K_DQ(n) : RSA_K_DP(n)), exp_bits, m, m0inv,
-                     key + (half ? RSA_K_ONE_Q(n) : RSA_K_ONE_P(n)), n, table);
-        rsa_mont_mul(res, res, unit, m, m0inv, n); /* out of the Montgomery domain */
-    }
+    /* in*R^-1 (REDC), then times R^3: in*R mod m, the Montgomery form of in mod m. */
+    rsa_redc(x, in, m, m0inv, n);
+    rsa_mont_mul(x, x, key + (half ? RSA_K_RRR_Q(n) : RSA_K_RRR_P(n)), m, m0inv, n);
+    rsa_mont_exp(res, x, key + (half ? RSA_K_DQ(n) : RSA_K_DP(n)), RSA_EXP_BITS(n), m, m0inv,
+                 key + (half ? RSA_K_ONE_Q(n) : RSA_K_ONE_P(n)), n, table);
+    rsa_mont_mul(res, res, unit, m, m0inv, n); /* out of the Montgomery domain */
+}
+
+/*
+ * CRT recombination: out = mq + h*q with h = (mp - mq) * qinv mod p. out has 2n limbs (< pq);
+ * work: 2n words.
+ */
+RSA_FN void rsa_crt_combine(rsa_u32 *out, const rsa_u32 *mp, const rsa_u32 *mq,
+                            const rsa_u32 *key, int n, rsa_u32 *work) {
+    rsa_u32 *x = work;
+    rsa_u32 *h = work + n;
     const rsa_u32 *p = key + RSA_K_P(n);
     const rsa_u32 *q = key + RSA_K_Q(n);
     /* mq mod p: mq < q < 2p (equal-size primes), so one conditional subtraction. */
@@ -239,6 +295,19 @@ RSA_FN void rsa_crt(rsa_u32 *out, const rsa_u32 *in, const rsa_u32 *key, int n, 
             out[j] = (rsa_u32)c;
         }
     }
+}
+
+/*
+ * The RSA private-key operation with CRT for one request on one thread: out = in^d mod pq,
+ * where `in` and `out` have 2n limbs and in < pq. key: a key record (see RSA_K_*).
+ * work: RSA_WORK_WORDS(n).
+ */
+RSA_FN void rsa_crt(rsa_u32 *out, const rsa_u32 *in, const rsa_u32 *key, int n, rsa_u32 *work) {
+    rsa_u32 *mp = work + RSA_HALF_WORK_WORDS(n);
+    rsa_u32 *mq = mp + n;
+    rsa_crt_half(mp, in, key, 0, n, work);
+    rsa_crt_half(mq, in, key, 1, n, work);
+    rsa_crt_combine(out, mp, mq, key, n, work);
 }
 
 #endif /* RSA_CORE_H */

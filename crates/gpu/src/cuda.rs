@@ -15,7 +15,9 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+/// A kernel module: PTX text, or a cubin built for the device (`Ptx::from_binary`).
+pub use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,8 +41,12 @@ fn device(e: cudarc::driver::DriverError) -> BackendError {
 /// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)`, with
 /// exponent windows of `window` bits (one of [`crate::host_core::WINDOWS`]). Needs libnvrtc,
 /// not a device.
-pub fn compile_kernel((major, minor): (i32, i32), window: u32) -> Result<Ptx, GpuError> {
-    compile_kernel_source(kernel_source(), (major, minor), window)
+pub fn compile_kernel(
+    (major, minor): (i32, i32),
+    window: u32,
+    threads_per_request: u32,
+) -> Result<Ptx, GpuError> {
+    compile_kernel_source(kernel_source(), (major, minor), window, threads_per_request)
 }
 
 /// [`compile_kernel`] for another text of the kernel with the same entry points (for measuring
@@ -49,7 +55,13 @@ pub fn compile_kernel_source(
     source: String,
     (major, minor): (i32, i32),
     window: u32,
+    threads_per_request: u32,
 ) -> Result<Ptx, GpuError> {
+    if !(1..=2).contains(&threads_per_request) {
+        return Err(GpuError::Compile(format!(
+            "{threads_per_request} threads per request: expected 1 or 2"
+        )));
+    }
     if !crate::host_core::WINDOWS.contains(&window) {
         return Err(GpuError::Compile(format!(
             "window width {window}: expected one of {:?}",
@@ -64,6 +76,7 @@ pub fn compile_kernel_source(
         options: vec![
             format!("--gpu-architecture=compute_{major}{minor}"),
             format!("-DRSA_WINDOW={window}"),
+            format!("-DRSA_SPLIT={threads_per_request}"),
         ],
         ..Default::default()
     };
@@ -109,7 +122,12 @@ pub struct CudaBackend {
     streams: usize,
     max_batch: usize,
     block: u32,
+    threads_per_request: u32,
 }
+
+/// Largest block the two-threads-per-request kernel's shared hand-over holds
+/// (`RSA_MAX_BLOCK` in `kernels/rsa_kernel.cu`).
+const SPLIT_MAX_BLOCK: u32 = 256;
 
 impl CudaBackend {
     /// Loads the driver, compiles the kernel for the device (`config.window`) and loads it;
@@ -120,8 +138,43 @@ impl CudaBackend {
 
     /// [`CudaBackend::new`] with another text of the kernel (same entry points).
     pub fn with_source(config: &crate::GpuConfig, source: String) -> Result<Self, GpuError> {
+        Self::check(config)?;
         let (ctx, info) = open_context()?;
-        let ptx = compile_kernel_source(source, info.compute_capability, config.window)?;
+        let ptx = compile_kernel_source(
+            source,
+            info.compute_capability,
+            config.window,
+            config.threads_per_request,
+        )?;
+        Self::load(config, ctx, info, ptx)
+    }
+
+    /// [`CudaBackend::new`] with a module already built (PTX, or a cubin for this device:
+    /// `Ptx::from_binary`), built for `config.threads_per_request`; `config.window` is not used.
+    pub fn with_module(config: &crate::GpuConfig, module: Ptx) -> Result<Self, GpuError> {
+        Self::check(config)?;
+        let (ctx, info) = open_context()?;
+        Self::load(config, ctx, info, module)
+    }
+
+    fn check(config: &crate::GpuConfig) -> Result<(), GpuError> {
+        if config.threads_per_request == 2
+            && (config.threads_per_block % 2 != 0 || config.threads_per_block > SPLIT_MAX_BLOCK)
+        {
+            return Err(GpuError::Compile(format!(
+                "two threads per request need an even block of at most {SPLIT_MAX_BLOCK} threads, not {}",
+                config.threads_per_block
+            )));
+        }
+        Ok(())
+    }
+
+    fn load(
+        config: &crate::GpuConfig,
+        ctx: Arc<CudaContext>,
+        info: DeviceInfo,
+        ptx: Ptx,
+    ) -> Result<Self, GpuError> {
         let module = ctx.load_module(ptx).map_err(driver)?;
         let f = |n: usize| {
             module
@@ -135,6 +188,7 @@ impl CudaBackend {
             streams: config.streams.max(2),
             max_batch: config.max_batch.max(1),
             block: config.threads_per_block.clamp(32, 1024),
+            threads_per_request: config.threads_per_request,
         })
     }
 
@@ -179,6 +233,7 @@ impl BatchBackend for CudaBackend {
             d_out: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
             funcs: self.funcs.clone(),
             block: self.block,
+            threads_per_request: self.threads_per_request,
             staged: None,
             stream,
         }))
@@ -189,6 +244,7 @@ struct CudaRunner {
     stream: Arc<CudaStream>,
     funcs: [CudaFunction; 3],
     block: u32,
+    threads_per_request: u32,
     h_keys: PinnedHostSlice<u32>,
     h_index: PinnedHostSlice<u32>,
     h_in: PinnedHostSlice<u32>,
@@ -256,7 +312,7 @@ impl StreamRunner for CudaRunner {
         }];
         let count = items as u32;
         let cfg = LaunchConfig {
-            grid_dim: (count.div_ceil(self.block), 1, 1),
+            grid_dim: ((count * self.threads_per_request).div_ceil(self.block), 1, 1),
             block_dim: (self.block, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -309,7 +365,7 @@ mod tests {
     #[test]
     #[ignore = "needs libnvrtc"]
     fn nvrtc_compiles_the_kernel_for_hopper() {
-        let ptx = compile_kernel((9, 0), crate::host_core::DEFAULT_WINDOW)
+        let ptx = compile_kernel((9, 0), crate::host_core::DEFAULT_WINDOW, 1)
             .unwrap()
             .to_src();
         for n in [32, 48, 64] {
@@ -319,5 +375,9 @@ mod tests {
             );
         }
         assert!(ptx.contains(".target sm_90"));
+        let split = compile_kernel((9, 0), crate::host_core::DEFAULT_WINDOW, 2)
+            .unwrap()
+            .to_src();
+        assert!(split.contains(".shared") && split.contains("bar.sync"));
     }
 }

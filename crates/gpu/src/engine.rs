@@ -57,6 +57,9 @@ pub struct GpuConfig {
     pub threads_per_block: u32,
     /// Exponent window width the kernel is compiled with (4, 5 or 6 bits).
     pub window: u32,
+    /// Threads per request: 1, or 2 (the CRT halves on two threads: half the latency of a
+    /// batch, the same work).
+    pub threads_per_request: u32,
 }
 
 impl Default for GpuConfig {
@@ -72,6 +75,7 @@ impl Default for GpuConfig {
             streams: 2,
             threads_per_block: 128,
             window: crate::host_core::DEFAULT_WINDOW,
+            threads_per_request: 1,
         }
     }
 }
