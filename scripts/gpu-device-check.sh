@@ -36,7 +36,6 @@ fi
 OUT=${OUT:-/tmp/gpu-device-check}
 SECS=${SECS:-1}            # per batch size in device_bench
 DURATION=${DURATION:-8s}   # per end-to-end handshake run
-CONC=${CONC:-512}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 say() { echo "== $*"; }
@@ -83,7 +82,8 @@ UP=18080; GW=18443
 $D/rampart upstream --listen 127.0.0.1:$UP >"$OUT/upstream.log" 2>&1 &
 up=$!
 trap 'kill $up 2>/dev/null' EXIT
-for engines in '"batch"' '"gpu"' '"batch", "gpu"'; do
+for run in '"batch"|512' '"gpu"|512' '"batch", "gpu"|512' '"gpu"|2048'; do
+  engines=${run%|*}; conc=${run#*|}
   cat > "$OUT/gw.toml" <<CFG
 [server]
 worker_threads = 8
@@ -108,9 +108,9 @@ CFG
   taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
   gw=$!
   for _ in $(seq 600); do (echo >/dev/tcp/127.0.0.1/$GW) 2>/dev/null && break; sleep 0.1; done
-  echo "engines [$engines]:"
+  echo "engines [$engines], $conc connections:"
   timeout 60 taskset -c 8-15 $D/rampart bench https-handshake --url "https://localhost:$GW/bytes/100" \
-    -c "$CONC" --threads 8 -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
+    -c "$conc" --threads 8 -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
   python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())' | grep -E '^rampart_(gpu_|keyengine_operations|keyengine_failovers|batch_operations)' | grep -v ' 0$' | head -24
   kill $gw; wait $gw 2>/dev/null
   grep -i -E 'warn|error' "$OUT/gw.log" | head -5

@@ -58,8 +58,11 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
         "batch" => batch(KernelBackend::best()),
         "gpu" => {
             let gpu = gpu_engine::GpuEngine::new(gpu_engine::GpuConfig::default());
-            if !gpu.available() {
-                return Err(gpu.unavailable_reason().unwrap_or("no device").to_string());
+            // The kernel is built on the engine's own thread: wait for it (tens of seconds).
+            if let gpu_engine::GpuStatus::Starting | gpu_engine::GpuStatus::Unavailable(_) =
+                gpu.wait_started(Duration::from_secs(300))
+            {
+                return Err(gpu.unavailable_reason().unwrap_or_default());
             }
             // The GPU signs RSA only; in the gateway other keys go to the CPU engines beside it.
             gpu.add_key(der)

@@ -87,18 +87,21 @@ pub fn start_engines(
                     })?)
                 }
                 EngineKind::Gpu => {
+                    // With a device, the kernel builds in the background (tens of seconds): the
+                    // scheduler routes around the engine until it is ready.
                     let gpu = gpu_engine::GpuEngine::new(gpu_engine::GpuConfig::default());
-                    if gpu.available() {
-                        for der in rsa_keys {
-                            if let Err(e) = gpu.add_key(der) {
-                                tracing::warn!(error = %e, "gpu engine: key not loaded; it signs on the CPU engines");
+                    match gpu.status() {
+                        gpu_engine::GpuStatus::Unavailable(reason) => tracing::warn!(
+                            %reason,
+                            "gpu engine unavailable: every signature goes to the other engines"
+                        ),
+                        _ => {
+                            for der in rsa_keys {
+                                if let Err(e) = gpu.add_key(der) {
+                                    tracing::warn!(error = %e, "gpu engine: key not loaded; it signs on the CPU engines");
+                                }
                             }
                         }
-                    } else {
-                        tracing::warn!(
-                            reason = gpu.unavailable_reason().unwrap_or(""),
-                            "gpu engine unavailable: every signature goes to the other engines"
-                        );
                     }
                     Arc::new(gpu)
                 }

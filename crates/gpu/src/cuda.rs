@@ -15,9 +15,9 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 /// A kernel module: PTX text, or a cubin built for the device (`Ptx::from_binary`).
 pub use cudarc::nvrtc::Ptx;
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -159,7 +159,8 @@ impl CudaBackend {
 
     fn check(config: &crate::GpuConfig) -> Result<(), GpuError> {
         if config.threads_per_request == 2
-            && (config.threads_per_block % 2 != 0 || config.threads_per_block > SPLIT_MAX_BLOCK)
+            && (!config.threads_per_block.is_multiple_of(2)
+                || config.threads_per_block > SPLIT_MAX_BLOCK)
         {
             return Err(GpuError::Compile(format!(
                 "two threads per request need an even block of at most {SPLIT_MAX_BLOCK} threads, not {}",
@@ -312,7 +313,11 @@ impl StreamRunner for CudaRunner {
         }];
         let count = items as u32;
         let cfg = LaunchConfig {
-            grid_dim: ((count * self.threads_per_request).div_ceil(self.block), 1, 1),
+            grid_dim: (
+                (count * self.threads_per_request).div_ceil(self.block),
+                1,
+                1,
+            ),
             block_dim: (self.block, 1, 1),
             shared_mem_bytes: 0,
         };

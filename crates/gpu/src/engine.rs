@@ -13,6 +13,10 @@
 //! a backoff (doubling up to a limit) the next request triggers a re-probe: a known-answer
 //! batch checked against the CPU build of the kernel core.
 //!
+//! Building the kernel (NVRTC, then the driver's JIT) takes tens of seconds, so [`GpuEngine::new`]
+//! does it on a thread of its own: the engine reports itself unavailable ("starting") and the
+//! scheduler routes around it until the kernel is loaded; then the batching threads start.
+//!
 //! Routing between the GPU and the CPU engines is the scheduler's: this engine reports its
 //! queue and a parallelism of `max_batch × streams`, so with the measured service time (a
 //! launch, several milliseconds) it is chosen only once the CPU engines' queues are deep enough
@@ -57,8 +61,8 @@ pub struct GpuConfig {
     pub threads_per_block: u32,
     /// Exponent window width the kernel is compiled with (4, 5 or 6 bits).
     pub window: u32,
-    /// Threads per request: 1, or 2 (the CRT halves on two threads: half the latency of a
-    /// batch, the same work).
+    /// Threads per request: 2 (the CRT halves on neighbouring threads), or 1. On an H200 two
+    /// cut a lone request's time on the device from 38 to 12 ms (docs/benchmarks.md).
     pub threads_per_request: u32,
 }
 
@@ -75,7 +79,7 @@ impl Default for GpuConfig {
             streams: 2,
             threads_per_block: 128,
             window: crate::host_core::DEFAULT_WINDOW,
-            threads_per_request: 1,
+            threads_per_request: 2,
         }
     }
 }
@@ -127,10 +131,23 @@ enum Admission {
     Backoff,
 }
 
+/// Where the engine is in its start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuStatus {
+    /// A device was found; the kernel is being built (requests go to the other engines).
+    Starting,
+    /// The kernel is loaded and the batching threads run.
+    Ready,
+    /// No device, or the kernel could not be built: why.
+    Unavailable(String),
+}
+
 struct Shared {
     config: GpuConfig,
-    backend: Option<Arc<dyn BatchBackend>>,
-    unavailable: Option<String>,
+    backend: OnceLock<Arc<dyn BatchBackend>>,
+    status: Mutex<GpuStatus>,
+    ready: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     keys: RwLock<HashMap<KeyId, Arc<GpuKey>>>,
     depth: AtomicUsize,
     healthy: AtomicBool,
@@ -143,19 +160,20 @@ struct Shared {
 pub struct GpuEngine {
     shared: Arc<Shared>,
     tx: Option<Sender<Msg>>,
-    threads: Vec<JoinHandle<()>>,
     streams: usize,
     max_batch: usize,
 }
 
 impl GpuEngine {
     /// The engine on the first CUDA device, or an unavailable engine (with the reason logged)
-    /// where there is no driver, no NVRTC or no device.
+    /// where there is no driver, no NVRTC or no device. With a device, the kernel is built on a
+    /// thread of its own ([`GpuStatus::Starting`] until it is loaded).
     pub fn new(config: GpuConfig) -> Self {
-        match crate::cuda_backend(&config) {
-            Ok(b) => {
-                tracing::info!(device = %b.describe(), "gpu engine: device ready");
-                Self::with_backend(b, config)
+        match crate::probe() {
+            Ok(info) => {
+                tracing::info!(device = %info, "gpu engine: device found; building the kernel");
+                let build_config = config.clone();
+                Self::starting(config, move || crate::cuda_backend(&build_config))
             }
             Err(e) => {
                 tracing::warn!(reason = %e, "gpu engine unavailable; requests go to the CPU engines");
@@ -168,47 +186,113 @@ impl GpuEngine {
     /// at once (the facade fails over).
     pub fn unavailable(reason: String) -> Self {
         GpuEngine {
-            shared: Arc::new(Shared::new(GpuConfig::default(), None, Some(reason))),
+            shared: Arc::new(Shared::new(
+                GpuConfig::default(),
+                GpuStatus::Unavailable(reason),
+            )),
             tx: None,
-            threads: Vec::new(),
             streams: 0,
             max_batch: 1,
         }
     }
 
-    /// The engine over `backend`, one batching thread per stream.
+    /// The engine over `backend`, one batching thread per stream, ready at once.
     pub fn with_backend(backend: Arc<dyn BatchBackend>, config: GpuConfig) -> Self {
-        let streams = backend.streams().max(1);
-        let max_batch = config.max_batch.min(backend.max_batch()).max(1);
+        let (engine, rx) = Self::queued(config, backend.streams());
+        start_batching(&engine.shared, backend, rx);
+        engine
+    }
+
+    /// The engine over the backend `build` returns, built on a thread of its own: until it
+    /// returns the engine is [`GpuStatus::Starting`] (unavailable to the scheduler, requests
+    /// answered `Unavailable`); then [`GpuStatus::Ready`], or [`GpuStatus::Unavailable`] with
+    /// the build's error. `config.streams` must be the backend's stream count.
+    pub fn starting<F>(config: GpuConfig, build: F) -> Self
+    where
+        F: FnOnce() -> Result<Arc<dyn BatchBackend>, GpuError> + Send + 'static,
+    {
+        // The CUDA backend runs at least two streams.
+        let streams = config.streams.max(2);
+        let (engine, rx) = Self::queued(config, streams);
+        let shared = engine.shared.clone();
+        let started = Instant::now();
+        // Not joined on drop: a process stopping during the build need not wait for it. Once
+        // the engine is dropped the queue is closed and the batching threads exit at once.
+        let spawned = std::thread::Builder::new()
+            .name("rampart-gpu-start".into())
+            .spawn(move || match build() {
+                Ok(backend) => {
+                    tracing::info!(
+                        device = %backend.describe(),
+                        seconds = started.elapsed().as_secs_f64(),
+                        "gpu engine: kernel built; device ready"
+                    );
+                    start_batching(&shared, backend, rx);
+                }
+                Err(e) => {
+                    tracing::warn!(reason = %e, "gpu engine unavailable: the kernel did not build; requests go to the CPU engines");
+                    shared.set_status(GpuStatus::Unavailable(e.to_string()));
+                }
+            });
+        if let Err(e) = spawned {
+            engine.shared.set_status(GpuStatus::Unavailable(format!(
+                "spawning the start thread: {e}"
+            )));
+        }
+        engine
+    }
+
+    /// A queue for `config` with the engine `Starting`.
+    fn queued(config: GpuConfig, streams: usize) -> (Self, Receiver<Msg>) {
+        let streams = streams.max(1);
+        let max_batch = config.max_batch.max(1);
         let (tx, rx) = bounded::<Msg>(config.queue_capacity.max(1));
-        let shared = Arc::new(Shared::new(config, Some(backend), None));
-        let threads = (0..streams)
-            .map(|i| {
-                let shared = shared.clone();
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("rampart-gpu-{i}"))
-                    .spawn(move || batch_loop(&shared, i, &rx, max_batch))
-                    .expect("spawn gpu batching thread")
-            })
-            .collect();
-        GpuEngine {
-            shared,
-            tx: Some(tx),
-            threads,
-            streams,
-            max_batch,
+        let shared = Arc::new(Shared::new(config, GpuStatus::Starting));
+        (
+            GpuEngine {
+                shared,
+                tx: Some(tx),
+                streams,
+                max_batch,
+            },
+            rx,
+        )
+    }
+
+    /// Whether the engine takes requests: a device (or simulated device) is loaded.
+    pub fn available(&self) -> bool {
+        self.shared.ready.load(Ordering::Acquire)
+    }
+
+    /// Where the engine is in its start.
+    pub fn status(&self) -> GpuStatus {
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Waits (polling) until the engine has left [`GpuStatus::Starting`] or `timeout` passed;
+    /// returns the status then.
+    pub fn wait_started(&self, timeout: Duration) -> GpuStatus {
+        let until = Instant::now() + timeout;
+        loop {
+            let status = self.status();
+            if status != GpuStatus::Starting || Instant::now() >= until {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// Whether a device (or simulated device) backs this engine.
-    pub fn available(&self) -> bool {
-        self.shared.backend.is_some()
-    }
-
-    /// Why the engine is unavailable, if it is.
-    pub fn unavailable_reason(&self) -> Option<&str> {
-        self.shared.unavailable.as_deref()
+    /// Why the engine does not take requests, if it does not (starting, or unavailable).
+    pub fn unavailable_reason(&self) -> Option<String> {
+        match self.status() {
+            GpuStatus::Ready => None,
+            GpuStatus::Starting => Some("starting: the kernel is being built".into()),
+            GpuStatus::Unavailable(why) => Some(why),
+        }
     }
 
     /// Whether the device is currently trusted (false after an error, until a re-probe passes).
@@ -275,15 +359,13 @@ impl GpuEngine {
 }
 
 impl Shared {
-    fn new(
-        config: GpuConfig,
-        backend: Option<Arc<dyn BatchBackend>>,
-        unavailable: Option<String>,
-    ) -> Self {
+    fn new(config: GpuConfig, status: GpuStatus) -> Self {
         Shared {
             config,
-            backend,
-            unavailable,
+            backend: OnceLock::new(),
+            status: Mutex::new(status),
+            ready: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
             keys: RwLock::default(),
             depth: AtomicUsize::new(0),
             healthy: AtomicBool::new(true),
@@ -296,6 +378,12 @@ impl Shared {
             counters: Counters::default(),
             fallback: OnceLock::new(),
         }
+    }
+
+    fn set_status(&self, status: GpuStatus) {
+        let ready = status == GpuStatus::Ready;
+        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+        self.ready.store(ready, Ordering::Release);
     }
 
     fn admission(&self) -> Admission {
@@ -380,8 +468,8 @@ impl Engine for GpuEngine {
     fn submit(&self, request: SignRequest) -> SignFuture {
         let shared = &self.shared;
         shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
-        let (Some(tx), None) = (&self.tx, &shared.unavailable) else {
-            let why = shared.unavailable.clone().unwrap_or_default();
+        let Some(tx) = self.tx.as_ref().filter(|_| self.available()) else {
+            let why = self.unavailable_reason().unwrap_or_default();
             return Box::pin(std::future::ready(Err(SignError::Unavailable(NAME, why))));
         };
         let Some(key) = self.key(&request.key) else {
@@ -566,18 +654,55 @@ impl GpuEngine {
 impl Drop for GpuEngine {
     fn drop(&mut self) {
         self.tx.take(); // closes the queue; batching threads drain it and exit
-        for t in self.threads.drain(..) {
+        let threads = std::mem::take(
+            &mut *self
+                .shared
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for t in threads {
             let _ = t.join();
         }
     }
+}
+
+/// Installs `backend`, starts one batching thread per stream and marks the engine ready.
+fn start_batching(shared: &Arc<Shared>, backend: Arc<dyn BatchBackend>, rx: Receiver<Msg>) {
+    let streams = backend.streams().max(1);
+    let max_batch = shared.config.max_batch.min(backend.max_batch()).max(1);
+    if shared.backend.set(backend).is_err() {
+        return;
+    }
+    let mut threads = shared.threads.lock().unwrap_or_else(|e| e.into_inner());
+    for i in 0..streams {
+        let s = shared.clone();
+        let rx = rx.clone();
+        match std::thread::Builder::new()
+            .name(format!("rampart-gpu-{i}"))
+            .spawn(move || batch_loop(&s, i, &rx, max_batch))
+        {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                drop(threads);
+                shared.set_status(GpuStatus::Unavailable(format!(
+                    "spawning batching thread {i}: {e}"
+                )));
+                return;
+            }
+        }
+    }
+    drop(threads);
+    shared.set_status(GpuStatus::Ready);
 }
 
 /// One batching thread: takes what is queued (up to `max_batch`), runs it, answers.
 fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch: usize) {
     let backend = shared
         .backend
-        .clone()
-        .expect("batching threads need a backend");
+        .get()
+        .cloned()
+        .expect("batching threads start after the backend is set");
     let mut runner: Option<Box<dyn StreamRunner>> = None;
     let mut jobs: Vec<Job> = Vec::with_capacity(max_batch.min(4096));
     while let Ok(first) = rx.recv() {

@@ -23,7 +23,7 @@ pub use backend::{
     BackendError, BatchBackend, CostModel, SimControl, SimulatedGpu, Staging, StreamRunner,
 };
 pub use bench::{bench_batch, crossover, BatchBench};
-pub use engine::{GpuConfig, GpuEngine};
+pub use engine::{GpuConfig, GpuEngine, GpuStatus};
 pub use error::GpuError;
 pub use key::GpuKey;
 use std::sync::Arc;

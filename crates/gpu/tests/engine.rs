@@ -265,7 +265,7 @@ async fn engine_without_a_device_is_unavailable_and_says_so() {
     match gpu_engine::probe() {
         Err(e) => {
             assert!(!gpu.available());
-            assert_eq!(gpu.unavailable_reason(), Some(e.to_string().as_str()));
+            assert_eq!(gpu.unavailable_reason(), Some(e.to_string()));
             let key = private_key();
             let err = gpu
                 .submit(request(&key, SignatureAlgorithm::RsaPssSha256, b"m"))
@@ -363,5 +363,59 @@ async fn light_load_stays_on_the_cpu_and_a_deep_queue_goes_to_the_gpu() {
     assert!(
         gpu.gpu_signed() < 300,
         "the CPU engine kept a share of the burst"
+    );
+}
+
+/// The kernel builds on a thread of its own: until it is loaded the engine is `Starting`,
+/// unavailable to the scheduler (requests answered `Unavailable`, so the facade fails over);
+/// then it signs. A build that fails leaves the engine unavailable with the build's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kernel_builds_in_the_background_and_the_engine_joins_when_it_is_loaded() {
+    use gpu_engine::{GpuError, GpuStatus};
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let engine = GpuEngine::starting(config(), move || {
+        wait.recv().unwrap(); // the "compile" ends when the test says so
+        let sim = SimulatedGpu::new(
+            CostModel {
+                launch: ms(1),
+                per_item: Duration::from_micros(5),
+            },
+            2,
+            64,
+        );
+        Ok(Arc::new(sim) as Arc<dyn gpu_engine::BatchBackend>)
+    });
+    engine.add_key(&key_der()).unwrap();
+    let key = private_key();
+    assert_eq!(engine.status(), GpuStatus::Starting);
+    assert!(!engine.available() && !Engine::available(&engine));
+    let early = engine
+        .submit(request(&key, SignatureAlgorithm::RsaPssSha256, b"early"))
+        .await;
+    assert!(
+        matches!(&early, Err(SignError::Unavailable(_, why)) if why.contains("starting")),
+        "{early:?}"
+    );
+    release.send(()).unwrap();
+    assert_eq!(
+        engine.wait_started(Duration::from_secs(10)),
+        GpuStatus::Ready
+    );
+    assert!(engine.available());
+    sign_many(&engine, &key, 8).await;
+    assert_eq!(engine.gpu_signed(), 8);
+
+    let failed = GpuEngine::starting(config(), || Err(GpuError::Compile("no good".into())));
+    match failed.wait_started(Duration::from_secs(10)) {
+        GpuStatus::Unavailable(why) => assert!(why.contains("no good"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!failed.available());
+    let r = failed
+        .submit(request(&key, SignatureAlgorithm::RsaPssSha256, b"late"))
+        .await;
+    assert!(
+        matches!(&r, Err(SignError::Unavailable(_, why)) if why.contains("no good")),
+        "{r:?}"
     );
 }
