@@ -6,6 +6,7 @@
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
 //!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2]
 //!     [--kernel-dir DIR | --cubin FILE]
+//! device_bench cpu-side    # the CPU's share of a GPU signature (needs no device)
 //! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
 //! ```
 //! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
@@ -56,6 +57,20 @@ fn main() {
         };
         read("rsa_core.h") + &read("rsa_kernel.cu")
     };
+    if positional.first().map(String::as_str) == Some("cpu-side") {
+        // The CPU's share of a GPU signature (no device needed).
+        for bits in [2048u32, 3072, 4096] {
+            let der = boring::rsa::Rsa::generate(bits)
+                .unwrap()
+                .private_key_to_der()
+                .unwrap();
+            let key = GpuKey::from_der(&der).unwrap();
+            let alg = keyengine::SignatureAlgorithm::RsaPssSha256;
+            let (prepare, finish) = gpu_engine::bench_cpu_side(&key, alg, 2000);
+            println!("RSA-{bits}: prepare (PSS, blinding) {prepare:?}, finish (unblinding, verification) {finish:?}");
+        }
+        return;
+    }
     if let Some(file) = emit_ptx {
         // For sm_90 (H100, H200); ptxas turns it into a cubin for `--cubin`.
         let source = kernel_dir

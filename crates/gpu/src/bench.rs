@@ -120,6 +120,30 @@ pub fn bench_batch(
     })
 }
 
+/// The CPU's share of one GPU signature, measured without a device: encoding and blinding
+/// (`prepare`), then unblinding and verifying with the public key (`finish`), each averaged
+/// over `count` requests with `alg` on one thread. Returns (prepare, finish).
+pub fn bench_cpu_side(
+    key: &GpuKey,
+    alg: keyengine::SignatureAlgorithm,
+    count: usize,
+) -> (Duration, Duration) {
+    let count = count.max(1);
+    let digest = alg.hash().digest(b"rampart bench cpu side");
+    let t = Instant::now();
+    let prepared: Vec<_> = (0..count)
+        .map(|_| key.prepare(alg, &digest).expect("encodes"))
+        .collect();
+    let prepare = t.elapsed() / count as u32;
+    // What the device would return, computed here (not timed).
+    let raw: Vec<Vec<u32>> = prepared.iter().map(|p| key.crt().crt(&p.input)).collect();
+    let t = Instant::now();
+    for (p, r) in prepared.iter().zip(&raw) {
+        assert!(key.finish(p, r, alg, &digest).is_some(), "verifies");
+    }
+    (prepare, t.elapsed() / count as u32)
+}
+
 /// The smallest measured batch size at which the GPU finishes a queue of that many requests
 /// sooner than CPU engines with `cpu_parallelism` workers taking `cpu_latency` per operation:
 /// GPU p50(b) < ceil(b / cpu_parallelism) × cpu_latency. `None` if the GPU never wins.

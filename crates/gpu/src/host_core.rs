@@ -312,6 +312,63 @@ pub fn emulate_launch_windowed(
     assert_eq!(rc, 0);
 }
 
+/// Pairs of 32-bit limbs as 64-bit limbs (little-endian; an even count).
+fn to_u64_limbs(a: &[u32]) -> Vec<u64> {
+    a.chunks_exact(2)
+        .map(|p| u64::from(p[0]) | (u64::from(p[1]) << 32))
+        .collect()
+}
+
+/// -m0⁻¹ mod 2⁶⁴ for odd m0 (Newton: each step doubles the correct low bits, 1 → 64).
+fn neg_inv64(m0: u64) -> u64 {
+    let mut inv = 1u64;
+    for _ in 0..6 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(m0.wrapping_mul(inv)));
+    }
+    inv.wrapping_neg()
+}
+
+/// Montgomery multiplication with 64-bit limbs (CIOS): a·b·R⁻¹ mod m for a, b < m, with
+/// R = 2^(64·n). Constant time: loops run over the public length, 64×64→128-bit products have
+/// no data-dependent timing on the CPUs rampart runs on, and the final subtraction is selected
+/// by a mask.
+fn mont_mul64(a: &[u64], b: &[u64], m: &[u64], m0inv: u64) -> Vec<u64> {
+    const MAX: usize = MAX_LIMBS / 2;
+    let n = m.len();
+    assert!(n <= MAX && a.len() == n && b.len() == n);
+    let mut t = [0u64; MAX + 2];
+    for &bi in b {
+        let mut c: u128 = 0;
+        for j in 0..n {
+            c = u128::from(a[j]) * u128::from(bi) + u128::from(t[j]) + (c >> 64);
+            t[j] = c as u64;
+        }
+        c = u128::from(t[n]) + (c >> 64);
+        t[n] = c as u64;
+        t[n + 1] = (c >> 64) as u64;
+        let q = t[0].wrapping_mul(m0inv);
+        c = u128::from(q) * u128::from(m[0]) + u128::from(t[0]);
+        for j in 1..n {
+            c = u128::from(q) * u128::from(m[j]) + u128::from(t[j]) + (c >> 64);
+            t[j - 1] = c as u64;
+        }
+        c = u128::from(t[n]) + (c >> 64);
+        t[n - 1] = c as u64;
+        t[n] = t[n + 1] + (c >> 64) as u64;
+    }
+    // t < 2m: subtract m, keep t when (t[n]:t) < m (no top word and a borrow).
+    let mut d = [0u64; MAX];
+    let mut borrow = 0u64;
+    for j in 0..n {
+        let (x, b1) = t[j].overflowing_sub(m[j]);
+        let (x, b2) = x.overflowing_sub(borrow);
+        d[j] = x;
+        borrow = u64::from(b1 | b2);
+    }
+    let keep = 0u64.wrapping_sub((1 ^ (t[n] & 1)) & borrow);
+    (0..n).map(|j| (t[j] & keep) | (d[j] & !keep)).collect()
+}
+
 /// An odd modulus prepared for Montgomery arithmetic (public values only).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Modulus {
@@ -319,6 +376,10 @@ pub struct Modulus {
     m0inv: u32,
     /// R² mod m.
     rr: Vec<u32>,
+    /// m in 64-bit limbs and -m⁻¹ mod 2⁶⁴, for the host's own Montgomery multiplication when
+    /// the limb count is even (every RSA modulus): a quarter of the 32-bit core's products.
+    m64: Vec<u64>,
+    m0inv64: u64,
 }
 
 impl Modulus {
@@ -343,7 +404,19 @@ impl Modulus {
                 limbs as c_int,
             )
         };
-        Some(Modulus { m, m0inv, rr })
+        let m64 = if limbs % 2 == 0 {
+            to_u64_limbs(&m)
+        } else {
+            Vec::new()
+        };
+        let m0inv64 = m64.first().map_or(0, |&m0| neg_inv64(m0));
+        Some(Modulus {
+            m,
+            m0inv,
+            rr,
+            m64,
+            m0inv64,
+        })
     }
 
     pub fn limbs(&self) -> usize {
@@ -361,6 +434,20 @@ impl Modulus {
 
     /// a·b·R⁻¹ mod m, for a, b < m. Constant time.
     pub fn mont_mul(&self, a: &[u32], b: &[u32]) -> Vec<u32> {
+        let n = self.m.len();
+        assert!(a.len() == n && b.len() == n, "operand sizes");
+        if !self.m64.is_empty() {
+            let r = mont_mul64(&to_u64_limbs(a), &to_u64_limbs(b), &self.m64, self.m0inv64);
+            return r
+                .iter()
+                .flat_map(|&w| [w as u32, (w >> 32) as u32])
+                .collect();
+        }
+        self.mont_mul_core(a, b)
+    }
+
+    /// [`Modulus::mont_mul`] by the kernel's own 32-bit core (built for the host).
+    pub fn mont_mul_core(&self, a: &[u32], b: &[u32]) -> Vec<u32> {
         let n = self.m.len();
         assert!(a.len() == n && b.len() == n, "operand sizes");
         let mut r = vec![0u32; n];
@@ -443,6 +530,44 @@ mod tests {
             }
             assert_eq!(limbs_to_be(&pw, 8), (x as u64).to_be_bytes());
         }
+    }
+
+    /// The host's 64-bit Montgomery multiplication equals the kernel core's 32-bit one (same
+    /// R = 2^(32·limbs)) at every RSA size, on random operands and on the extremes 0, 1 and
+    /// m-1, whose products exercise the final conditional subtraction both ways.
+    #[test]
+    fn mont_mul_64_bit_limbs_match_the_32_bit_core() {
+        let mut rng = fastrand::Rng::with_seed(17);
+        for limbs in [64usize, 96, 128] {
+            for _ in 0..20 {
+                let mut be: Vec<u8> = (0..4 * limbs).map(|_| rng.u8(..)).collect();
+                be[0] |= 0x80;
+                *be.last_mut().unwrap() |= 1;
+                let mo = Modulus::new(&be, limbs).unwrap();
+                assert!(!mo.m64.is_empty());
+                let below = |rng: &mut fastrand::Rng| {
+                    let mut x: Vec<u8> = (0..4 * limbs).map(|_| rng.u8(..)).collect();
+                    x[0] &= 0x7f; // below m, whose top bit is set
+                    be_to_limbs(&x, limbs).unwrap()
+                };
+                let mut m_minus_1 = mo.value().to_vec();
+                m_minus_1[0] -= 1; // m is odd
+                let mut one = vec![0u32; limbs];
+                one[0] = 1;
+                let zero = vec![0u32; limbs];
+                let mut operands = vec![zero, one, m_minus_1, mo.rr().to_vec()];
+                operands.push(below(&mut rng));
+                operands.push(below(&mut rng));
+                for a in &operands {
+                    for b in &operands {
+                        assert_eq!(mo.mont_mul(a, b), mo.mont_mul_core(a, b), "{limbs} limbs");
+                    }
+                }
+            }
+        }
+        // An odd limb count takes the 32-bit core.
+        let mo = Modulus::new(&[0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], 3).unwrap();
+        assert!(mo.m64.is_empty());
     }
 
     fn mulmod(a: u128, b: u128, m: u128) -> u128 {

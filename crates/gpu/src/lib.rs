@@ -22,7 +22,7 @@ mod padding;
 pub use backend::{
     BackendError, BatchBackend, CostModel, SimControl, SimulatedGpu, Staging, StreamRunner,
 };
-pub use bench::{bench_batch, crossover, BatchBench};
+pub use bench::{bench_batch, bench_cpu_side, crossover, BatchBench};
 pub use engine::{GpuConfig, GpuEngine, GpuStatus};
 pub use error::GpuError;
 pub use key::GpuKey;

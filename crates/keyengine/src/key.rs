@@ -7,9 +7,10 @@
 use crate::algorithm::{KeyKind, SignatureAlgorithm};
 use crate::engine::SignError;
 use aws_lc_rs::digest::Digest;
-use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair, UnparsedPublicKey};
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, ParsedPublicKey, RsaKeyPair};
 use std::fmt;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 /// A key's identity: the subject key identifier, SHA-1 over the SubjectPublicKey bit string
 /// (RFC 5280 §4.2.1.2 method 1). This is what certificates carry and what key servers index by.
@@ -100,12 +101,26 @@ enum Inner {
 
 /// The public half of a key: enough to identify it and to verify its signatures. A gateway
 /// whose keys live on remote key servers holds only these (taken from its certificates).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct PublicKey {
     id: KeyId,
     kind: KeyKind,
     bits: Vec<u8>,
+    /// The key parsed once per verification algorithm, on first use and shared by clones.
+    /// Parsing (DER, and for RSA the modulus's Montgomery set-up) cost about as much as the
+    /// verification itself, and the `batch` and `gpu` engines verify every signature.
+    parsed: Arc<ParsedKeys>,
 }
+
+type ParsedKeys = [OnceLock<Option<ParsedPublicKey>>; SignatureAlgorithm::ALL.len()];
+
+impl PartialEq for PublicKey {
+    fn eq(&self, other: &Self) -> bool {
+        (self.id, self.kind, &self.bits) == (other.id, other.kind, &other.bits)
+    }
+}
+
+impl Eq for PublicKey {}
 
 impl fmt::Debug for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -118,11 +133,16 @@ impl PublicKey {
     /// certificate's algorithm). `None` if the bytes are not a SubjectPublicKeyInfo.
     pub fn from_spki_der(kind: KeyKind, spki: &[u8]) -> Option<Self> {
         let bits = spki_public_key_bits(spki)?.to_vec();
-        Some(PublicKey {
+        Some(PublicKey::from_bits(kind, bits))
+    }
+
+    fn from_bits(kind: KeyKind, bits: Vec<u8>) -> Self {
+        PublicKey {
             id: KeyId::from_public_key_bits(&bits),
             kind,
             bits,
-        })
+            parsed: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+        }
     }
 
     pub fn id(&self) -> KeyId {
@@ -146,9 +166,16 @@ impl PublicKey {
         let Ok(d) = import_digest(algorithm, digest) else {
             return false;
         };
-        UnparsedPublicKey::new(verification_algorithm(algorithm), &self.bits)
-            .verify_digest(&d, signature)
-            .is_ok()
+        let slot = SignatureAlgorithm::ALL
+            .iter()
+            .position(|a| *a == algorithm)
+            .expect("ALL lists every algorithm");
+        self.parsed[slot]
+            .get_or_init(|| {
+                ParsedPublicKey::new(verification_algorithm(algorithm), &self.bits).ok()
+            })
+            .as_ref()
+            .is_some_and(|key| key.verify_digest_sig(&d, signature).is_ok())
     }
 }
 
@@ -244,11 +271,7 @@ impl PrivateKey {
             Inner::Ecdsa { kind, .. } => *kind,
         };
         Ok(PrivateKey {
-            public: PublicKey {
-                id: KeyId::from_public_key_bits(&bits),
-                kind,
-                bits,
-            },
+            public: PublicKey::from_bits(kind, bits),
             inner,
         })
     }
