@@ -404,7 +404,7 @@ impl Modulus {
                 limbs as c_int,
             )
         };
-        let m64 = if limbs % 2 == 0 {
+        let m64 = if limbs.is_multiple_of(2) {
             to_u64_limbs(&m)
         } else {
             Vec::new()
