@@ -118,6 +118,8 @@ pub struct KeyEngineConfig {
     pub pin: PinConfig,
     /// The `batch` engine: the multi-buffer kernel.
     pub batch: BatchEngineConfig,
+    /// The `gpu` engine: batched RSA on a CUDA device.
+    pub gpu: GpuEngineConfig,
     /// The `remote` engine: key servers speaking the keyless protocol.
     pub remote: Option<RemoteEngineConfig>,
 }
@@ -173,6 +175,104 @@ impl BatchEngineConfig {
             ));
         }
         Ok(b)
+    }
+}
+
+/// `[key_engine.gpu]`: the `gpu` engine's queue and launch shape (see `docs/benchmarks.md`
+/// for what each measured on an H200).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuEngineConfig {
+    /// Requests queued at most; beyond, new handshakes go to the other engines.
+    pub queue_capacity: usize,
+    /// Most requests per launch; batches take whatever is queued, up to this.
+    pub max_batch: usize,
+    /// CUDA streams: batches in flight at once.
+    pub streams: usize,
+    /// Threads per request: 2 (one per CRT half) or 1.
+    pub threads_per_request: u32,
+    /// Threads per block of a launch.
+    pub threads_per_block: u32,
+    /// Exponent window width the kernel is built with: 4, 5 or 6 bits.
+    pub window: u32,
+    /// A batch not finished within this (plus 5 µs per request) is re-run on the CPU.
+    #[serde(deserialize_with = "duration")]
+    pub batch_deadline: Duration,
+    /// CPU threads that pad, blind, unblind and verify a large batch; 0 = one per CPU.
+    pub cpu_threads: usize,
+}
+
+impl Default for GpuEngineConfig {
+    fn default() -> Self {
+        let d = gpu_engine::GpuConfig::default();
+        GpuEngineConfig {
+            queue_capacity: d.queue_capacity,
+            max_batch: d.max_batch,
+            streams: d.streams,
+            threads_per_request: d.threads_per_request,
+            threads_per_block: d.threads_per_block,
+            window: d.window,
+            batch_deadline: d.batch_deadline_base,
+            cpu_threads: 0,
+        }
+    }
+}
+
+impl GpuEngineConfig {
+    /// The first field out of range, as (field, what was expected).
+    fn check(&self) -> Option<(&'static str, String)> {
+        if self.queue_capacity == 0 {
+            return Some(("queue_capacity", "at least 1".into()));
+        }
+        if !(1..=1 << 20).contains(&self.max_batch) {
+            return Some(("max_batch", "1 to 1048576 requests".into()));
+        }
+        if !(2..=16).contains(&self.streams) {
+            return Some(("streams", "2 to 16".into()));
+        }
+        if !(1..=2).contains(&self.threads_per_request) {
+            return Some(("threads_per_request", "1 or 2".into()));
+        }
+        let most = if self.threads_per_request == 2 {
+            256
+        } else {
+            1024
+        };
+        if !(32..=most).contains(&self.threads_per_block)
+            || !self.threads_per_block.is_multiple_of(32)
+        {
+            return Some((
+                "threads_per_block",
+                format!("a multiple of 32 from 32 to {most}"),
+            ));
+        }
+        if !gpu_engine::host_core::WINDOWS.contains(&self.window) {
+            return Some(("window", "4, 5 or 6".into()));
+        }
+        if self.batch_deadline.is_zero() {
+            return Some(("batch_deadline", "more than zero".into()));
+        }
+        None
+    }
+
+    /// The engine's settings.
+    pub fn engine_config(&self) -> gpu_engine::GpuConfig {
+        let d = gpu_engine::GpuConfig::default();
+        gpu_engine::GpuConfig {
+            queue_capacity: self.queue_capacity,
+            max_batch: self.max_batch,
+            streams: self.streams,
+            threads_per_request: self.threads_per_request,
+            threads_per_block: self.threads_per_block,
+            window: self.window,
+            batch_deadline_base: self.batch_deadline,
+            cpu_threads: if self.cpu_threads == 0 {
+                d.cpu_threads
+            } else {
+                self.cpu_threads
+            },
+            ..d
+        }
     }
 }
 
@@ -236,6 +336,7 @@ impl Default for KeyEngineConfig {
             queue_capacity: 1024,
             pin: PinConfig::default(),
             batch: BatchEngineConfig::default(),
+            gpu: GpuEngineConfig::default(),
             remote: None,
         }
     }
@@ -690,6 +791,9 @@ impl Config {
                 "key_engine.batch.nonce_refill_below".into(),
                 "nonce_batch at least 1 and nonce_refill_below at most nonce_pool".into(),
             );
+        }
+        if let Some((field, expected)) = ke.gpu.check() {
+            return err(format!("key_engine.gpu.{field}"), expected);
         }
         if self.listeners.is_empty() {
             return err("listeners".into(), "at least one listener".into());

@@ -89,7 +89,7 @@ pub fn start_engines(
                 EngineKind::Gpu => {
                     // With a device, the kernel builds in the background (tens of seconds): the
                     // scheduler routes around the engine until it is ready.
-                    let gpu = gpu_engine::GpuEngine::new(gpu_engine::GpuConfig::default());
+                    let gpu = gpu_engine::GpuEngine::new(cfg.gpu.engine_config());
                     match gpu.status() {
                         gpu_engine::GpuStatus::Unavailable(reason) => tracing::warn!(
                             %reason,

@@ -86,6 +86,37 @@ fn config_error(engine_section: &str) -> String {
 }
 
 #[test]
+fn gpu_settings_out_of_range_are_config_errors_naming_the_field() {
+    for (section, field, expected) in [
+        ("window = 7", "key_engine.gpu.window", "4, 5 or 6"),
+        (
+            "threads_per_request = 3",
+            "key_engine.gpu.threads_per_request",
+            "1 or 2",
+        ),
+        (
+            "threads_per_block = 512",
+            "key_engine.gpu.threads_per_block",
+            "32 to 256",
+        ),
+        ("streams = 1", "key_engine.gpu.streams", "2 to 16"),
+        (
+            "batch_deadline = \"0s\"",
+            "key_engine.gpu.batch_deadline",
+            "more than zero",
+        ),
+    ] {
+        let err = config_error(&format!("engines = [\"gpu\"]\n[key_engine.gpu]\n{section}"));
+        assert!(
+            err.contains(field) && err.contains(expected),
+            "{section}: {err}"
+        );
+    }
+    let err = config_error("engines = [\"gpu\"]\n[key_engine.gpu]\nblock = 128");
+    assert!(err.contains("block"), "unknown fields are refused: {err}");
+}
+
+#[test]
 fn a_kernel_this_cpu_lacks_or_an_unknown_one_is_a_config_error_naming_the_field() {
     let err = config_error("engines = [\"batch\"]\n[key_engine.batch]\nkernel = \"avx2\"");
     assert!(
