@@ -19,6 +19,15 @@
 use gpu_engine::{bench_batch, crossover, GpuConfig, GpuKey};
 use std::time::{Duration, Instant};
 
+/// A fresh RSA key of `bits`, prepared for the GPU.
+fn rsa_key(bits: u32) -> GpuKey {
+    let der = boring::rsa::Rsa::generate(bits)
+        .unwrap()
+        .private_key_to_der()
+        .unwrap();
+    GpuKey::from_der(&der).unwrap()
+}
+
 fn main() {
     let mut positional = Vec::new();
     let mut config = GpuConfig::default();
@@ -60,11 +69,7 @@ fn main() {
     if positional.first().map(String::as_str) == Some("cpu-side") {
         // The CPU's share of a GPU signature (no device needed).
         for bits in [2048u32, 3072, 4096] {
-            let der = boring::rsa::Rsa::generate(bits)
-                .unwrap()
-                .private_key_to_der()
-                .unwrap();
-            let key = GpuKey::from_der(&der).unwrap();
+            let key = rsa_key(bits);
             let alg = keyengine::SignatureAlgorithm::RsaPssSha256;
             let (prepare, finish) = gpu_engine::bench_cpu_side(&key, alg, 2000);
             println!("RSA-{bits}: prepare (PSS, blinding) {prepare:?}, finish (unblinding, verification) {finish:?}");
@@ -129,11 +134,7 @@ fn main() {
         config.threads_per_block,
         backend.streams()
     );
-    let der = boring::rsa::Rsa::generate(bits)
-        .unwrap()
-        .private_key_to_der()
-        .unwrap();
-    let key = GpuKey::from_der(&der).unwrap();
+    let key = rsa_key(bits);
     // CPU reference: one aws-lc signature on this machine.
     let alg = keyengine::SignatureAlgorithm::RsaPssSha256;
     let d = alg.hash().digest(b"x");

@@ -4,19 +4,24 @@
 use boring::rsa::{Padding, Rsa};
 use gpu_engine::host_core::{be_to_limbs, limbs_to_be, CrtKey, Modulus};
 
-fn check_size(bits: u32, rounds: usize) {
-    let mut rng = fastrand::Rng::with_seed(bits as u64);
-    let key = Rsa::generate(bits).unwrap();
-    let len = key.size() as usize;
-    let crt = CrtKey::from_components(
-        bits as usize,
+/// The kernel's key record for a BoringSSL key (from its CRT components).
+fn crt_of(key: &Rsa<boring::pkey::Private>) -> CrtKey {
+    CrtKey::from_components(
+        key.size() as usize * 8,
         &key.p().unwrap().to_vec(),
         &key.q().unwrap().to_vec(),
         &key.dmp1().unwrap().to_vec(),
         &key.dmq1().unwrap().to_vec(),
         &key.iqmp().unwrap().to_vec(),
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn check_size(bits: u32, rounds: usize) {
+    let mut rng = fastrand::Rng::with_seed(bits as u64);
+    let key = Rsa::generate(bits).unwrap();
+    let len = key.size() as usize;
+    let crt = crt_of(&key);
     let half = crt.half();
     assert_eq!(half * 64, bits as usize);
     let n = key.n().to_vec();
@@ -96,20 +101,7 @@ fn kernel_entry_point_emulated_on_the_host_matches_boringssl_across_keys() {
     use gpu_engine::host_core::emulate_launch;
     let keys: Vec<Rsa<boring::pkey::Private>> =
         (0..2).map(|_| Rsa::generate(3072).unwrap()).collect();
-    let crts: Vec<CrtKey> = keys
-        .iter()
-        .map(|k| {
-            CrtKey::from_components(
-                3072,
-                &k.p().unwrap().to_vec(),
-                &k.q().unwrap().to_vec(),
-                &k.dmp1().unwrap().to_vec(),
-                &k.dmq1().unwrap().to_vec(),
-                &k.iqmp().unwrap().to_vec(),
-            )
-            .unwrap()
-        })
-        .collect();
+    let crts: Vec<CrtKey> = keys.iter().map(crt_of).collect();
     let half = 48;
     let table: Vec<u32> = crts.iter().flat_map(|c| c.record().to_vec()).collect();
     // 5 requests in blocks of 4: the second block has 3 idle threads that must write nothing.
@@ -155,15 +147,7 @@ fn kernel_entry_point_matches_boringssl_at_every_window_width() {
     let mut rng = fastrand::Rng::with_seed(7);
     for bits in [2048usize, 3072, 4096] {
         let key = Rsa::generate(bits as u32).unwrap();
-        let crt = CrtKey::from_components(
-            bits,
-            &key.p().unwrap().to_vec(),
-            &key.q().unwrap().to_vec(),
-            &key.dmp1().unwrap().to_vec(),
-            &key.dmq1().unwrap().to_vec(),
-            &key.iqmp().unwrap().to_vec(),
-        )
-        .unwrap();
+        let crt = crt_of(&key);
         let half = bits / 64;
         let mut m: Vec<u8> = (0..bits / 8).map(|_| rng.u8(..)).collect();
         m[0] = 0;
