@@ -200,6 +200,8 @@ pub struct GpuEngineConfig {
     pub batch_deadline: Duration,
     /// CPU threads that pad, blind, unblind and verify a large batch; 0 = one per CPU.
     pub cpu_threads: usize,
+    /// Directory where the built kernel is kept between starts (created if missing).
+    pub kernel_cache: Option<PathBuf>,
 }
 
 impl Default for GpuEngineConfig {
@@ -214,6 +216,7 @@ impl Default for GpuEngineConfig {
             window: d.window,
             batch_deadline: d.batch_deadline_base,
             cpu_threads: 0,
+            kernel_cache: None,
         }
     }
 }
@@ -266,6 +269,7 @@ impl GpuEngineConfig {
             threads_per_block: self.threads_per_block,
             window: self.window,
             batch_deadline_base: self.batch_deadline,
+            kernel_cache: self.kernel_cache.clone(),
             cpu_threads: if self.cpu_threads == 0 {
                 d.cpu_threads
             } else {
@@ -692,6 +696,9 @@ impl Config {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
+        if let Some(dir) = &mut self.key_engine.gpu.kernel_cache {
+            *dir = base.join(&*dir);
+        }
         if let Some(r) = &mut self.key_engine.remote {
             for p in [&mut r.ca, &mut r.client_cert, &mut r.client_key] {
                 *p = base.join(&*p);

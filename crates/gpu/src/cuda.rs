@@ -57,17 +57,7 @@ pub fn compile_kernel_source(
     window: u32,
     threads_per_request: u32,
 ) -> Result<Ptx, GpuError> {
-    if !(1..=2).contains(&threads_per_request) {
-        return Err(GpuError::Compile(format!(
-            "{threads_per_request} threads per request: expected 1 or 2"
-        )));
-    }
-    if !crate::host_core::WINDOWS.contains(&window) {
-        return Err(GpuError::Compile(format!(
-            "window width {window}: expected one of {:?}",
-            crate::host_core::WINDOWS
-        )));
-    }
+    check_shape(window, threads_per_request)?;
     // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(GpuError::NoNvrtc);
@@ -81,6 +71,73 @@ pub fn compile_kernel_source(
         ..Default::default()
     };
     compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile(e.to_string()))
+}
+
+/// Compiles the kernel with NVRTC straight to a cubin for `sm_{major}{minor}` (NVRTC runs the
+/// assembler itself, so loading it needs no JIT). The options are those of [`compile_kernel`].
+pub fn compile_cubin(
+    source: &str,
+    (major, minor): (i32, i32),
+    window: u32,
+    threads_per_request: u32,
+) -> Result<Vec<u8>, GpuError> {
+    use cudarc::nvrtc::{result, sys};
+    check_shape(window, threads_per_request)?;
+    // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    let compile = |e: cudarc::nvrtc::result::NvrtcError| GpuError::Compile(e.to_string());
+    let src = std::ffi::CString::new(source)
+        .map_err(|_| GpuError::Compile("kernel source holds a NUL byte".into()))?;
+    let prog = result::create_program(&src, None).map_err(compile)?;
+    let options = [
+        format!("--gpu-architecture=sm_{major}{minor}"),
+        format!("-DRSA_WINDOW={window}"),
+        format!("-DRSA_SPLIT={threads_per_request}"),
+    ];
+    // SAFETY: `prog` was created above and is destroyed once, at the end; the size NVRTC
+    // reports is the buffer handed to nvrtcGetCUBIN.
+    unsafe {
+        let built = result::compile_program(prog, &options)
+            .map_err(|e| {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    })
+                    .unwrap_or_default();
+                GpuError::Compile(format!("{e}: {log}"))
+            })
+            .and_then(|()| {
+                let mut size = 0usize;
+                sys::nvrtcGetCUBINSize(prog, &mut size)
+                    .result()
+                    .map_err(compile)?;
+                let mut cubin = vec![0u8; size];
+                sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast())
+                    .result()
+                    .map_err(compile)?;
+                Ok(cubin)
+            });
+        let _ = result::destroy_program(prog);
+        built
+    }
+}
+
+fn check_shape(window: u32, threads_per_request: u32) -> Result<(), GpuError> {
+    if !(1..=2).contains(&threads_per_request) {
+        return Err(GpuError::Compile(format!(
+            "{threads_per_request} threads per request: expected 1 or 2"
+        )));
+    }
+    if !crate::host_core::WINDOWS.contains(&window) {
+        return Err(GpuError::Compile(format!(
+            "window width {window}: expected one of {:?}",
+            crate::host_core::WINDOWS
+        )));
+    }
+    Ok(())
 }
 
 /// Loads the driver and finds device 0, without compiling anything.
@@ -133,7 +190,40 @@ impl CudaBackend {
     /// Loads the driver, compiles the kernel for the device (`config.window`) and loads it;
     /// `config.streams`, `config.max_batch` and `config.threads_per_block` shape the launches.
     pub fn new(config: &crate::GpuConfig) -> Result<Self, GpuError> {
-        Self::with_source(config, kernel_source())
+        let Some(dir) = &config.kernel_cache else {
+            return Self::with_source(config, kernel_source());
+        };
+        Self::check(config)?;
+        let (ctx, info) = open_context()?;
+        let source = kernel_source();
+        let shape = format!(
+            "window {} split {}",
+            config.window, config.threads_per_request
+        );
+        let path = crate::kernel_cache::entry(dir, info.compute_capability, &[&source, &shape]);
+        let cubin = crate::kernel_cache::load_or_build(&path, || {
+            compile_cubin(
+                &source,
+                info.compute_capability,
+                config.window,
+                config.threads_per_request,
+            )
+        })?;
+        match Self::load(config, ctx.clone(), info.clone(), Ptx::from_binary(cubin)) {
+            Ok(backend) => Ok(backend),
+            Err(e) => {
+                // A cached kernel this driver refuses: drop it and build from the source.
+                tracing::warn!(error = %e, "gpu engine: cached kernel refused; rebuilding");
+                crate::kernel_cache::forget(&path);
+                let ptx = compile_kernel_source(
+                    source,
+                    info.compute_capability,
+                    config.window,
+                    config.threads_per_request,
+                )?;
+                Self::load(config, ctx, info, ptx)
+            }
+        }
     }
 
     /// [`CudaBackend::new`] with another text of the kernel (same entry points).
@@ -384,5 +474,21 @@ mod tests {
             .unwrap()
             .to_src();
         assert!(split.contains(".shared") && split.contains("bar.sync"));
+    }
+
+    /// Needs libnvrtc (no device), like the test above.
+    #[test]
+    #[ignore = "needs libnvrtc"]
+    fn nvrtc_builds_a_cubin_for_hopper() {
+        let cubin = compile_cubin(
+            &kernel_source(),
+            (9, 0),
+            crate::host_core::DEFAULT_WINDOW,
+            2,
+        )
+        .unwrap();
+        assert_eq!(&cubin[..4], b"\x7fELF");
+        let err = compile_cubin("this is not CUDA", (9, 0), 5, 2).unwrap_err();
+        assert!(err.to_string().contains("error"), "{err}");
     }
 }

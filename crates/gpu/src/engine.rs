@@ -61,6 +61,9 @@ pub struct GpuConfig {
     pub threads_per_block: u32,
     /// Exponent window width the kernel is compiled with (4, 5 or 6 bits).
     pub window: u32,
+    /// Where built kernels are kept between starts (a cubin per device architecture and
+    /// kernel text); `None` builds at every start.
+    pub kernel_cache: Option<std::path::PathBuf>,
     /// Threads per request: 2 (the CRT halves on neighbouring threads), or 1. On an H200 two
     /// cut a lone request's time on the device from 38 to 12 ms (docs/benchmarks.md).
     pub threads_per_request: u32,
@@ -80,6 +83,7 @@ impl Default for GpuConfig {
             threads_per_block: 128,
             window: crate::host_core::DEFAULT_WINDOW,
             threads_per_request: 2,
+            kernel_cache: None,
         }
     }
 }

@@ -16,6 +16,8 @@ pub mod cuda;
 mod engine;
 mod error;
 pub mod host_core;
+#[cfg(feature = "cuda")]
+mod kernel_cache;
 mod key;
 mod padding;
 
