@@ -57,7 +57,7 @@ pub struct GpuConfig {
     pub cpu_threads: usize,
     /// CUDA streams, each with its own buffers: batches in flight at once (at least 2).
     pub streams: usize,
-    /// Threads per block of the kernel launch (one thread per request).
+    /// Threads per block of the kernel launch.
     pub threads_per_block: u32,
     /// Exponent window width the kernel is compiled with (4, 5 or 6 bits).
     pub window: u32,
