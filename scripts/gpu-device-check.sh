@@ -7,6 +7,10 @@
 # Build here, run there (the device machine has the driver and NVRTC, no Rust):
 #   scripts/gpu-device-check.sh --prepare      # release build, stripped copies in target/device
 #   (on the device, from the repo root)  OUT=/some/dir scripts/gpu-device-check.sh
+# Settings: SECS per batch size (1), DURATION per end-to-end row (8s), VSIZES for the variant
+# rows (1,1024,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows.
+# With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the variants are
+# measured side by side instead of the built-in kernel's sweep. On an H200 a run took 3-4 min.
 # Every load run is bounded by SECS / DURATION; everything talks to 127.0.0.1 only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
