@@ -201,20 +201,25 @@ impl CudaBackend {
             config.window, config.threads_per_request
         );
         let path = crate::kernel_cache::entry(dir, info.compute_capability, &[&source, &shape]);
-        let cubin = crate::kernel_cache::load_or_build(&path, || {
+        let cached = crate::kernel_cache::load_or_build(&path, || {
             compile_cubin(
                 &source,
                 info.compute_capability,
                 config.window,
                 config.threads_per_request,
             )
-        })?;
-        match Self::load(config, ctx.clone(), info.clone(), Ptx::from_binary(cubin)) {
+        })
+        .and_then(|cubin| {
+            Self::load(config, ctx.clone(), info.clone(), Ptx::from_binary(cubin)).inspect_err(
+                |_| crate::kernel_cache::forget(&path), // the driver refused it: not kept
+            )
+        });
+        match cached {
             Ok(backend) => Ok(backend),
             Err(e) => {
-                // A cached kernel this driver refuses: drop it and build from the source.
-                tracing::warn!(error = %e, "gpu engine: cached kernel refused; rebuilding");
-                crate::kernel_cache::forget(&path);
+                // No cubin (NVRTC cannot build one for this architecture) or one the driver
+                // refuses: PTX for the driver to compile, as without a cache.
+                tracing::warn!(error = %e, "gpu engine: no usable cubin; building PTX instead");
                 let ptx = compile_kernel_source(
                     source,
                     info.compute_capability,
