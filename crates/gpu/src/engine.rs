@@ -560,8 +560,14 @@ impl GpuEngine {
         metric(
             "available",
             "gauge",
-            "Whether a CUDA device backs the gpu engine (0: no driver, NVRTC or device).",
+            "Whether a CUDA device backs the gpu engine (0: no driver, NVRTC or device, or its kernel still building).",
             u8::from(self.available()).to_string(),
+        );
+        metric(
+            "starting",
+            "gauge",
+            "1 while the gpu engine's kernel is being built (the other engines sign meanwhile).",
+            u8::from(self.status() == GpuStatus::Starting).to_string(),
         );
         if !self.available() {
             return out;

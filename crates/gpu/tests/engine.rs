@@ -389,6 +389,11 @@ async fn the_kernel_builds_in_the_background_and_the_engine_joins_when_it_is_loa
     let key = private_key();
     assert_eq!(engine.status(), GpuStatus::Starting);
     assert!(!engine.available() && !Engine::available(&engine));
+    let text = engine.metrics_text().unwrap();
+    assert!(
+        text.contains("rampart_gpu_available 0") && text.contains("rampart_gpu_starting 1"),
+        "{text}"
+    );
     let early = engine
         .submit(request(&key, SignatureAlgorithm::RsaPssSha256, b"early"))
         .await;
@@ -402,6 +407,11 @@ async fn the_kernel_builds_in_the_background_and_the_engine_joins_when_it_is_loa
         GpuStatus::Ready
     );
     assert!(engine.available());
+    let text = engine.metrics_text().unwrap();
+    assert!(
+        text.contains("rampart_gpu_available 1") && text.contains("rampart_gpu_starting 0"),
+        "{text}"
+    );
     sign_many(&engine, &key, 8).await;
     assert_eq!(engine.gpu_signed(), 8);
 
