@@ -18,21 +18,27 @@ fn main() {
     // The CUDA entry points (rsa_kernel.cu) compiled for the host, for the simulated GPU.
     println!("cargo:rerun-if-changed=kernels/rsa_kernel.cu");
     println!("cargo:rerun-if-changed=kernels/emulate.cpp");
-    // Once per window width the CUDA build can be given (4, 5, 6), each under its own name.
-    for window in [4, 5, 6] {
+    // Once per kernel shape the CUDA build can be given (windows 4, 5, 6 with one thread per
+    // request; window 5 with two), each under its own name.
+    for (window, split) in [(4, 1), (5, 1), (6, 1), (5, 2)] {
+        let name = if split == 1 {
+            format!("rsa_emulate_launch_w{window}")
+        } else {
+            format!("rsa_emulate_launch_w{window}_s{split}")
+        };
         cc::Build::new()
             .cpp(true)
             .file("kernels/emulate.cpp")
             .include("kernels")
             .define("RSA_WINDOW", window.to_string().as_str())
-            .define(
-                "RSA_EMULATE_LAUNCH",
-                format!("rsa_emulate_launch_w{window}").as_str(),
-            )
+            .define("RSA_SPLIT", split.to_string().as_str())
+            .define("RSA_EMULATE_LAUNCH", name.as_str())
             .opt_level(3)
+            .flag_if_supported("-std=c++17")
             .warnings(true)
             .extra_warnings(true)
             .flag_if_supported("-Wno-unused-function")
-            .compile(&format!("rsa_kernel_emulated_w{window}"));
+            .compile(&format!("{name}_lib"));
     }
+    println!("cargo:rustc-link-lib=pthread");
 }

@@ -6,10 +6,10 @@
 //!
 //! [`SimulatedGpu`] is a backend with a cost model (launch latency + per-item time, with the
 //! device's compute shared by all streams) that computes real results with the host build of the
-//! kernel (its CUDA entry point compiled for the host, [`crate::host_core::emulate_launch`]) and can inject errors, deadline overruns and corrupted results. It drives the
+//! kernel (its CUDA entry point compiled for the host, [`crate::host_core::emulate_launch_shaped`]) and can inject errors, deadline overruns and corrupted results. It drives the
 //! engine's tests and the scheduler tests in CI, where no GPU exists.
 
-use crate::host_core::{emulate_launch, KeyLayout};
+use crate::host_core::{emulate_launch_shaped, KeyLayout};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -209,8 +209,11 @@ impl StreamRunner for SimRunner {
         {
             let _device = self.device.lock().unwrap_or_else(|e| e.into_inner());
             self.output.resize(items * 2 * half, 0);
-            // The kernel's entry point itself, thread by thread, on the host.
-            emulate_launch(
+            // The default kernel's entry point itself (two threads per request, each block's
+            // threads at once), on the host.
+            emulate_launch_shaped(
+                crate::host_core::DEFAULT_WINDOW,
+                2,
                 half,
                 128,
                 &self.keys,

@@ -42,6 +42,16 @@ mod ffi {
             key_index: *const u32,
             count: u32,
         ) -> c_int;
+        pub fn rsa_emulate_launch_w5_s2(
+            half: c_int,
+            grid: u32,
+            block: u32,
+            out: *mut u32,
+            input: *const u32,
+            keys: *const u32,
+            key_index: *const u32,
+            count: u32,
+        ) -> c_int;
         pub fn rsa_emulate_launch_w5(
             half: c_int,
             grid: u32,
@@ -278,25 +288,50 @@ pub fn emulate_launch_windowed(
     input: &[u32],
     out: &mut [u32],
 ) {
+    emulate_launch_shaped(window, 1, half, block, keys, key_index, input, out)
+}
+
+/// [`emulate_launch`] with the kernel built for `window` and `threads_per_request` (1, or 2 with
+/// window 5: the default kernel, each block's threads run concurrently with a real barrier).
+/// `block` is threads per block; with two threads per request it must be even.
+#[allow(clippy::too_many_arguments)] // the kernel's own arguments, plus its shape
+pub fn emulate_launch_shaped(
+    window: u32,
+    threads_per_request: u32,
+    half: usize,
+    block: u32,
+    keys: &[u32],
+    key_index: &[u32],
+    input: &[u32],
+    out: &mut [u32],
+) {
     assert!(HALF_LIMBS.contains(&half), "unsupported limb count {half}");
-    let launch = match window {
-        4 => ffi::rsa_emulate_launch_w4,
-        5 => ffi::rsa_emulate_launch_w5,
-        6 => ffi::rsa_emulate_launch_w6,
-        _ => panic!("unsupported window width {window}"),
+    let launch = match (window, threads_per_request) {
+        (4, 1) => ffi::rsa_emulate_launch_w4,
+        (5, 1) => ffi::rsa_emulate_launch_w5,
+        (6, 1) => ffi::rsa_emulate_launch_w6,
+        (5, 2) => ffi::rsa_emulate_launch_w5_s2,
+        _ => panic!(
+            "no emulated kernel for window {window}, {threads_per_request} threads per request"
+        ),
     };
+    assert!(
+        threads_per_request == 1 || block.is_multiple_of(2),
+        "two threads per request need an even block"
+    );
     let count = key_index.len();
     let words = KeyLayout::words(half);
     assert!(block > 0);
     assert_eq!(keys.len() % words, 0);
     assert!(key_index.iter().all(|&k| (k as usize) < keys.len() / words));
     assert!(input.len() >= count * 2 * half && out.len() >= count * 2 * half);
-    let grid = (count as u32).div_ceil(block);
+    let grid = (count as u32 * threads_per_request).div_ceil(block);
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: sizes checked above (every thread i < count reads input/out at i·2·half limbs and
-    // a key record at key_index[i]·words, all in bounds); the emulator's globals are guarded by
-    // ONE_AT_A_TIME.
+    // SAFETY: sizes checked above (the thread(s) of every request i < count read input/out at
+    // i·2·half limbs and a key record at key_index[i]·words, all in bounds; threads past count
+    // touch nothing); the emulator's globals are guarded by ONE_AT_A_TIME, and a block's OS
+    // threads are joined before the launch returns.
     let rc = unsafe {
         launch(
             half as c_int,

@@ -165,3 +165,53 @@ fn kernel_entry_point_matches_boringssl_at_every_window_width() {
         }
     }
 }
+
+/// The default kernel, two threads per request (the CRT halves on neighbouring threads, mq
+/// handed over in shared memory past a barrier), emulated with each block's threads running
+/// at once: right results for every request, keys mixed within a block, and nothing written
+/// by the idle threads of the last block (which must still reach the barrier).
+#[test]
+fn two_threads_per_request_kernel_emulated_matches_boringssl() {
+    use gpu_engine::host_core::emulate_launch_shaped;
+    let keys: Vec<Rsa<boring::pkey::Private>> =
+        (0..2).map(|_| Rsa::generate(2048).unwrap()).collect();
+    let table: Vec<u32> = keys
+        .iter()
+        .flat_map(|k| crt_of(k).record().to_vec())
+        .collect();
+    let half = 32;
+    let mut rng = fastrand::Rng::with_seed(9);
+    for (block, index) in [(4u32, vec![1u32, 0, 0, 1, 1]), (6, vec![0, 1, 1, 0])] {
+        let msgs: Vec<Vec<u8>> = index
+            .iter()
+            .map(|_| {
+                let mut m: Vec<u8> = (0..256).map(|_| rng.u8(..)).collect();
+                m[0] = 0;
+                m
+            })
+            .collect();
+        let input: Vec<u32> = msgs
+            .iter()
+            .flat_map(|m| be_to_limbs(m, 2 * half).unwrap())
+            .collect();
+        let sentinel = 0x5eed_5eedu32;
+        let spare = block as usize; // room past the last request for stray writes to show
+        let mut out = vec![sentinel; (index.len() + spare) * 2 * half];
+        emulate_launch_shaped(5, 2, half, block, &table, &index, &input, &mut out);
+        for (i, m) in msgs.iter().enumerate() {
+            let mut expect = vec![0u8; 256];
+            keys[index[i] as usize]
+                .private_encrypt(m, &mut expect, Padding::NONE)
+                .unwrap();
+            assert_eq!(
+                limbs_to_be(&out[i * 2 * half..(i + 1) * 2 * half], 256),
+                expect,
+                "block {block}, request {i}"
+            );
+        }
+        assert!(
+            out[index.len() * 2 * half..].iter().all(|&w| w == sentinel),
+            "block {block}: threads past count wrote"
+        );
+    }
+}
