@@ -57,17 +57,12 @@ pub fn compile_kernel_source(
     window: u32,
     threads_per_request: u32,
 ) -> Result<Ptx, GpuError> {
-    check_shape(window, threads_per_request)?;
-    // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(GpuError::NoNvrtc);
-    }
     let opts = CompileOptions {
-        options: vec![
-            format!("--gpu-architecture=compute_{major}{minor}"),
-            format!("-DRSA_WINDOW={window}"),
-            format!("-DRSA_SPLIT={threads_per_request}"),
-        ],
+        options: nvrtc_options(
+            format!("compute_{major}{minor}"),
+            window,
+            threads_per_request,
+        )?,
         ..Default::default()
     };
     compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile(e.to_string()))
@@ -82,20 +77,11 @@ pub fn compile_cubin(
     threads_per_request: u32,
 ) -> Result<Vec<u8>, GpuError> {
     use cudarc::nvrtc::{result, sys};
-    check_shape(window, threads_per_request)?;
-    // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(GpuError::NoNvrtc);
-    }
+    let options = nvrtc_options(format!("sm_{major}{minor}"), window, threads_per_request)?;
     let compile = |e: cudarc::nvrtc::result::NvrtcError| GpuError::Compile(e.to_string());
     let src = std::ffi::CString::new(source)
         .map_err(|_| GpuError::Compile("kernel source holds a NUL byte".into()))?;
     let prog = result::create_program(&src, None).map_err(compile)?;
-    let options = [
-        format!("--gpu-architecture=sm_{major}{minor}"),
-        format!("-DRSA_WINDOW={window}"),
-        format!("-DRSA_SPLIT={threads_per_request}"),
-    ];
     // SAFETY: `prog` was created above and is destroyed once, at the end; the size NVRTC
     // reports is the buffer handed to nvrtcGetCUBIN.
     unsafe {
@@ -123,6 +109,25 @@ pub fn compile_cubin(
         let _ = result::destroy_program(prog);
         built
     }
+}
+
+/// NVRTC's options for the kernel built for `arch` (`compute_90` for PTX, `sm_90` for a cubin)
+/// in the given shape, once the shape is checked and libnvrtc found.
+fn nvrtc_options(
+    arch: String,
+    window: u32,
+    threads_per_request: u32,
+) -> Result<Vec<String>, GpuError> {
+    check_shape(window, threads_per_request)?;
+    // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    Ok(vec![
+        format!("--gpu-architecture={arch}"),
+        format!("-DRSA_WINDOW={window}"),
+        format!("-DRSA_SPLIT={threads_per_request}"),
+    ])
 }
 
 fn check_shape(window: u32, threads_per_request: u32) -> Result<(), GpuError> {
@@ -220,13 +225,7 @@ impl CudaBackend {
                 // No cubin (NVRTC cannot build one for this architecture) or one the driver
                 // refuses: PTX for the driver to compile, as without a cache.
                 tracing::warn!(error = %e, "gpu engine: no usable cubin; building PTX instead");
-                let ptx = compile_kernel_source(
-                    source,
-                    info.compute_capability,
-                    config.window,
-                    config.threads_per_request,
-                )?;
-                Self::load(config, ctx, info, ptx)
+                Self::load_source(config, ctx, info, source)
             }
         }
     }
@@ -235,6 +234,16 @@ impl CudaBackend {
     pub fn with_source(config: &crate::GpuConfig, source: String) -> Result<Self, GpuError> {
         Self::check(config)?;
         let (ctx, info) = open_context()?;
+        Self::load_source(config, ctx, info, source)
+    }
+
+    /// Compiles `source` to PTX for the device and loads it (the driver compiles the PTX).
+    fn load_source(
+        config: &crate::GpuConfig,
+        ctx: Arc<CudaContext>,
+        info: DeviceInfo,
+        source: String,
+    ) -> Result<Self, GpuError> {
         let ptx = compile_kernel_source(
             source,
             info.compute_capability,
