@@ -57,6 +57,55 @@ fn check_size(bits: u32, rounds: usize) {
     }
 }
 
+/// Runs `launch(key table, key index, input, out)` (an emulated kernel launch) over one request
+/// per entry of `index`, each a random input for `keys[index[i]]`, and checks every result
+/// against BoringSSL's private-key operation, and that room for `spare` more requests past the
+/// last one is left untouched (threads past the count write nothing).
+fn check_launch(
+    keys: &[Rsa<boring::pkey::Private>],
+    index: &[u32],
+    spare: usize,
+    rng: &mut fastrand::Rng,
+    launch: impl FnOnce(&[u32], &[u32], &[u32], &mut [u32]),
+) {
+    let bytes = keys[0].size() as usize;
+    let half = bytes / 8; // 32-bit limbs per prime
+    let table: Vec<u32> = keys
+        .iter()
+        .flat_map(|k| crt_of(k).record().to_vec())
+        .collect();
+    let msgs: Vec<Vec<u8>> = index
+        .iter()
+        .map(|_| {
+            let mut m: Vec<u8> = (0..bytes).map(|_| rng.u8(..)).collect();
+            m[0] = 0;
+            m
+        })
+        .collect();
+    let input: Vec<u32> = msgs
+        .iter()
+        .flat_map(|m| be_to_limbs(m, 2 * half).unwrap())
+        .collect();
+    let sentinel = 0xdead_beefu32;
+    let mut out = vec![sentinel; (index.len() + spare) * 2 * half];
+    launch(&table, index, &input, &mut out);
+    for (i, m) in msgs.iter().enumerate() {
+        let mut expect = vec![0u8; bytes];
+        keys[index[i] as usize]
+            .private_encrypt(m, &mut expect, Padding::NONE)
+            .unwrap();
+        assert_eq!(
+            limbs_to_be(&out[i * 2 * half..(i + 1) * 2 * half], bytes),
+            expect,
+            "request {i}"
+        );
+    }
+    assert!(
+        out[index.len() * 2 * half..].iter().all(|&w| w == sentinel),
+        "threads past count wrote"
+    );
+}
+
 #[test]
 fn rsa2048_matches_boringssl() {
     check_size(2048, 40);
@@ -101,40 +150,13 @@ fn kernel_entry_point_emulated_on_the_host_matches_boringssl_across_keys() {
     use gpu_engine::host_core::emulate_launch;
     let keys: Vec<Rsa<boring::pkey::Private>> =
         (0..2).map(|_| Rsa::generate(3072).unwrap()).collect();
-    let crts: Vec<CrtKey> = keys.iter().map(crt_of).collect();
-    let half = 48;
-    let table: Vec<u32> = crts.iter().flat_map(|c| c.record().to_vec()).collect();
     // 5 requests in blocks of 4: the second block has 3 idle threads that must write nothing.
-    let index = [1u32, 0, 0, 1, 1];
-    let mut rng = fastrand::Rng::with_seed(5);
-    let msgs: Vec<Vec<u8>> = (0..index.len())
-        .map(|_| {
-            let mut m: Vec<u8> = (0..384).map(|_| rng.u8(..)).collect();
-            m[0] = 0;
-            m
-        })
-        .collect();
-    let input: Vec<u32> = msgs
-        .iter()
-        .flat_map(|m| be_to_limbs(m, 2 * half).unwrap())
-        .collect();
-    let sentinel = 0xdead_beefu32;
-    let mut out = vec![sentinel; (index.len() + 3) * 2 * half];
-    emulate_launch(half, 4, &table, &index, &input, &mut out);
-    for (i, m) in msgs.iter().enumerate() {
-        let mut expect = vec![0u8; 384];
-        keys[index[i] as usize]
-            .private_encrypt(m, &mut expect, Padding::NONE)
-            .unwrap();
-        assert_eq!(
-            limbs_to_be(&out[i * 2 * half..(i + 1) * 2 * half], 384),
-            expect,
-            "request {i}"
-        );
-    }
-    assert!(
-        out[index.len() * 2 * half..].iter().all(|&w| w == sentinel),
-        "threads past count wrote"
+    check_launch(
+        &keys,
+        &[1, 0, 0, 1, 1],
+        3,
+        &mut fastrand::Rng::with_seed(5),
+        |table, index, input, out| emulate_launch(48, 4, table, index, input, out),
     );
 }
 
@@ -175,43 +197,17 @@ fn two_threads_per_request_kernel_emulated_matches_boringssl() {
     use gpu_engine::host_core::emulate_launch_shaped;
     let keys: Vec<Rsa<boring::pkey::Private>> =
         (0..2).map(|_| Rsa::generate(2048).unwrap()).collect();
-    let table: Vec<u32> = keys
-        .iter()
-        .flat_map(|k| crt_of(k).record().to_vec())
-        .collect();
-    let half = 32;
     let mut rng = fastrand::Rng::with_seed(9);
+    // Blocks of 4 (2 requests) and 6 (3): the last block of each has idle threads.
     for (block, index) in [(4u32, vec![1u32, 0, 0, 1, 1]), (6, vec![0, 1, 1, 0])] {
-        let msgs: Vec<Vec<u8>> = index
-            .iter()
-            .map(|_| {
-                let mut m: Vec<u8> = (0..256).map(|_| rng.u8(..)).collect();
-                m[0] = 0;
-                m
-            })
-            .collect();
-        let input: Vec<u32> = msgs
-            .iter()
-            .flat_map(|m| be_to_limbs(m, 2 * half).unwrap())
-            .collect();
-        let sentinel = 0x5eed_5eedu32;
-        let spare = block as usize; // room past the last request for stray writes to show
-        let mut out = vec![sentinel; (index.len() + spare) * 2 * half];
-        emulate_launch_shaped(5, 2, half, block, &table, &index, &input, &mut out);
-        for (i, m) in msgs.iter().enumerate() {
-            let mut expect = vec![0u8; 256];
-            keys[index[i] as usize]
-                .private_encrypt(m, &mut expect, Padding::NONE)
-                .unwrap();
-            assert_eq!(
-                limbs_to_be(&out[i * 2 * half..(i + 1) * 2 * half], 256),
-                expect,
-                "block {block}, request {i}"
-            );
-        }
-        assert!(
-            out[index.len() * 2 * half..].iter().all(|&w| w == sentinel),
-            "block {block}: threads past count wrote"
+        check_launch(
+            &keys,
+            &index,
+            block as usize,
+            &mut rng,
+            |table, index, input, out| {
+                emulate_launch_shaped(5, 2, 32, block, table, index, input, out)
+            },
         );
     }
 }
