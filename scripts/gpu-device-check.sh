@@ -43,6 +43,8 @@ DURATION=${DURATION:-8s}   # per end-to-end handshake run
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 say() { echo "== $*"; }
+. scripts/bench-lib.sh   # wait_port
+metrics() { python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())'; }
 
 say machine
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
@@ -111,11 +113,17 @@ endpoints = ["127.0.0.1:$UP"]
 CFG
   taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
   gw=$!
-  for _ in $(seq 600); do (echo >/dev/tcp/127.0.0.1/$GW) 2>/dev/null && break; sleep 0.1; done
+  wait_port $GW
+  # The gateway listens at once; the gpu engine joins once its kernel is built (tens of
+  # seconds): measure from then, not the CPU engines standing in.
+  for _ in $(seq 300); do
+    if m=$(metrics 2>/dev/null); then grep -q '^rampart_gpu_starting 1' <<<"$m" || break; fi
+    sleep 0.5
+  done
   echo "engines [$engines], $conc connections:"
   timeout 60 taskset -c 8-15 $D/rampart bench https-handshake --url "https://localhost:$GW/bytes/100" \
     -c "$conc" --threads 8 -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
-  python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())' | grep -E '^rampart_(gpu_|keyengine_operations|keyengine_failovers|batch_operations)' | grep -v ' 0$' | head -24
+  metrics | grep -E '^rampart_(gpu_|keyengine_operations|keyengine_failovers|batch_operations)' | grep -v ' 0$' | head -24
   kill $gw; wait $gw 2>/dev/null
   grep -i -E 'warn|error' "$OUT/gw.log" | head -5
 done
