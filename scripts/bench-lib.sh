@@ -66,21 +66,22 @@ bench_upstream() {
 # One bulk-download round against a gateway on 127.0.0.1:$GW:
 #   bench_bulk_round CONFIG KIND JSON [CLIENT_ARG...]
 # starts the gateway (binary $gw_bin, default $BIN; environment from the array gw_env; stderr to
-# $gw_log, default $OUT/gateway.log) with CONFIG on CPU 0, then the load generator on CPU 1:
-# KIND (h3 or https) downloads of 100 MB objects over 2 connections for $DURATION, the gateway's
+# $gw_log, default $OUT/gateway.log) with CONFIG on CPU 0, then the load generator on CPU 1
+# (GW_CPUS and LOAD_CPUS move them, CONNS sets the connections, default 2):
+# KIND (h3 or https) downloads of 100 MB objects over $CONNS connections for $DURATION, the gateway's
 # CPU measured, JSON to JSON. KIND h3-upload or https-upload POSTs 100 MB bodies to the demo
 # upstream's /discard instead. If the caller defines `during_download`, it runs while the download
 # does, with the gateway's pid in $gw. The gateway is stopped when the download ends.
 bench_bulk_round() {
   local cfg=$1 kind=$2 json=$3 load
   shift 3
-  env ${gw_env[@]+"${gw_env[@]}"} taskset -c 0 "${gw_bin:-$BIN}" run --config "$cfg" \
+  env ${gw_env[@]+"${gw_env[@]}"} taskset -c "${GW_CPUS:-0}" "${gw_bin:-$BIN}" run --config "$cfg" \
     2>"${gw_log:-$OUT/gateway.log}" &
   gw=$!
   wait_port "$GW"; sleep 0.5
   local mode=$kind-download url="https://localhost:$GW/bytes/100000000"
   case $kind in *-upload) mode=$kind; url="https://localhost:$GW/discard" ;; esac
-  taskset -c 1 "$BIN" bench "$mode" --url "$url" -c 2 \
+  taskset -c "${LOAD_CPUS:-1}" "$BIN" bench "$mode" --url "$url" -c "${CONNS:-2}" \
     -d "$DURATION" --server-pid "$gw" --json "$@" > "$json" &
   load=$!
   if declare -F during_download >/dev/null; then during_download; fi

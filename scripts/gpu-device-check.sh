@@ -8,7 +8,8 @@
 #   scripts/gpu-device-check.sh --prepare      # release build, stripped copies in target/device
 #   (on the device, from the repo root)  OUT=/some/dir scripts/gpu-device-check.sh
 # Settings: SECS per batch size (1), DURATION per end-to-end row (8s), VSIZES for the variant
-# rows (1,1024,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows.
+# rows (1,1024,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows,
+# ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead.
 # With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the variants are
 # measured side by side instead of the built-in kernel's sweep. On an H200 a run took 3-4 min.
 # Every load run is bounded by SECS / DURATION; everything talks to 127.0.0.1 only.
@@ -57,6 +58,58 @@ if ! ldconfig -p | grep -q 'libnvrtc\.so '; then
   mkdir -p /tmp/nvrtc && ln -sf "$nv" /tmp/nvrtc/libnvrtc.so
   export LD_LIBRARY_PATH=/tmp/nvrtc:$(dirname "$nv")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "nvrtc: $nv"
+fi
+
+# ONLY=cache-start: how long the gpu engine takes to become ready in a gateway start, first with
+# an empty `kernel_cache` (NVRTC builds the cubin) and then with it filled; and the CPU's share of
+# a GPU signature (device_bench cpu-side). Nothing else is run.
+if [ "${ONLY:-}" = cache-start ]; then
+  say "the CPU's share of a GPU signature (device_bench cpu-side)"
+  timeout 60 $D/device_bench cpu-side
+  UP=18080; GW=18443; cache=$OUT/kernel-cache
+  rm -rf "$cache"
+  for start in empty filled; do
+    cat > "$OUT/gw.toml" <<CFG
+[server]
+worker_threads = 2
+access_log = "off"
+[admin]
+listen = "127.0.0.1:19901"
+[key_engine]
+engines = ["gpu"]
+gpu = { kernel_cache = "$cache" }
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:$GW"
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "$PWD/$D/certs/rsa.crt", key = "$PWD/$D/certs/rsa.key" }
+[[routes]]
+cluster = "up"
+[[clusters]]
+name = "up"
+endpoints = ["127.0.0.1:$UP"]
+CFG
+    t0=$(date +%s.%N)
+    $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw-$start.log" 2>&1 &
+    gw=$!
+    wait_port $GW
+    ready=
+    for _ in $(seq 1200); do
+      if m=$(metrics 2>/dev/null) && grep -q '^rampart_gpu_starting 0' <<<"$m"; then ready=1; break; fi
+      sleep 0.05
+    done
+    t1=$(date +%s.%N)
+    took=$(python3 -c "print(f'{$t1 - $t0:.2f} s')")
+    if [ -n "$ready" ]; then echo "kernel cache $start: gpu engine ready after $took"
+    else echo "kernel cache $start: gpu engine still starting after $took"; fi
+    grep -E '^rampart_(gpu_available|keyengine_available)' <<<"$m" | head -4
+    ls -la "$cache" 2>/dev/null | tail -n +2
+    kill $gw; wait $gw 2>/dev/null
+    grep -i -E 'warn|error|kernel' "$OUT/gw-$start.log" | head -5
+  done
+  say done
+  exit 0
 fi
 
 C=$D/cubins

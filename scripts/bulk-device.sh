@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# HTTP/3 against HTTPS bulk downloads on a machine with cores to spare (the lent device machine:
+# 16 cores of an Intel Xeon with AVX-512), in two layouts, each HTTP/3 and HTTPS alternating
+# round by round (scripts/ab-bulk.sh):
+#   saturated: gateway on CPU 0, upstream on CPU 2, load generator on CPUs 4-7 (4 threads,
+#              4 connections), so the gateway's one core, not the load generator, bounds the rate;
+#   2-core:    this project's usual layout (gateway on CPU 0, upstream and load generator sharing
+#              CPU 1, 2 connections), as bench-h3.sh runs it on a 2-core machine.
+# Build here, run there (the device machine has no Rust):
+#   scripts/bulk-device.sh --prepare     # release build, stripped into target/device, certificates
+#   (on the device)  OUT=/some/dir scripts/bulk-device.sh
+# ROUNDS (3) and DURATION (5s) per layout; LAYOUTS="saturated 2-core" picks them. About 40 s a
+# layout. Every load run is bounded by DURATION; everything talks to 127.0.0.1 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+D=target/device
+if [ "${1:-}" = --prepare ]; then
+  cargo build --release -p rampart
+  mkdir -p "$D"
+  strip -o "$D/rampart" target/release/rampart
+  . scripts/bench-lib.sh
+  bench_site_certs "$D/certs"
+  du -sh "$D"
+  exit 0
+fi
+[ -x "$D/rampart" ] || { echo "run scripts/bulk-device.sh --prepare first" >&2; exit 1; }
+OUT=${OUT:-/tmp/bulk-device}
+mkdir -p "$OUT"
+echo "cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)"
+echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512vl|vaes|vpclmulqdq)$' | tr '\n' ' ')"
+echo "kernel: $(uname -r); rmem_max $(cat /proc/sys/net/core/rmem_max), wmem_max $(cat /proc/sys/net/core/wmem_max); qdisc on lo: $(tc qdisc show dev lo 2>/dev/null | head -1)"
+for layout in ${LAYOUTS:-saturated 2-core}; do
+  case $layout in
+    saturated) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 CLIENT_ARGS="--threads 4") ;;
+    2-core) cpus=(GW_CPUS=0 UPSTREAM_CPUS=1 LOAD_CPUS=1 CONNS=2 CLIENT_ARGS=) ;;
+    *) echo "unknown layout $layout" >&2; exit 2 ;;
+  esac
+  echo "== $layout: ${cpus[*]}"
+  mkdir -p "$OUT/$layout" && cp -r "$D/certs" "$OUT/$layout/"
+  env "${cpus[@]}" BIN=$D/rampart OUT="$OUT/$layout" ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5s} \
+    scripts/ab-bulk.sh kind:h3 kind:https
+  python3 - "$OUT/$layout/results.tsv" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+med = {k: statistics.median(float(r[2]) for r in rows if r[1] == k) for k in ("kind:h3", "kind:https")}
+print(f"HTTP/3 ÷ HTTPS, medians: {med['kind:h3']:.3f} / {med['kind:https']:.3f} = {med['kind:h3'] / med['kind:https']:.2f}")
+PY
+done
