@@ -7,6 +7,9 @@
 # The bulk downloads, HTTP/3 then HTTPS, run ROUNDS times in turn; the tables give each one's
 # median and the HTTP/3 ÷ HTTPS ratio of every round, since this machine drifts between runs.
 #   go install github.com/caddyserver/caddy/v2/cmd/caddy@latest   # for the Caddy rows
+# On a machine with more cores: GW_CPUS (servers, default 0), LOAD_CPUS and UPSTREAM_CPUS
+# (default 1), LOAD_THREADS (the load generator's threads, default 1), CONNS (bulk connections,
+# default 2); BIN picks the rampart binary (default ./target/release/rampart, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -15,29 +18,31 @@ ENGINE=${ENGINE:-batch}
 ROUNDS=${ROUNDS:-3}
 CADDY=${CADDY:-$(command -v caddy || echo "$HOME/go/bin/caddy")}
 OUT=${OUT:-target/bench-h3}
-BIN=./target/release/rampart
+BIN=${BIN:-./target/release/rampart}
 [ -x "$BIN" ] || cargo build --release -p rampart
+GW_CPUS=${GW_CPUS:-0}; LOAD_CPUS=${LOAD_CPUS:-1}; CONNS=${CONNS:-2}
+LOAD=(taskset -c "$LOAD_CPUS" "$BIN" bench --threads "${LOAD_THREADS:-1}")
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 C="$OUT/certs"
 bench_site_certs "$C"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" "$ENGINE" $GW $UP
-bench_upstream 1 $UP
-taskset -c 0 "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!; pids+=($gw)
+bench_upstream "${UPSTREAM_CPUS:-1}" $UP
+taskset -c "$GW_CPUS" "$BIN" run --config "$OUT/rampart.toml" 2>"$OUT/rampart.log" & gw=$!; pids+=($gw)
 wait_port $GW; sleep 0.5
-b() { local label=$1; shift; taskset -c 1 "$BIN" bench "$@" -d "$DURATION" --server-pid $gw --json > "$OUT/$label.json"; echo "$label: $(cut -c1-200 "$OUT/$label.json")" >&2; }
+b() { local label=$1; shift; "${LOAD[@]}" "$@" -d "$DURATION" --server-pid $gw --json > "$OUT/$label.json"; echo "$label: $(cut -c1-200 "$OUT/$label.json")" >&2; }
 U="https://localhost:$GW"
 b h3-rsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256
 b https-rsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs rsa_pss_rsae_sha256
 b h3-ecdsa h3-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
 b https-ecdsa https-handshake --url "$U/bytes/100" -c 16 --sigalgs ecdsa_secp256r1_sha256
 for i in $(seq 1 "$ROUNDS"); do
-  b h3-download-$i h3-download --url "$U/bytes/100000000" -c 2
-  b https-download-$i https-download --url "$U/bytes/100000000" -c 2
+  b h3-download-$i h3-download --url "$U/bytes/100000000" -c "$CONNS"
+  b https-download-$i https-download --url "$U/bytes/100000000" -c "$CONNS"
 done
 # The same download with the client reading datagram by datagram (no UDP_GRO): on loopback the
 # kernel then splits each GSO send into datagrams on the server's CPU.
-b h3-download-nogro h3-download --url "$U/bytes/100000000" -c 2 --no-gro
+b h3-download-nogro h3-download --url "$U/bytes/100000000" -c "$CONNS" --no-gro
 kill $gw; wait $gw 2>/dev/null || true
 
 if [ -x "$CADDY" ]; then
@@ -61,13 +66,13 @@ https://localhost:$CP {
 	file_server
 }
 CFG
-    GOMAXPROCS=1 taskset -c 0 "$CADDY" run --config "$OUT/Caddyfile-$kind" --adapter caddyfile 2>"$OUT/caddy-$kind.log" & cp=$!; pids+=($cp)
+    GOMAXPROCS=1 taskset -c "$GW_CPUS" "$CADDY" run --config "$OUT/Caddyfile-$kind" --adapter caddyfile 2>"$OUT/caddy-$kind.log" & cp=$!; pids+=($cp)
     wait_port $CP; sleep 0.5
     sig=rsa_pss_rsae_sha256; [ $kind = ecdsa ] && sig=ecdsa_secp256r1_sha256
-    taskset -c 1 "$BIN" bench h3-handshake --url "https://localhost:$CP/bytes/100" -c 16 --sigalgs $sig -d "$DURATION" --server-pid $cp --json > "$OUT/caddy-h3-$kind.json"
+    "${LOAD[@]}" h3-handshake --url "https://localhost:$CP/bytes/100" -c 16 --sigalgs $sig -d "$DURATION" --server-pid $cp --json > "$OUT/caddy-h3-$kind.json"
     echo "caddy-h3-$kind: $(cut -c1-200 "$OUT/caddy-h3-$kind.json")" >&2
     if [ $kind = rsa ]; then
-      taskset -c 1 "$BIN" bench h3-download --url "https://localhost:$CP/bytes/100000000" -c 2 -d "$DURATION" --server-pid $cp --json > "$OUT/caddy-h3-download.json"
+      "${LOAD[@]}" h3-download --url "https://localhost:$CP/bytes/100000000" -c "$CONNS" -d "$DURATION" --server-pid $cp --json > "$OUT/caddy-h3-download.json"
       echo "caddy-h3-download: $(cut -c1-200 "$OUT/caddy-h3-download.json")" >&2
     fi
     kill $cp; wait $cp 2>/dev/null || true

@@ -4,8 +4,11 @@
 # round by round (scripts/ab-bulk.sh):
 #   saturated: gateway on CPU 0, upstream on CPU 2, load generator on CPUs 4-7 (4 threads,
 #              4 connections), so the gateway's one core, not the load generator, bounds the rate;
+#   saturated-2: the same with 2 connections and 2 load-generator threads;
 #   2-core:    this project's usual layout (gateway on CPU 0, upstream and load generator sharing
-#              CPU 1, 2 connections), as bench-h3.sh runs it on a 2-core machine.
+#              CPU 1, 2 connections), as bench-h3.sh runs it on a 2-core machine;
+#   bench-h3:  the whole of scripts/bench-h3.sh (handshakes, bulk, Caddy) in the saturated
+#              layout, Caddy from target/device/caddy.xz (--prepare packs ~/go/bin/caddy).
 # Build here, run there (the device machine has no Rust):
 #   scripts/bulk-device.sh --prepare     # release build, stripped into target/device, certificates
 #   (on the device)  OUT=/some/dir scripts/bulk-device.sh
@@ -20,6 +23,8 @@ if [ "${1:-}" = --prepare ]; then
   strip -o "$D/rampart" target/release/rampart
   . scripts/bench-lib.sh
   bench_site_certs "$D/certs"
+  caddy=$(command -v caddy || echo "$HOME/go/bin/caddy")
+  if [ -x "$caddy" ]; then strip -o "$D/caddy" "$caddy" && xz -T2 -f "$D/caddy"; fi
   du -sh "$D"
   exit 0
 fi
@@ -31,7 +36,18 @@ echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512
 echo "kernel: $(uname -r); rmem_max $(cat /proc/sys/net/core/rmem_max), wmem_max $(cat /proc/sys/net/core/wmem_max); qdisc on lo: $(tc qdisc show dev lo 2>/dev/null | head -1)"
 for layout in ${LAYOUTS:-saturated 2-core}; do
   case $layout in
+    bench-h3)
+      echo "== bench-h3, saturated layout"
+      mkdir -p "$OUT/bench-h3" && cp -r "$D/certs" "$OUT/bench-h3/"
+      if [ -f "$D/caddy.xz" ]; then
+        python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$D/caddy.xz" "$OUT/caddy"
+        chmod +x "$OUT/caddy"
+      fi
+      GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 LOAD_THREADS=4 CONNS=4 BIN=$D/rampart CADDY=$OUT/caddy \
+        OUT="$OUT/bench-h3" ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5s} scripts/bench-h3.sh
+      continue ;;
     saturated) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 CLIENT_ARGS="--threads 4") ;;
+    saturated-2) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=2 CLIENT_ARGS="--threads 2") ;;
     2-core) cpus=(GW_CPUS=0 UPSTREAM_CPUS=1 LOAD_CPUS=1 CONNS=2 CLIENT_ARGS=) ;;
     *) echo "unknown layout $layout" >&2; exit 2 ;;
   esac
