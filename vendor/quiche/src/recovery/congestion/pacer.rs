@@ -49,6 +49,20 @@ pub(crate) struct Pacer {
     last_release: Option<Instant>,
     /// Packets still to go without delay.
     burst_tokens: usize,
+    /// The last gap computed, with what it was computed from: a burst's
+    /// packets share one size, window and RTT (they change only with ACKs),
+    /// so the division and conversion run once per ACK, not per packet.
+    gap_cache: Option<(GapKey, Option<Duration>)>,
+}
+
+/// What a packet's gap depends on besides the fixed maximum rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GapKey {
+    size: usize,
+    congestion_window: usize,
+    smoothed_rtt: Duration,
+    rtt_unknown: bool,
+    slow_start: bool,
 }
 
 impl Pacer {
@@ -59,7 +73,30 @@ impl Pacer {
             next_release: None,
             last_release: None,
             burst_tokens: INITIAL_BURST,
+            gap_cache: None,
         }
+    }
+
+    /// The time a packet of `size` bytes takes at the paced rate (`None`:
+    /// not paced), from the cache when its inputs are the last packet's.
+    fn gap(&mut self, size: usize, input: &PacingInput) -> Option<Duration> {
+        let key = GapKey {
+            size,
+            congestion_window: input.congestion_window,
+            smoothed_rtt: input.smoothed_rtt,
+            rtt_unknown: input.rtt_unknown,
+            slow_start: input.slow_start,
+        };
+        if let Some((cached, gap)) = self.gap_cache {
+            if cached == key {
+                return gap;
+            }
+        }
+        let gap = self
+            .rate(input)
+            .and_then(|rate| Duration::try_from_secs_f64(size as f64 / rate).ok());
+        self.gap_cache = Some((key, gap));
+        gap
     }
 
     /// The rate the window is paced at, in bytes per second; `None` while no
@@ -108,10 +145,8 @@ impl Pacer {
             return;
         }
 
-        self.next_release = self
-            .rate(&input)
-            .and_then(|rate| Duration::try_from_secs_f64(size as f64 / rate).ok())
-            .and_then(|gap| at.checked_add(gap));
+        self.next_release =
+            self.gap(size, &input).and_then(|gap| at.checked_add(gap));
     }
 
     /// When the packet just sent should leave: its release time, or `now`.
@@ -222,6 +257,36 @@ mod tests {
         }
         assert_eq!(p.sent_packet_time(now), now);
         assert_eq!(p.release_decision().time(now), None);
+    }
+
+    // The cached gap follows every input it depends on: a changed size,
+    // window, RTT or phase gives the gap computed afresh.
+    #[test]
+    fn cached_gap_follows_its_inputs() {
+        let mut p = Pacer::new(true, None);
+        let base = input(1, false);
+        let fresh = |size: usize, i: &PacingInput| {
+            Pacer::new(true, None)
+                .rate(i)
+                .and_then(|r| Duration::try_from_secs_f64(size as f64 / r).ok())
+        };
+        let mut changed = Vec::new();
+        let mut i = base;
+        i.congestion_window *= 2;
+        changed.push((1200, i));
+        let mut i = base;
+        i.smoothed_rtt *= 3;
+        changed.push((1200, i));
+        changed.push((1200, input(1, true)));
+        let mut i = base;
+        i.rtt_unknown = true;
+        changed.push((1200, i));
+        changed.push((700, base));
+        for (size, i) in changed {
+            assert_eq!(p.gap(1200, &base), fresh(1200, &base));
+            assert_eq!(p.gap(size, &i), fresh(size, &i), "{size} {i:?}");
+            assert_ne!(p.gap(size, &i), p.gap(1200, &base), "{size} {i:?}");
+        }
     }
 
     // A configured maximum (Mbit/s) caps the rate.
