@@ -8,7 +8,10 @@
 #   2-core:    this project's usual layout (gateway on CPU 0, upstream and load generator sharing
 #              CPU 1, 2 connections), as bench-h3.sh runs it on a 2-core machine;
 #   bench-h3:  the whole of scripts/bench-h3.sh (handshakes, bulk, Caddy) in the saturated
-#              layout, Caddy from target/device/caddy.xz (--prepare packs ~/go/bin/caddy).
+#              layout, Caddy from target/device/caddy.xz (--prepare packs ~/go/bin/caddy);
+#   profile:   scripts/profile-bulk.sh in the saturated layout, with this machine's perf and
+#              the libraries it needs beside glibc (target/device/perf.tar.xz) and a rampart
+#              binary keeping its symbols (target/device/rampart-symbols).
 # Build here, run there (the device machine has no Rust):
 #   scripts/bulk-device.sh --prepare     # release build, stripped into target/device, certificates
 #   (on the device)  OUT=/some/dir scripts/bulk-device.sh
@@ -25,6 +28,14 @@ if [ "${1:-}" = --prepare ]; then
   bench_site_certs "$D/certs"
   caddy=$(command -v caddy || echo "$HOME/go/bin/caddy")
   if [ -x "$caddy" ]; then strip -o "$D/caddy" "$caddy" && xz -T2 -f "$D/caddy"; fi
+  if command -v perf >/dev/null; then
+    objcopy --strip-debug target/release/rampart "$D/rampart-symbols"
+    rm -rf "$D/perf" && mkdir -p "$D/perf/lib" && cp "$(readlink -f "$(command -v perf)")" "$D/perf/"
+    for l in $(ldd "$D/perf/perf" | awk '/=>/ {print $3}'); do
+      case $(basename "$l") in libc.so*|libm.so*|libpthread.so*|libdl.so*) ;; *) cp -L "$l" "$D/perf/lib/" ;; esac
+    done
+    tar -C "$D" -cJf "$D/perf.tar.xz" perf && rm -rf "$D/perf"
+  fi
   du -sh "$D"
   exit 0
 fi
@@ -45,6 +56,18 @@ for layout in ${LAYOUTS:-saturated 2-core}; do
       fi
       GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 LOAD_THREADS=4 CONNS=4 BIN=$D/rampart CADDY=$OUT/caddy \
         OUT="$OUT/bench-h3" ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5s} scripts/bench-h3.sh
+      continue ;;
+    profile)
+      echo "== profile, saturated layout"
+      mkdir -p "$OUT/profile" && cp -r "$D/certs" "$OUT/profile/"
+      tar -C "$OUT" -xJf "$D/perf.tar.xz"
+      cat > "$OUT/perf.sh" <<SH
+#!/bin/sh
+LD_LIBRARY_PATH=$OUT/perf/lib exec $OUT/perf/perf "\$@"
+SH
+      chmod +x "$OUT/perf.sh"
+      GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 CLIENT_ARGS="--threads 4" PERF=$OUT/perf.sh \
+        BIN=$D/rampart-symbols OUT="$OUT/profile" scripts/profile-bulk.sh
       continue ;;
     saturated) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 CLIENT_ARGS="--threads 4") ;;
     saturated-2) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=2 CLIENT_ARGS="--threads 2") ;;

@@ -6,6 +6,8 @@
 # bench-h3.sh.
 #   scripts/profile-bulk.sh        # DURATION=7s PROFILE_S=3; needs `perf` (apt install linux-perf)
 #   CLIENT_ARGS="--udp-recv-buffer 0" scripts/profile-bulk.sh    # extra load-generator arguments
+#   PERF=/path/to/perf BIN=/path/to/rampart GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 \
+#     CLIENT_ARGS="--threads 4" scripts/profile-bulk.sh    # another perf, binary or placement
 #   UPLOAD=1 scripts/profile-bulk.sh   # uploads (h3-upload, https-upload to /discard) instead;
 #                                      # the rows then read: sending = to the upstream, receiving =
 #                                      # the client's body, AEAD = opening, quiche receiving = the body
@@ -20,26 +22,27 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-7s}
 PROFILE_S=${PROFILE_S:-3}
 OUT=${OUT:-target/profile-bulk}
-BIN=./target/release/rampart
+BIN=${BIN:-./target/release/rampart}
 [ -x "$BIN" ] || cargo build --release -p rampart
-command -v perf >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
+PERF=${PERF:-perf}
+command -v "$PERF" >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 bench_site_certs "$OUT/certs"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
-bench_upstream 1 $UP
+bench_upstream "${UPSTREAM_CPUS:-1}" $UP
 
 read -r -a client_args <<< "${CLIENT_ARGS:-}"
 during_download() {
   sleep 2
-  perf record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p "$gw" -o "$OUT/$kind.perf" \
+  "$PERF" record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p "$gw" -o "$OUT/$kind.perf" \
     -- sleep "$PROFILE_S" >/dev/null 2>&1
 }
 suffix=; [ -n "${UPLOAD:-}" ] && suffix=-upload
 for kind in h3$suffix https$suffix; do
   gw_log=$OUT/rampart-$kind.log
   bench_bulk_round "$OUT/rampart.toml" $kind "$OUT/$kind.json" ${client_args[@]+"${client_args[@]}"}
-  perf script -i "$OUT/$kind.perf" -F ip,sym 2>/dev/null > "$OUT/$kind.stacks"
+  "$PERF" script -i "$OUT/$kind.perf" -F ip,sym 2>/dev/null > "$OUT/$kind.stacks"
 done
 
 python3 - "$OUT" "$suffix" <<'PY'
