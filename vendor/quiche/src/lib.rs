@@ -1350,6 +1350,17 @@ impl StreamsBlockedState {
     }
 }
 
+/// rampart: how much of the stream-only writer's "nothing but stream data is
+/// due" check a packet runs (`Connection::send_stream_only`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamOnlyCheck {
+    /// Every frame source `send_single` visits.
+    Full,
+    /// Within a burst, after a packet that passed: only what writing a
+    /// stream-only packet can change.
+    WithinBurst,
+}
+
 /// A QUIC connection.
 pub struct Connection<F = DefaultBufFactory>
 where
@@ -4186,9 +4197,12 @@ impl<F: BufFactory> Connection<F> {
         // rampart: during a bulk download nothing but stream data is due,
         // packet after packet; such a packet is written by the stream-only
         // writer, and ends the datagram as any 1-RTT packet does.
-        if let Some(written) =
-            self.send_stream_only(&mut out[..left], send_pid, now)?
-        {
+        if let Some(written) = self.send_stream_only(
+            &mut out[..left],
+            send_pid,
+            now,
+            StreamOnlyCheck::Full,
+        )? {
             done = written;
             left = 0;
 
@@ -4319,6 +4333,11 @@ impl<F: BufFactory> Connection<F> {
 
         let (mut packets, mut written) = (0, 0);
 
+        // The burst's first packet checks everything `send_single` would
+        // visit; the rest only what sending a stream packet can change (no
+        // input is processed and no application call is made until the burst
+        // returns).
+        let mut check = StreamOnlyCheck::Full;
         let mut result = Ok(());
         while packets < max_packets && written + segment <= out.len() {
             if packets > 0 && packets % 8 == 0 {
@@ -4333,10 +4352,11 @@ impl<F: BufFactory> Connection<F> {
             }
 
             let packet = &mut out[written..written + segment];
-            match self.send_stream_only(packet, send_pid, now) {
+            match self.send_stream_only(packet, send_pid, now, check) {
                 Ok(Some(len)) => {
                     packets += 1;
                     written += len;
+                    check = StreamOnlyCheck::WithinBurst;
 
                     if len < segment {
                         break;
@@ -5872,8 +5892,14 @@ impl<F: BufFactory> Connection<F> {
     /// changed nothing, and the caller takes `send_single`.
     fn send_stream_only(
         &mut self, out: &mut [u8], send_pid: usize, now: Instant,
+        check: StreamOnlyCheck,
     ) -> Result<Option<usize>> {
-        if !self.nothing_but_stream_data_due(send_pid) {
+        let due = match check {
+            StreamOnlyCheck::Full => self.nothing_but_stream_data_due(send_pid),
+            StreamOnlyCheck::WithinBurst =>
+                self.nothing_but_stream_data_still_due(send_pid),
+        };
+        if !due {
             return Ok(None);
         }
 
@@ -6101,6 +6127,30 @@ impl<F: BufFactory> Connection<F> {
     /// frames it visits is empty, the packet is a 1-RTT one on a validated
     /// path that needs no padding, and no packet number is to be skipped.
     /// Cheap checks only; `send_stream_only` relies on every one of them.
+    /// rampart: `nothing_but_stream_data_due` for the next packet of a burst
+    /// whose previous packet passed it, with no input processed and no
+    /// application call made since: only the conditions that writing a
+    /// stream-only packet can change are checked again. A packet number to
+    /// skip comes due as packets are numbered; a path MTU probe once the
+    /// path has carried `pmtud_min_sent_bytes`. Everything else the full
+    /// check reads changes only on input (ACKs, frames, timers) or through
+    /// the application (stream writes, resets, datagrams, key updates): an
+    /// ACK is owed only for received packets, a flow-control update only for
+    /// received data, a lost frame only after an ACK or a timeout, and
+    /// `should_elicit_ack` can only turn false once an ack-eliciting packet
+    /// has gone out.
+    fn nothing_but_stream_data_still_due(&self, send_pid: usize) -> bool {
+        let path = match self.paths.get(send_pid) {
+            Ok(v) => v,
+            Err(_) => return false,
+        };
+
+        !path.pmtu_probe_wanted() &&
+            !self
+                .pkt_num_manager
+                .should_skip_pn(self.handshake_completed)
+    }
+
     fn nothing_but_stream_data_due(&self, send_pid: usize) -> bool {
         let epoch = packet::Epoch::Application;
 

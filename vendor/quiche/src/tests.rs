@@ -13003,6 +13003,71 @@ fn pmtud_waits_for_min_sent_bytes(
     assert_eq!(pipe.client.path_stats().next().unwrap().pmtu, 1400);
 }
 
+/// rampart: within a burst only what writing a stream packet can change is
+/// checked again (`nothing_but_stream_data_still_due`); a path MTU probe that
+/// comes due as the burst carries the path past `pmtud_min_sent_bytes` ends
+/// the burst after that packet, and the next packet is the probe.
+#[rstest]
+fn stream_burst_ends_where_a_pmtu_probe_comes_due(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut config = bulk_config(cc_algorithm_name);
+    config.set_max_send_udp_payload_size(1400);
+    config.discover_pmtu(true);
+    let threshold: usize = 6_000;
+    config.set_pmtud_min_sent_bytes(threshold as u64);
+    let mut pipe = test_utils::Pipe::with_config(&mut config).unwrap();
+    assert_eq!(pipe.handshake(), Ok(()));
+    assert_eq!(pipe.client.stream_send(0, b"GET", true), Ok(3));
+    assert_eq!(pipe.advance(), Ok(()));
+    let mut buf = [0; 16];
+    assert_eq!(pipe.server.stream_recv(0, &mut buf), Ok((3, true)));
+
+    let sent = |pipe: &test_utils::Pipe| {
+        pipe.server.paths.get_active().unwrap().sent_bytes as usize
+    };
+    assert!(sent(&pipe) < threshold);
+    let body = vec![9u8; 30_000];
+    assert!(pipe.server.stream_send(0, &body, false).unwrap() > threshold);
+
+    // The first packet as a caller sends it; then bursts of the rest.
+    let mut gso = vec![0; 65_000];
+    let (segment, _) = pipe.server.send(&mut gso).unwrap();
+    let mut crossed = false;
+    while !crossed {
+        let before = sent(&pipe);
+        let (n, bytes) = pipe
+            .server
+            .send_stream_burst_at(&mut gso, segment, 64, None, None, Instant::now(), None)
+            .unwrap();
+        if n == 0 {
+            // A packet number to skip: the general writer's packet.
+            assert!(before < threshold);
+            pipe.server.send(&mut gso[..segment]).unwrap();
+            continue;
+        }
+        assert_eq!(bytes, n * segment, "whole segments: data and window remain");
+        let after = sent(&pipe);
+        if after >= threshold {
+            crossed = true;
+            // The burst stopped at the packet that crossed the threshold,
+            // with room and data for more.
+            assert!(after - segment < threshold, "{before} {after} {n}");
+            assert!(n < 64);
+        }
+    }
+    assert!(pipe.server.paths.get_active().unwrap().pmtu_probe_wanted());
+    assert_eq!(
+        pipe.server
+            .send_stream_burst_at(&mut gso, segment, 64, None, None, Instant::now(), None),
+        Ok((0, 0))
+    );
+    let (len, frames, stream_only) = server_packet(&mut pipe, &mut gso).unwrap();
+    assert!(!stream_only);
+    assert!(len > segment, "the probe is larger: {len} {segment}");
+    assert!(frames.iter().any(|f| matches!(f, frame::Frame::Ping { .. })), "{frames:?}");
+}
+
 #[rstest]
 /// This test verifies that multiple send() calls after handshake completion
 /// only generate one PMTUD probe packet, not multiple identical probes.

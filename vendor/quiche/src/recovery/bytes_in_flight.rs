@@ -39,13 +39,12 @@ pub struct BytesInFlight {
     // Current bytes in flight.
     bytes_in_flight: usize,
 
-    // Instant at which bytes_in_flight transitioned from 0 to >0.
-    // Set if bytes_in_flight is currently >0 which indicates that
-    // the bytes in flight interval is currently "open".
-    bytes_in_flight_interval_start: Option<Instant>,
-
-    // Duration of the current open interval.
-    open_interval_duration: Duration,
+    // rampart: the open interval, set while bytes_in_flight is >0: the
+    // instant bytes_in_flight transitioned from 0 to >0, and the latest
+    // instant it was updated at. Upstream stored the open interval's
+    // duration and recomputed it (an `Instant` subtraction) on every add,
+    // once per packet sent; it is now taken when asked for.
+    open_interval: Option<(Instant, Instant)>,
 
     // Sum of closed interval durations seen so far.
     closed_interval_duration: Duration,
@@ -61,10 +60,9 @@ impl BytesInFlight {
 
         self.bytes_in_flight += delta;
 
-        if self.bytes_in_flight_interval_start.is_some() {
-            self.update_in_flight_duration(now);
-        } else {
-            self.bytes_in_flight_interval_start = Some(now);
+        match &mut self.open_interval {
+            Some((_, latest)) => *latest = now,
+            None => self.open_interval = Some((now, now)),
         }
     }
 
@@ -87,17 +85,18 @@ impl BytesInFlight {
 
     /// Total time during which bytes_in_flight was > 0.
     pub(crate) fn get_duration(&self) -> Duration {
-        self.closed_interval_duration + self.open_interval_duration
+        self.closed_interval_duration +
+            self.open_interval
+                .map_or(Duration::ZERO, |(start, latest)| latest - start)
     }
 
     fn update_in_flight_duration(&mut self, now: Instant) {
-        if let Some(start) = self.bytes_in_flight_interval_start {
+        if let Some((start, _)) = self.open_interval {
             if self.bytes_in_flight == 0 {
-                self.open_interval_duration = Duration::ZERO;
                 self.closed_interval_duration += now - start;
-                self.bytes_in_flight_interval_start = None;
+                self.open_interval = None;
             } else {
-                self.open_interval_duration = now - start;
+                self.open_interval = Some((start, now));
             }
         }
     }
