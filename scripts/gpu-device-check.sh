@@ -46,6 +46,30 @@ exec > >(tee "$OUT/log.txt") 2>&1
 say() { echo "== $*"; }
 . scripts/bench-lib.sh   # wait_port
 metrics() { python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())'; }
+# The device's gateway config, to $OUT/gw.toml: $1 worker threads, $2 the [key_engine] lines;
+# RSA-2048 on 127.0.0.1:$GW, everything routed to the demo upstream on 127.0.0.1:$UP.
+gw_config() {
+  cat > "$OUT/gw.toml" <<CFG
+[server]
+worker_threads = $1
+access_log = "off"
+[admin]
+listen = "127.0.0.1:19901"
+[key_engine]
+$2
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:$GW"
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "$PWD/$D/certs/rsa.crt", key = "$PWD/$D/certs/rsa.key" }
+[[routes]]
+cluster = "up"
+[[clusters]]
+name = "up"
+endpoints = ["127.0.0.1:$UP"]
+CFG
+}
 
 say machine
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
@@ -69,27 +93,8 @@ if [ "${ONLY:-}" = cache-start ]; then
   UP=18080; GW=18443; cache=$OUT/kernel-cache
   rm -rf "$cache"
   for start in empty filled; do
-    cat > "$OUT/gw.toml" <<CFG
-[server]
-worker_threads = 2
-access_log = "off"
-[admin]
-listen = "127.0.0.1:19901"
-[key_engine]
-engines = ["gpu"]
-gpu = { kernel_cache = "$cache" }
-[[listeners]]
-name = "https"
-listen = "127.0.0.1:$GW"
-[[listeners.certificates]]
-server_names = ["localhost"]
-rsa = { cert = "$PWD/$D/certs/rsa.crt", key = "$PWD/$D/certs/rsa.key" }
-[[routes]]
-cluster = "up"
-[[clusters]]
-name = "up"
-endpoints = ["127.0.0.1:$UP"]
-CFG
+    gw_config 2 "engines = [\"gpu\"]
+gpu = { kernel_cache = \"$cache\" }"
     t0=$(date +%s.%N)
     $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw-$start.log" 2>&1 &
     gw=$!
@@ -101,7 +106,7 @@ CFG
     done
     t1=$(date +%s.%N)
     took=$(python3 -c "print(f'{$t1 - $t0:.2f} s')")
-    if [ -n "$ready" ]; then echo "kernel cache $start: gpu engine ready after $took"
+    if [ -n "$ready" ]; then echo "kernel cache $start: gpu engine done starting after $took (rampart_gpu_available below)"
     else echo "kernel cache $start: gpu engine still starting after $took"; fi
     grep -E '^rampart_(gpu_available|keyengine_available)' <<<"$m" | head -4
     ls -la "$cache" 2>/dev/null | tail -n +2
@@ -143,27 +148,8 @@ up=$!
 trap 'kill $up 2>/dev/null' EXIT
 for run in '"batch"|512' '"gpu"|512' '"batch", "gpu"|512' '"gpu"|2048'; do
   engines=${run%|*}; conc=${run#*|}
-  cat > "$OUT/gw.toml" <<CFG
-[server]
-worker_threads = 8
-access_log = "off"
-[admin]
-listen = "127.0.0.1:19901"
-[key_engine]
-engines = [$engines]
-batch = { threads = 8 }
-[[listeners]]
-name = "https"
-listen = "127.0.0.1:$GW"
-[[listeners.certificates]]
-server_names = ["localhost"]
-rsa = { cert = "$PWD/$D/certs/rsa.crt", key = "$PWD/$D/certs/rsa.key" }
-[[routes]]
-cluster = "up"
-[[clusters]]
-name = "up"
-endpoints = ["127.0.0.1:$UP"]
-CFG
+  gw_config 8 "engines = [$engines]
+batch = { threads = 8 }"
   taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
   gw=$!
   wait_port $GW
