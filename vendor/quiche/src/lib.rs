@@ -6122,11 +6122,6 @@ impl<F: BufFactory> Connection<F> {
         Ok(Some(written))
     }
 
-    /// rampart: whether the next packet on `send_pid`, as `send_single` would
-    /// write it, carries nothing but one STREAM frame: every other source of
-    /// frames it visits is empty, the packet is a 1-RTT one on a validated
-    /// path that needs no padding, and no packet number is to be skipped.
-    /// Cheap checks only; `send_stream_only` relies on every one of them.
     /// rampart: `nothing_but_stream_data_due` for the next packet of a burst
     /// whose previous packet passed it, with no input processed and no
     /// application call made since: only the conditions that writing a
@@ -6151,6 +6146,11 @@ impl<F: BufFactory> Connection<F> {
                 .should_skip_pn(self.handshake_completed)
     }
 
+    /// rampart: whether the next packet on `send_pid`, as `send_single` would
+    /// write it, carries nothing but one STREAM frame: every other source of
+    /// frames it visits is empty, the packet is a 1-RTT one on a validated
+    /// path that needs no padding, and no packet number is to be skipped.
+    /// Cheap checks only; `send_stream_only` relies on every one of them.
     fn nothing_but_stream_data_due(&self, send_pid: usize) -> bool {
         let epoch = packet::Epoch::Application;
 
