@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # HTTP/3 against HTTPS bulk downloads on a machine with cores to spare (the lent device machine:
-# 16 cores of an Intel Xeon with AVX-512), in two layouts, each HTTP/3 and HTTPS alternating
-# round by round (scripts/ab-bulk.sh):
+# 16 cores of an Intel Xeon with AVX-512), in layouts picked by LAYOUTS (default "saturated
+# 2-core"); the first three run HTTP/3 and HTTPS alternating round by round (scripts/ab-bulk.sh):
 #   saturated: gateway on CPU 0, upstream on CPU 2, load generator on CPUs 4-7 (4 threads,
 #              4 connections), so the gateway's one core, not the load generator, bounds the rate;
 #   saturated-2: the same with 2 connections and 2 load-generator threads;
@@ -15,8 +15,9 @@
 # Build here, run there (the device machine has no Rust):
 #   scripts/bulk-device.sh --prepare     # release build, stripped into target/device, certificates
 #   (on the device)  OUT=/some/dir scripts/bulk-device.sh
-# ROUNDS (3) and DURATION (5s) per layout; LAYOUTS="saturated 2-core" picks them. About 40 s a
-# layout. Every load run is bounded by DURATION; everything talks to 127.0.0.1 only.
+# ROUNDS (3) and DURATION (5s) per layout. On the H200 lease an ab-bulk layout took about 100 s
+# (3 rounds), bench-h3 with 5 rounds about 100 s, profile about 50 s. Every load run is bounded by
+# DURATION; everything talks to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D=target/device
