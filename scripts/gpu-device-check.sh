@@ -46,6 +46,16 @@ exec > >(tee "$OUT/log.txt") 2>&1
 say() { echo "== $*"; }
 . scripts/bench-lib.sh   # wait_port
 metrics() { python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())'; }
+# Waits ($1 tries, $2 s apart) until the metrics answer and no longer say the gpu engine is
+# starting (its kernel built, loaded or given up on); leaves the last metrics in `m`. Fails if
+# it gave up first.
+wait_gpu_started() {
+  for _ in $(seq "$1"); do
+    if m=$(metrics 2>/dev/null) && ! grep -q '^rampart_gpu_starting 1' <<<"$m"; then return 0; fi
+    sleep "$2"
+  done
+  return 1
+}
 # The device's gateway config, to $OUT/gw.toml: $1 worker threads, $2 the [key_engine] lines;
 # RSA-2048 on 127.0.0.1:$GW, everything routed to the demo upstream on 127.0.0.1:$UP.
 gw_config() {
@@ -99,11 +109,7 @@ gpu = { kernel_cache = \"$cache\" }"
     $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw-$start.log" 2>&1 &
     gw=$!
     wait_port $GW
-    ready=
-    for _ in $(seq 1200); do
-      if m=$(metrics 2>/dev/null) && grep -q '^rampart_gpu_starting 0' <<<"$m"; then ready=1; break; fi
-      sleep 0.05
-    done
+    ready=; wait_gpu_started 1200 0.05 && ready=1
     t1=$(date +%s.%N)
     took=$(python3 -c "print(f'{$t1 - $t0:.2f} s')")
     if [ -n "$ready" ]; then echo "kernel cache $start: gpu engine done starting after $took (rampart_gpu_available below)"
@@ -155,10 +161,7 @@ batch = { threads = 8 }"
   wait_port $GW
   # The gateway listens at once; the gpu engine joins once its kernel is built (tens of
   # seconds): measure from then, not the CPU engines standing in.
-  for _ in $(seq 300); do
-    if m=$(metrics 2>/dev/null); then grep -q '^rampart_gpu_starting 1' <<<"$m" || break; fi
-    sleep 0.5
-  done
+  wait_gpu_started 300 0.5 || true
   echo "engines [$engines], $conc connections:"
   timeout 60 taskset -c 8-15 $D/rampart bench https-handshake --url "https://localhost:$GW/bytes/100" \
     -c "$conc" --threads 8 -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
