@@ -32,47 +32,35 @@ mod ffi {
             rr: *const u32,
             n: c_int,
         );
-        pub fn rsa_emulate_launch_w4(
-            half: c_int,
-            grid: u32,
-            block: u32,
-            out: *mut u32,
-            input: *const u32,
-            keys: *const u32,
-            key_index: *const u32,
-            count: u32,
-        ) -> c_int;
-        pub fn rsa_emulate_launch_w5_s2(
-            half: c_int,
-            grid: u32,
-            block: u32,
-            out: *mut u32,
-            input: *const u32,
-            keys: *const u32,
-            key_index: *const u32,
-            count: u32,
-        ) -> c_int;
-        pub fn rsa_emulate_launch_w5(
-            half: c_int,
-            grid: u32,
-            block: u32,
-            out: *mut u32,
-            input: *const u32,
-            keys: *const u32,
-            key_index: *const u32,
-            count: u32,
-        ) -> c_int;
-        pub fn rsa_emulate_launch_w6(
-            half: c_int,
-            grid: u32,
-            block: u32,
-            out: *mut u32,
-            input: *const u32,
-            keys: *const u32,
-            key_index: *const u32,
-            count: u32,
-        ) -> c_int;
     }
+
+    /// The CUDA entry point compiled for the host once per kernel shape (`build.rs` names each
+    /// `rsa_emulate_launch_w{window}` or `..._w{window}_s{threads per request}`): one signature,
+    /// the kernel's arguments after the prime's limb count and the grid.
+    macro_rules! emulated_launches {
+        ($($name:ident),*) => {
+            extern "C" {
+                $(
+                    pub fn $name(
+                        half: c_int,
+                        grid: u32,
+                        block: u32,
+                        out: *mut u32,
+                        input: *const u32,
+                        keys: *const u32,
+                        key_index: *const u32,
+                        count: u32,
+                    ) -> c_int;
+                )*
+            }
+        };
+    }
+    emulated_launches!(
+        rsa_emulate_launch_w4,
+        rsa_emulate_launch_w5,
+        rsa_emulate_launch_w6,
+        rsa_emulate_launch_w5_s2
+    );
 }
 
 /// Limbs per prime the core supports (RSA-2048, -3072, -4096).
