@@ -73,8 +73,9 @@ bench_upstream() {
 # upstream's /discard instead. If the caller defines `during_download`, it runs while the download
 # does, with the gateway's pid in $gw. The gateway is stopped when the download ends.
 bench_bulk_round() {
-  local cfg=$1 kind=$2 json=$3 load
+  local cfg=$1 kind=$2 json=$3 load drops0
   shift 3
+  drops0=$(udp_rcvbuf_errors); rm -f "$json.losses"
   env ${gw_env[@]+"${gw_env[@]}"} taskset -c "${GW_CPUS:-0}" "${gw_bin:-$BIN}" run --config "$cfg" \
     2>"${gw_log:-$OUT/gateway.log}" &
   gw=$!
@@ -86,5 +87,32 @@ bench_bulk_round() {
   load=$!
   if declare -F during_download >/dev/null; then during_download; fi
   wait "$load"
+  sleep 0.3  # the client's connections close, and the gateway counts their packets then
+  bench_quic_losses "$json.losses" "$drops0"
   kill "$gw"; wait "$gw" 2>/dev/null || true
+}
+
+# UDP datagrams the kernel has dropped for a full receive buffer since boot, all sockets
+# (/proc/net/snmp RcvbufErrors).
+udp_rcvbuf_errors() {
+  awk '/^Udp:/ { if (!n) { for (i = 1; i <= NF; i++) if ($i == "RcvbufErrors") c = i; n = 1 } else print $c }' /proc/net/snmp
+}
+
+# Writes "SENT LOST DROPS" to $1: the QUIC packets the gateway sent and declared lost on the
+# connections closed so far (its admin endpoint, 127.0.0.1:19901), and the UDP datagrams dropped
+# for a full receive buffer since udp_rcvbuf_errors gave $2 (on loopback: the client's drops).
+# Nothing is written where the admin endpoint does not answer.
+bench_quic_losses() {
+  python3 - "$1" "$2" "$(udp_rcvbuf_errors)" <<'PY' || true
+import re, sys, urllib.request
+try:
+    text = urllib.request.urlopen("http://127.0.0.1:19901/metrics", timeout=2).read().decode()
+except OSError:
+    sys.exit(0)
+total = {}
+for m in re.finditer(r'^rampart_quic_packets_total\{[^}]*kind="(\w+)"[^}]*\} (\S+)$', text, re.M):
+    total[m[1]] = total.get(m[1], 0) + float(m[2])
+with open(sys.argv[1], "w") as f:
+    print(int(total.get("sent", 0)), int(total.get("lost", 0)), int(sys.argv[3]) - int(sys.argv[2]), file=f)
+PY
 }

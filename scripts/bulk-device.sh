@@ -15,6 +15,11 @@
 # Build here, run there (the device machine has no Rust):
 #   scripts/bulk-device.sh --prepare     # release build, stripped into target/device, certificates
 #   (on the device)  OUT=/some/dir scripts/bulk-device.sh
+# To compare two builds: BEFORE=/tmp/rampart-before scripts/bulk-device.sh --prepare strips that
+# binary into target/device/rampart-before as well, and on the device
+#   VARIANTS="target/device/rampart-before kind:h3 kind:https" scripts/bulk-device.sh
+# alternates the old build's HTTP/3, the new one's and the new one's HTTPS (the ab-bulk layouts
+# take any scripts/ab-bulk.sh variants; each median is also given against kind:https's).
 # ROUNDS (3) and DURATION (5s) per layout. On the H200 lease an ab-bulk layout took about 100 s
 # (3 rounds), bench-h3 with 5 rounds about 100 s, profile about 50 s. Every load run is bounded by
 # DURATION; everything talks to 127.0.0.1 only.
@@ -25,6 +30,7 @@ if [ "${1:-}" = --prepare ]; then
   cargo build --release -p rampart
   mkdir -p "$D"
   strip -o "$D/rampart" target/release/rampart
+  if [ -n "${BEFORE:-}" ]; then strip -o "$D/rampart-before" "$BEFORE"; fi
   . scripts/bench-lib.sh
   bench_site_certs "$D/certs"
   caddy=$(command -v caddy || echo "$HOME/go/bin/caddy")
@@ -78,11 +84,14 @@ SH
   echo "== $layout: ${cpus[*]}"
   mkdir -p "$OUT/$layout" && cp -r "$D/certs" "$OUT/$layout/"
   env "${cpus[@]}" BIN=$D/rampart OUT="$OUT/$layout" ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5s} \
-    scripts/ab-bulk.sh kind:h3 kind:https
+    scripts/ab-bulk.sh ${VARIANTS:-kind:h3 kind:https}
   python3 - "$OUT/$layout/results.tsv" <<'PY'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-med = {k: statistics.median(float(r[2]) for r in rows if r[1] == k) for k in ("kind:h3", "kind:https")}
-print(f"HTTP/3 ÷ HTTPS, medians: {med['kind:h3']:.3f} / {med['kind:https']:.3f} = {med['kind:h3'] / med['kind:https']:.2f}")
+variants = list(dict.fromkeys(r[1] for r in rows))
+med = {k: statistics.median(float(r[2]) for r in rows if r[1] == k) for k in variants}
+for k in variants:
+    if k != "kind:https" and "kind:https" in med:
+        print(f"{k} ÷ HTTPS, medians: {med[k]:.3f} / {med['kind:https']:.3f} = {med[k] / med['kind:https']:.2f}")
 PY
 done

@@ -24,6 +24,8 @@ pub struct H3Target {
     /// Send runs of full-size packets as one GSO buffer (Linux UDP_SEGMENT) where the kernel
     /// offers it.
     pub gso: bool,
+    /// Each request stream's receive window (flow-control credit, bytes).
+    pub stream_window: u64,
 }
 
 /// The most packets one GSO send carries: 48 full datagrams stay under 64 KiB.
@@ -133,7 +135,7 @@ fn recv_gro(
     sock.try_recv_from(buf).map(|(n, from)| (n, from, None))
 }
 
-fn config(sigalgs: Option<&str>) -> anyhow::Result<quiche::Config> {
+fn config(sigalgs: Option<&str>, stream_window: u64) -> anyhow::Result<quiche::Config> {
     let mut b = boring::ssl::SslContextBuilder::new(boring::ssl::SslMethod::tls())?;
     if let Some(s) = sigalgs {
         b.set_verify_algorithm_prefs(&crate::parse_sigalgs(s)?)?;
@@ -144,8 +146,10 @@ fn config(sigalgs: Option<&str>) -> anyhow::Result<quiche::Config> {
     c.set_max_idle_timeout(10_000);
     c.set_max_recv_udp_payload_size(65527);
     c.set_max_send_udp_payload_size(MAX_DATAGRAM);
-    c.set_initial_max_data(64 << 20);
-    c.set_initial_max_stream_data_bidi_local(32 << 20);
+    c.set_initial_max_stream_data_bidi_local(stream_window);
+    // Fixed: quiche would otherwise grow a small window up to 16 MiB.
+    c.set_max_stream_window(stream_window);
+    c.set_initial_max_data((64 << 20).max(2 * stream_window));
     c.set_initial_max_stream_data_bidi_remote(1 << 20);
     c.set_initial_max_stream_data_uni(1 << 20);
     c.set_initial_max_streams_bidi(100);
@@ -192,7 +196,7 @@ impl H3Conn {
         let mut scid = [0u8; 16];
         boring::rand::rand_bytes(&mut scid)?;
         let scid = quiche::ConnectionId::from_ref(&scid);
-        let mut cfg = config(t.sigalgs.as_deref())?;
+        let mut cfg = config(t.sigalgs.as_deref(), t.stream_window)?;
         let mut conn = quiche::connect(Some(&t.host), &scid, local, t.addr, &mut cfg)?;
         if let Some(s) = session {
             conn.set_session(s)?;

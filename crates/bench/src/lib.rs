@@ -161,6 +161,11 @@ pub struct BenchArgs {
     /// acknowledges every 10 packets of a bulk transfer.
     #[arg(long, default_value_t = 0)]
     pub ack_every: usize,
+    /// HTTP/3 modes: the client's receive window per request stream (bytes): how far ahead of
+    /// the client's reads the server may send. Chromium starts at 6 MiB; quic-go grows to 6 MiB.
+    /// The window stays fixed; the connection's is twice this, at least 64 MiB.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub stream_window: u64,
     /// h3-upload, https-upload: bytes in each request's body.
     #[arg(long, default_value_t = 100_000_000)]
     pub upload_bytes: u64,
@@ -482,6 +487,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                         recv_buffer: args.udp_recv_buffer,
                         ack_every: args.ack_every,
                         gso: !args.no_gso,
+                        stream_window: args.stream_window,
                     });
                     h3::worker(h3t, args, rec).await
                 }

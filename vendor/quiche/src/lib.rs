@@ -5912,6 +5912,7 @@ impl<F: BufFactory> Connection<F> {
             Some(v) => v,
             None => return Ok(None),
         };
+        let sole_flushable = self.streams.has_one_flushable();
 
         let path = self.paths.get_mut(send_pid)?;
 
@@ -5995,10 +5996,10 @@ impl<F: BufFactory> Connection<F> {
         let hdr_off = payload_offset;
 
         // The data stays in the stream buffer when one buffer covers it (it is
-        // sealed from there); otherwise it is copied into the packet.
-        let (len, fin, zero_copy_data) = match stream.send.emit_zero_copy(max_len)
-        {
-            Some((data, range, fin)) => (range.len(), fin, Some((data, range))),
+        // sealed from there, the stream borrowed until then rather than its
+        // buffer referenced); otherwise it is copied into the packet.
+        let (len, fin, in_place) = match stream.send.emit_in_place(max_len) {
+            Some((index, range, fin)) => (range.len(), fin, Some((index, range))),
 
             None => {
                 let (_, mut stream_payload) = b.split_at(hdr_off + hdr_len)?;
@@ -6024,17 +6025,14 @@ impl<F: BufFactory> Connection<F> {
         b.skip(hdr_len + len)?;
 
         // Remove the stream when it is no longer flushable, or shuffle an
-        // incremental stream to the back of the queue; a flushable
-        // non-incremental stream stays where it is, so its priority key is
-        // not referenced for nothing.
+        // incremental stream to the back of the queue (after the seal, which
+        // still borrows the stream); a flushable stream that is not
+        // incremental, or is alone in the queue, stays where it is, so its
+        // priority key is not referenced for nothing (two atomic operations
+        // per packet: 1.5% of an HTTP/3 download's CPU on a 16-core Xeon).
         let (flushable, incremental) = (stream.is_flushable(), stream.incremental);
-        if !flushable || incremental {
-            let priority_key = Arc::clone(&stream.priority_key);
-            self.streams
-                .requeue_flushable(&priority_key, flushable, incremental);
-        }
-
-        self.streams.sub_tx_buffered(len);
+        let requeue = (!flushable || (incremental && !sole_flushable))
+            .then(|| Arc::clone(&stream.priority_key));
 
         // `send_single` alternates between DATAGRAM and STREAM frames; no
         // DATAGRAM was sent.
@@ -6051,9 +6049,8 @@ impl<F: BufFactory> Connection<F> {
             None => return Err(Error::InvalidState),
         };
 
-        let extra_in = zero_copy_data
-            .as_ref()
-            .map(|(data, range)| &data.as_ref()[range.clone()]);
+        let extra_in = in_place
+            .map(|(index, range)| &stream.send.emitted(index)[range]);
         let extra_len = extra_in.map_or(0, <[u8]>::len);
 
         let written = packet::encrypt_pkt(
@@ -6065,6 +6062,13 @@ impl<F: BufFactory> Connection<F> {
             extra_in,
             aead,
         )?;
+
+        if let Some(priority_key) = requeue {
+            self.streams
+                .requeue_flushable(&priority_key, flushable, incremental);
+        }
+
+        self.streams.sub_tx_buffered(len);
 
         if is_app_limited {
             path.recovery.delivery_rate_update_app_limited(true);

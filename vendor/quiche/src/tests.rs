@@ -1220,6 +1220,74 @@ fn stream_only_writer_sends_the_stream_in_order(
 }
 
 #[rstest]
+/// rampart: two incremental streams share the stream-only writer's packets in
+/// turn (it rotates the stream it wrote to the back of the queue unless that
+/// stream is the only one there), and when one has sent everything the other
+/// goes on alone; both arrive whole.
+fn stream_only_writer_takes_incremental_streams_in_turn(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut pipe = bulk_pipe(cc_algorithm_name);
+    let bodies = [vec![0x11; 20_000], vec![0x44; 60_000]];
+    let ids = [0u64, 4];
+    let mut written = [0usize; 2];
+    let mut received = [Vec::new(), Vec::new()];
+    // Stream IDs of the stream-only packets, in the order sent.
+    let mut order = Vec::new();
+    let mut buf = [0; 1500];
+    let mut out = vec![0; 65536];
+    for _ in 0..10_000 {
+        for i in 0..2 {
+            if written[i] < bodies[i].len() {
+                written[i] += pipe
+                    .server
+                    .stream_send(ids[i], &bodies[i][written[i]..], true)
+                    .unwrap_or(0);
+            }
+        }
+        match server_packet(&mut pipe, &mut buf) {
+            Ok((len, frames, by_stream_only)) => {
+                if by_stream_only {
+                    match frames.as_slice() {
+                        [frame::Frame::Stream { stream_id, .. }] =>
+                            order.push(*stream_id),
+                        other => panic!("stream-only packet carried {other:?}"),
+                    }
+                }
+                assert_eq!(pipe.client_recv(&mut buf[..len]), Ok(len));
+            },
+
+            Err(Error::Done) => {
+                if ids.iter().all(|&id| pipe.server.stream_send_complete(id)) {
+                    break;
+                }
+                let flight = test_utils::emit_flight(&mut pipe.client).unwrap();
+                test_utils::process_flight(&mut pipe.server, flight).unwrap();
+            },
+
+            Err(e) => panic!("server send: {e:?}"),
+        }
+        for i in 0..2 {
+            while let Ok((n, _)) = pipe.client.stream_recv(ids[i], &mut out) {
+                received[i].extend_from_slice(&out[..n]);
+            }
+        }
+    }
+
+    assert_eq!(received, bodies);
+    // Stream 0 took the first congestion window alone (stream 4 had nothing
+    // buffered yet). Once both had data, every stream-only packet switched
+    // streams; after the short one ended, the long one had them to itself.
+    let first_long = order.iter().position(|&id| id == 4).unwrap();
+    let last_short = order.iter().rposition(|&id| id == 0).unwrap();
+    let both = &order[first_long..=last_short];
+    assert!(both.len() > 4, "{order:?}");
+    assert!(both.windows(2).all(|w| w[0] != w[1]), "{order:?}");
+    assert!(order[last_short + 1..].iter().all(|&id| id == 4));
+    assert!(order.len() - last_short > 10, "{order:?}");
+}
+
+#[rstest]
 /// rampart: the stream-only writer gives way as soon as anything else is due:
 /// an ACK, a control frame, or the connection closing.
 fn stream_only_writer_gives_way_to_other_frames(

