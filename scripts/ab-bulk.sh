@@ -52,17 +52,18 @@ for round in $(seq "$ROUNDS"); do
 import json, os, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 # HTTP/3: the share of the gateway's packets declared lost, and the UDP receive-buffer drops.
-lost, drops = "-", "-"
+lost, drops, per_received = "-", "-", "-"
 if os.path.exists(sys.argv[1] + ".losses"):
-    sent, n_lost, n_drops = map(int, open(sys.argv[1] + ".losses").read().split())
+    sent, n_lost, n_drops, received = map(int, open(sys.argv[1] + ".losses").read().split())
     if sent:
         lost, drops = f"{100 * n_lost / sent:.2f}%", str(n_drops)
+        per_received = f"{sent / max(received, 1):.0f}"
 print("\t".join([sys.argv[2], sys.argv[3], f"{r['server_cpu_seconds_per_gb']:.3f}",
                  f"{r['server_user_cpu_seconds_per_gb']:.3f}",
                  f"{r['server_system_cpu_seconds_per_gb']:.3f}", f"{r['gbit_per_sec']:.2f}",
-                 f"{r['server_cpu_seconds'] / r['seconds']:.2f}", lost, drops]))
+                 f"{r['server_cpu_seconds'] / r['seconds']:.2f}", lost, drops, per_received]))
 PY
-    tail -1 "$OUT/results.tsv" | awk -F'\t' '{printf "round %s  %-40s %s CPU s/GB (user %s, kernel %s), %s Gbit/s, gateway busy %s", $1, $2, $3, $4, $5, $6, $7; if ($8 != "-") printf ", lost %s, UDP drops %s", $8, $9; printf "\n"}'
+    tail -1 "$OUT/results.tsv" | awk -F'\t' '{printf "round %s  %-40s %s CPU s/GB (user %s, kernel %s), %s Gbit/s, gateway busy %s", $1, $2, $3, $4, $5, $6, $7; if ($8 != "-") printf ", lost %s, UDP drops %s, %s sent per received", $8, $9, $10; printf "\n"}'
   done
 done
 

@@ -98,9 +98,10 @@ udp_rcvbuf_errors() {
   awk '/^Udp:/ { if (!n) { for (i = 1; i <= NF; i++) if ($i == "RcvbufErrors") c = i; n = 1 } else print $c }' /proc/net/snmp
 }
 
-# Writes "SENT LOST DROPS" to $1: the QUIC packets the gateway sent and declared lost on the
-# connections closed so far (its admin endpoint, 127.0.0.1:19901), and the UDP datagrams dropped
-# for a full receive buffer since udp_rcvbuf_errors gave $2 (on loopback: the client's drops).
+# Writes "SENT LOST DROPS RECEIVED" to $1: the QUIC packets the gateway sent and declared lost
+# on the connections closed so far (its admin endpoint, 127.0.0.1:19901), the UDP datagrams
+# dropped for a full receive buffer since udp_rcvbuf_errors gave $2 (on loopback: the client's
+# drops), and the QUIC packets the gateway received (in a download, mostly the client's ACKs).
 # Nothing is written where the admin endpoint does not answer.
 bench_quic_losses() {
   python3 - "$1" "$2" "$(udp_rcvbuf_errors)" <<'PY' || true
@@ -113,6 +114,7 @@ total = {}
 for m in re.finditer(r'^rampart_quic_packets_total\{[^}]*kind="(\w+)"[^}]*\} (\S+)$', text, re.M):
     total[m[1]] = total.get(m[1], 0) + float(m[2])
 with open(sys.argv[1], "w") as f:
-    print(int(total.get("sent", 0)), int(total.get("lost", 0)), int(sys.argv[3]) - int(sys.argv[2]), file=f)
+    print(int(total.get("sent", 0)), int(total.get("lost", 0)), int(sys.argv[3]) - int(sys.argv[2]),
+          int(total.get("received", 0)), file=f)
 PY
 }
