@@ -4850,7 +4850,7 @@ impl<F: BufFactory> Connection<F> {
 
             let frame = frame::Frame::ACK {
                 ack_delay,
-                ranges: pkt_space.recv_pkt_need_ack.clone(),
+                ranges: Box::new(pkt_space.recv_pkt_need_ack.clone()),
                 ecn_counts: None, // sending ECN is not supported at this time
             };
 

@@ -4230,7 +4230,7 @@ fn stop_sending(
 
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
 
@@ -4489,7 +4489,7 @@ fn stop_sending_ack_race(
 
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
 
@@ -4612,7 +4612,7 @@ fn stop_sending_stream_ack_race(
 
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
 
@@ -5784,7 +5784,7 @@ fn stop_sending_before_flushed_packets(
 
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
 
@@ -7722,7 +7722,7 @@ fn validate_peer_sent_ack_range(
     ranges.insert(0..10);
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
     assert_eq!(
@@ -7818,7 +7818,7 @@ fn validate_peer_sent_ack_range_for_multi_path(
     ranges.insert(0..global_max_sent + 1);
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
     pipe.send_pkt_to_server(pkt_type, &frames, &mut buf)
@@ -7857,7 +7857,7 @@ fn validate_peer_sent_ack_range_for_multi_path(
     ranges.insert(0..global_max_sent + 2);
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
     assert_eq!(
@@ -7982,7 +7982,7 @@ fn prevent_optimistic_ack(
     ranges.insert(skip_pn..skip_pn + 1);
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
 
@@ -12811,7 +12811,7 @@ fn stop_sending_stream_send_after_reset_stream_ack(
 
     let frames = [frame::Frame::ACK {
         ack_delay: 15,
-        ranges,
+        ranges: Box::new(ranges),
         ecn_counts: None,
     }];
 
