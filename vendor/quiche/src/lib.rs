@@ -5940,18 +5940,12 @@ impl<F: BufFactory> Connection<F> {
 
         // Nothing has changed yet if this returns early: only `out`, which
         // `send_single` writes over.
-        Header {
-            ty: Type::Short,
-            version: self.version,
-            dcid: ConnectionId::from_ref(self.ids.get_dcid(dcid_seq)?.cid.as_ref()),
-            scid: ConnectionId::default(),
-            pkt_num: 0,
-            pkt_num_len: pn_len,
-            token: None,
-            versions: None,
-            key_phase: self.key_phase,
-        }
-        .to_bytes(&mut b)?;
+        packet::short_header_to_bytes(
+            self.ids.get_dcid(dcid_seq)?.cid.as_ref(),
+            pn_len,
+            self.key_phase,
+            &mut b,
+        )?;
 
         let overhead = b.off() + pn_len + crypto_overhead;
 

@@ -451,31 +451,20 @@ impl<'a> Header<'a> {
     }
 
     pub(crate) fn to_bytes(&self, out: &mut octets::OctetsMut) -> Result<()> {
+        // Encode short header.
+        if self.ty == Type::Short {
+            return short_header_to_bytes(
+                &self.dcid,
+                self.pkt_num_len,
+                self.key_phase,
+                out,
+            );
+        }
+
         let mut first = 0;
 
         // Encode pkt num length.
         first |= self.pkt_num_len.saturating_sub(1) as u8;
-
-        // Encode short header.
-        if self.ty == Type::Short {
-            // Unset form bit for short header.
-            first &= !FORM_BIT;
-
-            // Set fixed bit.
-            first |= FIXED_BIT;
-
-            // Set key phase bit.
-            if self.key_phase {
-                first |= KEY_PHASE_BIT;
-            } else {
-                first &= !KEY_PHASE_BIT;
-            }
-
-            out.put_u8(first)?;
-            out.put_bytes(&self.dcid)?;
-
-            return Ok(());
-        }
 
         // Encode long header.
         let ty: u8 = match self.ty {
@@ -714,6 +703,25 @@ pub fn encrypt_pkt(
     encrypt_hdr(&mut header, pn_len, payload.as_ref(), aead)?;
 
     Ok(payload_offset + ciphertext_len)
+}
+
+/// rampart: a short (1-RTT) header up to the packet number, as
+/// [`Header::to_bytes`] writes it, without building a `Header` (the stream-only
+/// writer calls this for every packet).
+pub(crate) fn short_header_to_bytes(
+    dcid: &[u8], pkt_num_len: usize, key_phase: bool, out: &mut octets::OctetsMut,
+) -> Result<()> {
+    // Form bit unset (short header), fixed bit set, the key phase, and the
+    // packet number's length.
+    let mut first = FIXED_BIT | pkt_num_len.saturating_sub(1) as u8;
+    if key_phase {
+        first |= KEY_PHASE_BIT;
+    }
+
+    out.put_u8(first)?;
+    out.put_bytes(dcid)?;
+
+    Ok(())
 }
 
 pub fn encode_pkt_num(
