@@ -3,7 +3,8 @@
 //! `packetseal`'s one-pass seal, and BoringSSL sealing a 16 KB TLS record as the per-byte
 //! reference HTTPS pays; then opening a packet, BoringSSL's `EVP_AEAD_CTX_open` (quiche's
 //! call) against `packetseal::OpenKey`, each on a fresh copy of the sealed packet (the copy is
-//! in both figures). In process, one thread, no sockets.
+//! in both figures); and header protection's one AES block per packet, BoringSSL's
+//! `AES_ecb_encrypt` against `packetseal::MaskKey`. In process, one thread, no sockets.
 
 use anyhow::{anyhow, bail};
 use serde::Serialize;
@@ -112,6 +113,38 @@ impl Drop for BoringAead {
 }
 
 /// Runs `seal` (one message per call, nonce advancing) for about `duration`.
+/// BoringSSL's AES block cipher, as quiche's header protection calls it (`AES_ecb_encrypt`).
+struct BoringAesBlock {
+    key: boring_sys::AES_KEY,
+}
+
+impl BoringAesBlock {
+    fn new(key: &[u8; 16]) -> anyhow::Result<BoringAesBlock> {
+        // SAFETY: an AES_KEY is plain data (all zeros is a valid value) that
+        // AES_set_encrypt_key fills in from the 128-bit key it is given.
+        let mut aes: boring_sys::AES_KEY = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `key` holds the 128 bits passed.
+        if unsafe { boring_sys::AES_set_encrypt_key(key.as_ptr(), 128, &mut aes) } != 0 {
+            bail!("AES_set_encrypt_key failed");
+        }
+        Ok(BoringAesBlock { key: aes })
+    }
+
+    fn encrypt(&self, block: &[u8; 16]) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // SAFETY: one 16-byte block in, one out, under a key AES_set_encrypt_key prepared.
+        unsafe { boring_sys::AES_ecb_encrypt(block.as_ptr(), out.as_mut_ptr(), &self.key, 1) };
+        out
+    }
+}
+
+/// A header-protection sample that changes with `n`, so no call is folded away.
+fn sample_for(n: u64) -> [u8; 16] {
+    let mut s = [0x5a; 16];
+    s[..8].copy_from_slice(&n.to_le_bytes());
+    s
+}
+
 fn rate(
     implementation: &'static str,
     message_bytes: usize,
@@ -169,6 +202,8 @@ pub fn measure(duration: Duration) -> anyhow::Result<Vec<SealRate>> {
         .filter_map(|w| packetseal::SealKey::with_width(&key, w))
         .collect();
     let opener = packetseal::OpenKey::new(&key);
+    let hp_boring = BoringAesBlock::new(&key)?;
+    let hp_fast = packetseal::MaskKey::new(&key);
     let mut packet = vec![0u8; IN_PACKET_LEN + STREAM_DATA_LEN + 16];
     let mut record = vec![0u8; RECORD_LEN + 16];
     let packet_len = IN_PACKET_LEN + STREAM_DATA_LEN;
@@ -200,6 +235,17 @@ pub fn measure(duration: Duration) -> anyhow::Result<Vec<SealRate>> {
             round.push(rate("packetseal-avx2-open", packet_len, each, |_| {
                 work.copy_from_slice(&sealed);
                 k.open(&nonce, &header, &mut work).is_ok()
+            })?);
+        }
+        // Header protection: one AES block per packet, over a 16-byte sample of it.
+        round.push(rate("boringssl-hp-mask", 16, each, |n| {
+            black_box(hp_boring.encrypt(&sample_for(n)));
+            true
+        })?);
+        if let Some(k) = &hp_fast {
+            round.push(rate("packetseal-hp-mask", 16, each, |n| {
+                black_box(k.mask(&sample_for(n)));
+                true
             })?);
         }
         round.push(rate("boringssl-tls-record", RECORD_LEN, each, |n| {

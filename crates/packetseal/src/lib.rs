@@ -40,6 +40,50 @@ pub const TAG_LEN: usize = 16;
 /// Length of the nonce [`SealKey::seal`] takes.
 pub const NONCE_LEN: usize = 12;
 
+/// A QUIC header-protection key for AES (RFC 9001, section 5.4.3): 16 bytes for the AES-128
+/// suites, 32 for AES-256. [`MaskKey::mask`] encrypts a packet's 16-byte sample with AES-NI,
+/// inline; the round keys are wiped on drop.
+#[derive(Clone)]
+pub struct MaskKey {
+    #[cfg(target_arch = "x86_64")]
+    inner: x86::MaskSchedule,
+}
+
+impl MaskKey {
+    /// `None` where the CPU has no AES-NI, or for a key of another length.
+    pub fn new(key: &[u8]) -> Option<MaskKey> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !is_x86_feature_detected!("aes") {
+                return None;
+            }
+            // SAFETY: AES-NI was just detected.
+            let inner = unsafe { x86::MaskSchedule::new(key)? };
+            Some(MaskKey { inner })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = key;
+            None
+        }
+    }
+
+    /// The header-protection mask for `sample`: AES-ECB of the sample under the key, whose
+    /// first five bytes mask the first byte and the packet number.
+    pub fn mask(&self, sample: &[u8; 16]) -> [u8; 16] {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: `new` built this key only after detecting AES-NI.
+            unsafe { self.inner.encrypt(sample) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = sample;
+            unreachable!("MaskKey is never built off x86-64")
+        }
+    }
+}
+
 /// Why a seal was refused. Nothing is written when it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SealError {

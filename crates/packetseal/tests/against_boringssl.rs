@@ -3,15 +3,8 @@
 
 mod common;
 
-use common::boring_seal;
+use common::{boring_seal, hex};
 use packetseal::{SealError, SealKey, Width, TAG_LEN};
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
 
 /// A key for every width this CPU runs (none, with a note, where it runs neither: the tests
 /// then have nothing to check), so each check covers both widths where both exist.

@@ -82,6 +82,63 @@ impl Schedule {
     }
 }
 
+/// AES round keys for QUIC header protection (RFC 9001, section 5.4.3): one block encrypted
+/// per packet, inline, where BoringSSL's `AES_ecb_encrypt` takes a call chain and a CPU
+/// dispatch per block.
+#[derive(Clone)]
+pub(crate) struct MaskSchedule {
+    round_keys: [__m128i; 15],
+    /// 10 (AES-128) or 14 (AES-256).
+    rounds: usize,
+}
+
+impl MaskSchedule {
+    /// `None` for a key of another length than 16 or 32 bytes.
+    ///
+    /// # Safety
+    /// The CPU has AES-NI.
+    pub(crate) unsafe fn new(key: &[u8]) -> Option<MaskSchedule> {
+        // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
+        let mut s = MaskSchedule { round_keys: unsafe { std::mem::zeroed() }, rounds: 0 };
+        // SAFETY: the caller promised AES-NI; the functions read only the arrays they get.
+        unsafe {
+            match key.len() {
+                16 => {
+                    expand_128(key.try_into().expect("16 bytes"), &mut s.round_keys);
+                    s.rounds = 10;
+                }
+                32 => {
+                    expand_256(key.try_into().expect("32 bytes"), &mut s.round_keys);
+                    s.rounds = 14;
+                }
+                _ => return None,
+            }
+        }
+        Some(s)
+    }
+
+    /// The encryption of `sample` (its first bytes are the mask).
+    ///
+    /// # Safety
+    /// The CPU has AES-NI (as [`MaskSchedule::new`] required).
+    pub(crate) unsafe fn encrypt(&self, sample: &[u8; 16]) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        // SAFETY: AES-NI, as the caller promised; 16 readable and 16 writable bytes.
+        unsafe {
+            let block = _mm_loadu_si128(sample.as_ptr().cast());
+            let x = encrypt_block(&self.round_keys, self.rounds, block);
+            _mm_storeu_si128(out.as_mut_ptr().cast(), x);
+        }
+        out
+    }
+}
+
+impl Drop for MaskSchedule {
+    fn drop(&mut self) {
+        wipe(&mut self.round_keys);
+    }
+}
+
 impl Drop for Schedule {
     fn drop(&mut self) {
         wipe(&mut self.round_keys);

@@ -1,5 +1,8 @@
 //! Test helpers shared by packetseal's integration tests.
 
+// Each test binary compiles this module and uses only some of its helpers.
+#![allow(dead_code)]
+
 use packetseal::TAG_LEN;
 
 /// BoringSSL's AES-GCM seal of a contiguous plaintext: ciphertext ‖ tag.
@@ -31,4 +34,12 @@ pub fn boring_seal(key: &[u8], nonce: &[u8; 12], aad: &[u8], plain: &[u8]) -> Ve
         out.truncate(out_len);
         out
     }
+}
+
+/// The bytes a hex string spells.
+pub fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }

@@ -252,11 +252,35 @@ impl Drop for PacketKey {
 pub(crate) enum HeaderProtectionKey {
     Aes(AES_KEY),
 
+    // rampart: AES header protection with AES-NI inline (`packetseal::MaskKey`,
+    // see `fast_mask_enabled`): BoringSSL's
+    // `AES_ecb_encrypt` went through a call chain and a CPU dispatch for every
+    // packet's one block.
+    FastAes(packetseal::MaskKey),
+
     ChaCha(Vec<u8>),
 }
 
 impl HeaderProtectionKey {
     pub fn new(alg: Algorithm, hp_key: Vec<u8>) -> Result<Self> {
+        match alg {
+            Algorithm::AES128_GCM | Algorithm::AES256_GCM
+                if fast_mask_enabled() =>
+            {
+                match packetseal::MaskKey::new(&hp_key) {
+                    Some(key) => Ok(Self::FastAes(key)),
+                    None => Self::boringssl_aes(alg, &hp_key),
+                }
+            },
+
+            Algorithm::AES128_GCM | Algorithm::AES256_GCM =>
+                Self::boringssl_aes(alg, &hp_key),
+
+            Algorithm::ChaCha20_Poly1305 => Ok(Self::ChaCha(hp_key)),
+        }
+    }
+
+    fn boringssl_aes(alg: Algorithm, hp_key: &[u8]) -> Result<Self> {
         match alg {
             Algorithm::AES128_GCM | Algorithm::AES256_GCM => unsafe {
                 let key_len_bits = alg.key_len() as u32 * 8;
@@ -277,12 +301,24 @@ impl HeaderProtectionKey {
                 Ok(Self::Aes(aes_key))
             },
 
-            Algorithm::ChaCha20_Poly1305 => Ok(Self::ChaCha(hp_key)),
+            Algorithm::ChaCha20_Poly1305 => Err(Error::CryptoFail),
         }
     }
 
     pub fn new_mask(&self, sample: &[u8]) -> Result<HeaderProtectionMask> {
         match self {
+            Self::FastAes(key) => {
+                let sample: &[u8; 16] = sample
+                    .get(..16)
+                    .and_then(|s| s.try_into().ok())
+                    .ok_or(Error::CryptoFail)?;
+                let block = key.mask(sample);
+                let new_mask =
+                    HeaderProtectionMask::try_from(&block[..HP_MASK_LEN])
+                        .unwrap();
+                Ok(new_mask)
+            },
+
             Self::Aes(aes_key) => {
                 let mut block = [0_u8; 16];
 
@@ -343,6 +379,16 @@ fn fast_seal_width() -> Option<packetseal::Width> {
         Ok("boringssl") => None,
         Ok("avx2") => Some(packetseal::Width::Avx2),
         _ => packetseal::Width::best(),
+    })
+}
+
+/// rampart: whether AES header protection uses `packetseal::MaskKey` (where the
+/// CPU has AES-NI): unless `RAMPART_QUIC_SEAL=boringssl` (read once), which keeps
+/// BoringSSL for all of QUIC's packet protection.
+fn fast_mask_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        std::env::var("RAMPART_QUIC_SEAL").as_deref() != Ok("boringssl")
     })
 }
 
