@@ -64,7 +64,11 @@ fn random_keys_and_samples_match_boringssl() {
             let key: Vec<u8> = (0..len).map(|_| fastrand::u8(..)).collect();
             let sample: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
             let ours = MaskKey::new(&key).unwrap();
-            assert_eq!(ours.mask(&sample), boringssl_ecb(&key, &sample), "key {key:02x?}");
+            assert_eq!(
+                ours.mask(&sample),
+                boringssl_ecb(&key, &sample),
+                "key {key:02x?}"
+            );
         }
     }
 }

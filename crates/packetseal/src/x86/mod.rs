@@ -99,7 +99,10 @@ impl MaskSchedule {
     /// The CPU has AES-NI.
     pub(crate) unsafe fn new(key: &[u8]) -> Option<MaskSchedule> {
         // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
-        let mut s = MaskSchedule { round_keys: unsafe { std::mem::zeroed() }, rounds: 0 };
+        let mut s = MaskSchedule {
+            round_keys: unsafe { std::mem::zeroed() },
+            rounds: 0,
+        };
         // SAFETY: the caller promised AES-NI; the functions read only the arrays they get.
         unsafe {
             match key.len() {
