@@ -65,17 +65,7 @@ impl Schedule {
         // SAFETY: the caller promised the instructions; the functions read only the arrays
         // they are given.
         unsafe {
-            match key.len() {
-                16 => {
-                    expand_128(key.try_into().expect("16 bytes"), &mut s.round_keys);
-                    s.rounds = 10;
-                }
-                32 => {
-                    expand_256(key.try_into().expect("32 bytes"), &mut s.round_keys);
-                    s.rounds = 14;
-                }
-                _ => return None,
-            }
+            s.rounds = expand_key(key, &mut s.round_keys)?;
             s.h_powers = hash_key_powers(&s.round_keys, s.rounds);
         }
         Some(s)
@@ -103,20 +93,8 @@ impl MaskSchedule {
             round_keys: unsafe { std::mem::zeroed() },
             rounds: 0,
         };
-        // SAFETY: the caller promised AES-NI; the functions read only the arrays they get.
-        unsafe {
-            match key.len() {
-                16 => {
-                    expand_128(key.try_into().expect("16 bytes"), &mut s.round_keys);
-                    s.rounds = 10;
-                }
-                32 => {
-                    expand_256(key.try_into().expect("32 bytes"), &mut s.round_keys);
-                    s.rounds = 14;
-                }
-                _ => return None,
-            }
-        }
+        // SAFETY: the caller promised AES-NI.
+        s.rounds = unsafe { expand_key(key, &mut s.round_keys)? };
         Some(s)
     }
 
@@ -163,6 +141,28 @@ pub(super) fn wipe<T: Copy, const N: usize>(v: &mut [T; N]) {
 }
 
 // ---- AES key schedule and single blocks ----
+
+/// Expands a 16-byte (AES-128) or 32-byte (AES-256) key into `rk` and returns its rounds (10
+/// or 14); `None` for another length, `rk` untouched.
+///
+/// # Safety
+/// The CPU has AES-NI.
+unsafe fn expand_key(key: &[u8], rk: &mut [__m128i; 15]) -> Option<usize> {
+    // SAFETY: AES-NI, as the caller promised; each function reads only the key it is given.
+    unsafe {
+        match key.len() {
+            16 => {
+                expand_128(key.try_into().expect("16 bytes"), rk);
+                Some(10)
+            }
+            32 => {
+                expand_256(key.try_into().expect("32 bytes"), rk);
+                Some(14)
+            }
+            _ => None,
+        }
+    }
+}
 
 /// `k ^ (k << 32) ^ (k << 64) ^ (k << 96)`: the running XOR of a key schedule step.
 #[target_feature(enable = "aes")]

@@ -253,9 +253,8 @@ pub(crate) enum HeaderProtectionKey {
     Aes(AES_KEY),
 
     // rampart: AES header protection with AES-NI inline (`packetseal::MaskKey`,
-    // see `fast_mask_enabled`): BoringSSL's
-    // `AES_ecb_encrypt` went through a call chain and a CPU dispatch for every
-    // packet's one block.
+    // see `fast_mask_enabled`), where BoringSSL's `AES_ecb_encrypt` went through
+    // a call chain and a CPU dispatch for every packet's one block.
     FastAes(packetseal::MaskKey),
 
     ChaCha(Vec<u8>),
