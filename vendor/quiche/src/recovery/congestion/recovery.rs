@@ -1289,9 +1289,9 @@ pub struct Acked {
 /// rampart: asks the CPU for the cache lines of the slot the next record
 /// will be written to in `sent`, while this packet is sealed and sent. The
 /// queue is a ring as large as the most packets ever in flight, so a slot was
-/// last touched a round trip of packets ago and is out of cache by the time it
-/// is written: on a 16-core Xeon the record's copy into it took 1.8% of an
-/// HTTP/3 download's CPU, most of it waiting for those lines. Only a hint:
+/// last touched a round trip of packets ago and is likely out of cache by the
+/// time it is written: in a profile on a 16-core Xeon the record's copy into it
+/// took 1.8% of an HTTP/3 download's CPU. Only a hint:
 /// nothing is read or written, and a queue about to grow or wrap prefetches a
 /// line it will not use.
 fn prefetch_next_slot(sent: &VecDeque<Sent>) {
@@ -1309,7 +1309,7 @@ fn prefetch_next_slot(sent: &VecDeque<Sent>) {
             // sees and cannot fault, whatever the address; `wrapping_add`
             // keeps the address arithmetic itself defined.
             unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
                     next.wrapping_add(off).cast(),
                 );
             }
