@@ -253,7 +253,7 @@ pub(crate) enum HeaderProtectionKey {
     Aes(AES_KEY),
 
     // rampart: AES header protection with AES-NI inline (`packetseal::MaskKey`,
-    // see `fast_mask_enabled`), where BoringSSL's `AES_ecb_encrypt` went through
+    // unless `RAMPART_QUIC_SEAL=boringssl`), where BoringSSL's `AES_ecb_encrypt` went through
     // a call chain and a CPU dispatch for every packet's one block.
     FastAes(packetseal::MaskKey),
 
@@ -263,44 +263,37 @@ pub(crate) enum HeaderProtectionKey {
 impl HeaderProtectionKey {
     pub fn new(alg: Algorithm, hp_key: Vec<u8>) -> Result<Self> {
         match alg {
-            Algorithm::AES128_GCM | Algorithm::AES256_GCM
-                if fast_mask_enabled() =>
-            {
-                match packetseal::MaskKey::new(&hp_key) {
-                    Some(key) => Ok(Self::FastAes(key)),
-                    None => Self::boringssl_aes(alg, &hp_key),
+            Algorithm::AES128_GCM | Algorithm::AES256_GCM => {
+                if seal_setting() != SealSetting::BoringSsl {
+                    if let Some(key) = packetseal::MaskKey::new(&hp_key) {
+                        return Ok(Self::FastAes(key));
+                    }
                 }
-            },
 
-            Algorithm::AES128_GCM | Algorithm::AES256_GCM =>
-                Self::boringssl_aes(alg, &hp_key),
+                Self::boringssl_aes(&hp_key, alg.key_len() as u32 * 8)
+            },
 
             Algorithm::ChaCha20_Poly1305 => Ok(Self::ChaCha(hp_key)),
         }
     }
 
-    fn boringssl_aes(alg: Algorithm, hp_key: &[u8]) -> Result<Self> {
-        match alg {
-            Algorithm::AES128_GCM | Algorithm::AES256_GCM => unsafe {
-                let key_len_bits = alg.key_len() as u32 * 8;
+    /// BoringSSL's AES key for header protection (`AES_ecb_encrypt` per mask).
+    fn boringssl_aes(hp_key: &[u8], key_len_bits: u32) -> Result<Self> {
+        unsafe {
+            let mut aes_key = MaybeUninit::<AES_KEY>::uninit();
 
-                let mut aes_key = MaybeUninit::<AES_KEY>::uninit();
+            let rc = AES_set_encrypt_key(
+                hp_key.as_ptr(),
+                key_len_bits,
+                aes_key.as_mut_ptr(),
+            );
 
-                let rc = AES_set_encrypt_key(
-                    hp_key.as_ptr(),
-                    key_len_bits,
-                    aes_key.as_mut_ptr(),
-                );
+            if rc != 0 {
+                return Err(Error::CryptoFail);
+            }
 
-                if rc != 0 {
-                    return Err(Error::CryptoFail);
-                }
-
-                let aes_key = aes_key.assume_init();
-                Ok(Self::Aes(aes_key))
-            },
-
-            Algorithm::ChaCha20_Poly1305 => Err(Error::CryptoFail),
+            let aes_key = aes_key.assume_init();
+            Ok(Self::Aes(aes_key))
         }
     }
 
@@ -367,27 +360,37 @@ impl HeaderProtectionKey {
     }
 }
 
-/// rampart: the `packetseal` width encrypting packet keys use: the widest the CPU runs, by
-/// default. `RAMPART_QUIC_SEAL=boringssl` in the environment (read once) keeps BoringSSL's
-/// AEAD, for opening too, and `RAMPART_QUIC_SEAL=avx2` the 256-bit width (where the CPU runs
-/// it), for comparing them. Decrypting keys open with the AVX2 width whenever this is `Some`.
-fn fast_seal_width() -> Option<packetseal::Width> {
-    static WIDTH: std::sync::OnceLock<Option<packetseal::Width>> =
-        std::sync::OnceLock::new();
-    *WIDTH.get_or_init(|| match std::env::var("RAMPART_QUIC_SEAL").as_deref() {
-        Ok("boringssl") => None,
-        Ok("avx2") => Some(packetseal::Width::Avx2),
-        _ => packetseal::Width::best(),
+/// rampart: `RAMPART_QUIC_SEAL` in the environment (read once), for comparing
+/// QUIC's packet protection: `boringssl` keeps BoringSSL for all of it (sealing,
+/// opening and header protection), `avx2` seals with packetseal's 256-bit width
+/// where the CPU runs it; unset (or anything else), the fastest the CPU runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SealSetting {
+    BoringSsl,
+    Avx2,
+    Best,
+}
+
+fn seal_setting() -> SealSetting {
+    static SETTING: std::sync::OnceLock<SealSetting> = std::sync::OnceLock::new();
+    *SETTING.get_or_init(|| match std::env::var("RAMPART_QUIC_SEAL").as_deref() {
+        Ok("boringssl") => SealSetting::BoringSsl,
+        Ok("avx2") => SealSetting::Avx2,
+        _ => SealSetting::Best,
     })
 }
 
-/// rampart: whether AES header protection uses `packetseal::MaskKey` (where the
-/// CPU has AES-NI): unless `RAMPART_QUIC_SEAL=boringssl` (read once), which keeps
-/// BoringSSL for all of QUIC's packet protection.
-fn fast_mask_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        std::env::var("RAMPART_QUIC_SEAL").as_deref() != Ok("boringssl")
+/// rampart: the `packetseal` width encrypting packet keys use: the widest the
+/// CPU runs, unless `seal_setting` says otherwise. Decrypting keys open with the
+/// AVX2 width whenever this is `Some`. AES header protection uses
+/// `packetseal::MaskKey` (AES-NI) unless the setting is `boringssl`.
+fn fast_seal_width() -> Option<packetseal::Width> {
+    static WIDTH: std::sync::OnceLock<Option<packetseal::Width>> =
+        std::sync::OnceLock::new();
+    *WIDTH.get_or_init(|| match seal_setting() {
+        SealSetting::BoringSsl => None,
+        SealSetting::Avx2 => Some(packetseal::Width::Avx2),
+        SealSetting::Best => packetseal::Width::best(),
     })
 }
 
