@@ -116,13 +116,15 @@ impl PktInfo {
     }
 }
 
+// rampart: the two metrics are lent, not given: the caller resolves them once
+// (the worker when it is built) instead of once per send.
 #[cfg(all(target_os = "linux", not(feature = "fuzzing")))]
 #[allow(clippy::too_many_arguments)]
 pub async fn send_to(
     socket: &tokio::net::UdpSocket, to: SocketAddr, from: Option<SocketAddr>,
     send_buf: &[u8], segment_size: Option<usize>, tx_time: Option<Instant>,
-    dscp: Option<Dscp>, would_block_metric: Counter,
-    send_to_wouldblock_duration_s: TimeHistogram,
+    dscp: Option<Dscp>, would_block_metric: &Counter,
+    send_to_wouldblock_duration_s: &TimeHistogram,
 ) -> io::Result<usize> {
     // SAFETY: This Linux-only code assumes `Instant` uses the same layout as a
     // zero-valid timespec. The zero instant allows raw time extraction.
@@ -199,8 +201,8 @@ pub async fn send_to(
 pub(crate) async fn send_to(
     socket: &tokio::net::UdpSocket, to: SocketAddr, _from: Option<SocketAddr>,
     send_buf: &[u8], _segment_size: Option<usize>, _tx_time: Option<Instant>,
-    _dscp: Option<Dscp>, _would_block_metric: Counter,
-    _send_to_wouldblock_duration_s: TimeHistogram,
+    _dscp: Option<Dscp>, _would_block_metric: &Counter,
+    _send_to_wouldblock_duration_s: &TimeHistogram,
 ) -> io::Result<usize> {
     socket.send_to(send_buf, to).await
 }
@@ -287,8 +289,8 @@ pub(crate) mod test {
             segment_size,
             None,
             dscp,
-            metrics.write_errors(QuicWriteError::WouldBlock),
-            metrics.send_to_wouldblock_duration_s(),
+            &metrics.write_errors(QuicWriteError::WouldBlock),
+            &metrics.send_to_wouldblock_duration_s(),
         )
         .await
         .unwrap();
@@ -419,8 +421,8 @@ pub(crate) mod test {
                 None,
                 None,
                 Some(TEST_DSCP),
-                metrics.write_errors(QuicWriteError::WouldBlock),
-                metrics.send_to_wouldblock_duration_s(),
+                &metrics.write_errors(QuicWriteError::WouldBlock),
+                &metrics.send_to_wouldblock_duration_s(),
             )
             .await
             .unwrap();

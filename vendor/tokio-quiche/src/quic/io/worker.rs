@@ -62,6 +62,8 @@ use datagram_socket::DatagramSocketSendExt;
 use datagram_socket::MaybeConnectedSocket;
 use datagram_socket::QuicAuditStats;
 use foundations::telemetry::log;
+use foundations::telemetry::metrics::Counter;
+use foundations::telemetry::metrics::TimeHistogram;
 use quiche::ConnectionId;
 use quiche::Error as QuicheError;
 use quiche::SendInfo;
@@ -328,6 +330,10 @@ pub(crate) struct IoWorker<Tx, M, S> {
     handshake_info: HandshakeInfo,
     conn_stage: S,
     bw_estimator: BandwidthReporter,
+    /// rampart: the `WouldBlock` write-error counter and the wait histogram
+    /// every GSO send takes, resolved once here rather than looked up (a
+    /// labelled family's lock and hash) for each send.
+    send_would_block: (Counter, TimeHistogram),
 }
 
 impl<Tx, M, S> IoWorker<Tx, M, S>
@@ -341,6 +347,13 @@ where
             BandwidthReporter::new(params.metrics.utilized_bandwidth());
 
         log::trace!("Creating IoWorker with stage: {conn_stage:?}");
+
+        let send_would_block = (
+            params
+                .metrics
+                .write_errors(labels::QuicWriteError::WouldBlock),
+            params.metrics.send_to_wouldblock_duration_s(),
+        );
 
         Self {
             socket: params.socket,
@@ -357,6 +370,7 @@ where
             handshake_info: params.handshake_info,
             conn_stage,
             bw_estimator,
+            send_would_block,
         }
     }
 
@@ -987,9 +1001,8 @@ where
                     segment_size,
                     tx_time,
                     dscp,
-                    self.metrics
-                        .write_errors(labels::QuicWriteError::WouldBlock),
-                    self.metrics.send_to_wouldblock_duration_s(),
+                    &self.send_would_block.0,
+                    &self.send_would_block.1,
                 )
                 .await
             } else {

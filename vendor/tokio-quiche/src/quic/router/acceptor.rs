@@ -190,8 +190,8 @@ where
                     Some(send_buf.len()),
                     None,
                     None,
-                    would_block_metric,
-                    send_to_wouldblock_duration_s,
+                    &would_block_metric,
+                    &send_to_wouldblock_duration_s,
                 )
                 .await;
             }
