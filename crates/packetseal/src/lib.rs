@@ -46,7 +46,7 @@ pub const NONCE_LEN: usize = 12;
 #[derive(Clone)]
 pub struct MaskKey {
     #[cfg(target_arch = "x86_64")]
-    inner: x86::MaskSchedule,
+    inner: x86::RoundKeys,
 }
 
 impl MaskKey {
@@ -58,7 +58,7 @@ impl MaskKey {
                 return None;
             }
             // SAFETY: AES-NI was just detected.
-            let inner = unsafe { x86::MaskSchedule::new(key)? };
+            let inner = unsafe { x86::RoundKeys::new(key)? };
             Some(MaskKey { inner })
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -62,7 +62,7 @@ impl Key {
         // and AVX2 exist.
         unsafe {
             let schedule = Schedule::new(key)?;
-            let wide_round_keys = broadcast_round_keys(&schedule.round_keys);
+            let wide_round_keys = broadcast_round_keys(&schedule.aes.round_keys);
             let h_halves = schedule
                 .h_powers
                 .map(|h| _mm_xor_si128(h, _mm_shuffle_epi32::<0x4e>(h)));
@@ -90,7 +90,7 @@ impl Key {
         debug_assert_eq!(text.len(), in_len + extra.len());
         // SAFETY: a Key is only built where `available()` held; lengths as documented above.
         unsafe {
-            if self.schedule.rounds == 10 {
+            if self.schedule.aes.rounds == 10 {
                 seal_with::<10>(self, nonce, aad, text, in_len, extra, tag)
             } else {
                 seal_with::<14>(self, nonce, aad, text, in_len, extra, tag)
@@ -711,7 +711,7 @@ impl Key {
     ) -> bool {
         // SAFETY: a Key is only built where `available()` held.
         let authentic = unsafe {
-            if self.schedule.rounds == 10 {
+            if self.schedule.aes.rounds == 10 {
                 open_with::<10>(self, nonce, aad, text, tag)
             } else {
                 open_with::<14>(self, nonce, aad, text, tag)

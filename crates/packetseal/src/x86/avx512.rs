@@ -26,7 +26,7 @@ impl Key {
         // and AVX-512 F exist.
         unsafe {
             let schedule = Schedule::new(key)?;
-            let wide_round_keys = broadcast_round_keys(&schedule.round_keys);
+            let wide_round_keys = broadcast_round_keys(&schedule.aes.round_keys);
             Some(Box::new(Key {
                 schedule,
                 wide_round_keys,
@@ -50,7 +50,7 @@ impl Key {
         debug_assert_eq!(text.len(), in_len + extra.len());
         // SAFETY: a Key is only built where `available()` held; lengths as documented above.
         unsafe {
-            if self.schedule.rounds == 10 {
+            if self.schedule.aes.rounds == 10 {
                 seal_with::<10>(self, nonce, aad, text, in_len, extra, tag)
             } else {
                 seal_with::<14>(self, nonce, aad, text, in_len, extra, tag)

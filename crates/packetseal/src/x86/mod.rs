@@ -41,9 +41,7 @@ pub(super) fn shared_instructions() -> bool {
 /// The key material both widths start from: AES round keys and powers of the hash key.
 #[repr(C, align(64))]
 pub(super) struct Schedule {
-    pub(super) round_keys: [__m128i; 15],
-    /// 10 (AES-128) or 14 (AES-256).
-    pub(super) rounds: usize,
+    pub(super) aes: RoundKeys,
     /// H^128, H^127, …, H^1 (byte-reflected, times x), then three zero blocks, so that two or
     /// four consecutive powers can be loaded from any starting power. H^k is at `POWERS - k`.
     pub(super) h_powers: [__m128i; POWERS + 3],
@@ -55,41 +53,35 @@ impl Schedule {
     /// # Safety
     /// The CPU has AES-NI, PCLMULQDQ and SSSE3 (both widths' `available` check them).
     pub(super) unsafe fn new(key: &[u8]) -> Option<Schedule> {
-        // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
-        let zero: __m128i = unsafe { std::mem::zeroed() };
-        let mut s = Schedule {
-            round_keys: [zero; 15],
-            rounds: 0,
-            h_powers: [zero; POWERS + 3],
-        };
         // SAFETY: the caller promised the instructions; the functions read only the arrays
         // they are given.
         unsafe {
-            s.rounds = expand_key(key, &mut s.round_keys)?;
-            s.h_powers = hash_key_powers(&s.round_keys, s.rounds);
+            let aes = RoundKeys::new(key)?;
+            let h_powers = hash_key_powers(&aes.round_keys, aes.rounds);
+            Some(Schedule { aes, h_powers })
         }
-        Some(s)
     }
 }
 
-/// AES round keys for QUIC header protection (RFC 9001, section 5.4.3): one block encrypted
-/// per packet, inline, where BoringSSL's `AES_ecb_encrypt` takes a call chain and a CPU
-/// dispatch per block.
+/// AES round keys: the sealing keys' first half ([`Schedule`]), and on their own the key of
+/// QUIC header protection (RFC 9001, section 5.4.3), one block encrypted per packet, inline,
+/// where BoringSSL's `AES_ecb_encrypt` takes a call chain and a CPU dispatch per block.
+/// Wiped on drop.
 #[derive(Clone)]
-pub(crate) struct MaskSchedule {
-    round_keys: [__m128i; 15],
+pub(crate) struct RoundKeys {
+    pub(super) round_keys: [__m128i; 15],
     /// 10 (AES-128) or 14 (AES-256).
-    rounds: usize,
+    pub(super) rounds: usize,
 }
 
-impl MaskSchedule {
+impl RoundKeys {
     /// `None` for a key of another length than 16 or 32 bytes.
     ///
     /// # Safety
     /// The CPU has AES-NI.
-    pub(crate) unsafe fn new(key: &[u8]) -> Option<MaskSchedule> {
+    pub(crate) unsafe fn new(key: &[u8]) -> Option<RoundKeys> {
         // SAFETY: an all-zero __m128i is a valid value (SSE2 is part of x86-64).
-        let mut s = MaskSchedule {
+        let mut s = RoundKeys {
             round_keys: unsafe { std::mem::zeroed() },
             rounds: 0,
         };
@@ -101,7 +93,7 @@ impl MaskSchedule {
     /// The encryption of `sample` (its first bytes are the mask).
     ///
     /// # Safety
-    /// The CPU has AES-NI (as [`MaskSchedule::new`] required).
+    /// The CPU has AES-NI (as [`RoundKeys::new`] required).
     pub(crate) unsafe fn encrypt(&self, sample: &[u8; 16]) -> [u8; 16] {
         let mut out = [0u8; 16];
         // SAFETY: AES-NI, as the caller promised; 16 readable and 16 writable bytes.
@@ -114,7 +106,7 @@ impl MaskSchedule {
     }
 }
 
-impl Drop for MaskSchedule {
+impl Drop for RoundKeys {
     fn drop(&mut self) {
         wipe(&mut self.round_keys);
     }
@@ -122,7 +114,6 @@ impl Drop for MaskSchedule {
 
 impl Drop for Schedule {
     fn drop(&mut self) {
-        wipe(&mut self.round_keys);
         wipe(&mut self.h_powers);
     }
 }
@@ -372,7 +363,7 @@ pub(super) unsafe fn gcm<W: Lanes, const NR: usize>(
         // J0 = nonce ‖ 1 (big-endian): its encryption masks the tag. Issued first, so its
         // rounds overlap the bulk work below.
         let tag_mask = encrypt_block(
-            &key.schedule().round_keys,
+            &key.schedule().aes.round_keys,
             NR,
             _mm_insert_epi32::<3>(nonce, 0x0100_0000),
         );
@@ -527,8 +518,8 @@ mod tests {
             let out = unsafe {
                 let k = Schedule::new(&hex(key)).unwrap();
                 encrypt_block(
-                    &k.round_keys,
-                    k.rounds,
+                    &k.aes.round_keys,
+                    k.aes.rounds,
                     _mm_loadu_si128(plain.as_ptr().cast()),
                 )
             };
