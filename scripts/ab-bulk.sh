@@ -15,12 +15,14 @@
 #   KIND=h3-upload scripts/ab-bulk.sh A B     # uploads (h3-upload, https-upload) instead of downloads
 #   CLIENT_ARGS="--ack-every 10" scripts/ab-bulk.sh A B     # load-generator arguments for every variant
 #   scripts/ab-bulk.sh kind:h3 kind:https     # HTTP/3 against HTTPS, alternating
+# After the per-variant table, each earlier-listed variant ÷ each later one, as the median of the
+# rounds' ratios with a 90% bootstrap interval (kind:h3 kind:https: HTTP/3 ÷ HTTPS).
 # GW_CPUS, LOAD_CPUS and UPSTREAM_CPUS (defaults 0, 1, 1) and CONNS (2) move the processes and
 # set the connections; BIN picks the binary (default ./target/release/rampart, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
-[ $# -ge 1 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 KIND=${KIND:-h3}
 DURATION=${DURATION:-6s}
@@ -80,4 +82,25 @@ for v in sys.argv[2:]:
     print(f"| `{v}` | {', '.join(f'{c:.2f}' for c in cpu)} | {min(cpu):.2f}–{max(cpu):.2f} "
           f"| {float(med[2]):.2f} = {float(med[3]):.2f} + {float(med[4]):.2f} "
           f"| {min(gbit):.1f}–{max(gbit):.1f} | {min(busy):.2f}–{max(busy):.2f} |")
+
+# Each earlier-listed variant against each later one, round by round: the variants of a round
+# ran minutes apart, so a round's ratio leaves out most of the machine's drift. The interval
+# resamples the rounds (bootstrap, fixed seed): where it straddles a goal, more rounds decide.
+import random, statistics
+def cpu_by_round(v):
+    return {r[0]: float(r[2]) for r in rows if r[1] == v}
+variants = sys.argv[2:]
+pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
+if pairs:
+    print("\n| ratio of CPU s/GB | median of the rounds' ratios | 90% interval (bootstrap) | each round |\n|---|---|---|---|")
+rng = random.Random(1)
+for a, b in pairs:
+    ca, cb = cpu_by_round(a), cpu_by_round(b)
+    ratios = [ca[k] / cb[k] for k in ca if k in cb and cb[k] > 0]
+    if not ratios:
+        continue
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    lo, hi = meds[int(0.05 * len(meds))], meds[int(0.95 * len(meds)) - 1]
+    print(f"| `{a}` ÷ `{b}` | {statistics.median(ratios):.3f} | {lo:.3f}–{hi:.3f} "
+          f"| {', '.join(f'{x:.2f}' for x in ratios)} |")
 PY
