@@ -84,23 +84,22 @@ for v in sys.argv[2:]:
           f"| {min(gbit):.1f}–{max(gbit):.1f} | {min(busy):.2f}–{max(busy):.2f} |")
 
 # Each earlier-listed variant against each later one, round by round: the variants of a round
-# ran minutes apart, so a round's ratio leaves out most of the machine's drift. The interval
+# ran one right after the other, so a round's ratio leaves out most of the machine's drift. The interval
 # resamples the rounds (bootstrap, fixed seed): where it straddles a goal, more rounds decide.
-import random, statistics
+sys.path.insert(0, "scripts")
+from bench_stats import ratio_interval
 def cpu_by_round(v):
     return {r[0]: float(r[2]) for r in rows if r[1] == v}
 variants = sys.argv[2:]
 pairs = [(a, b) for i, a in enumerate(variants) for b in variants[i + 1:]]
 if pairs:
     print("\n| ratio of CPU s/GB | median of the rounds' ratios | 90% interval (bootstrap) | each round |\n|---|---|---|---|")
-rng = random.Random(1)
 for a, b in pairs:
     ca, cb = cpu_by_round(a), cpu_by_round(b)
     ratios = [ca[k] / cb[k] for k in ca if k in cb and cb[k] > 0]
     if not ratios:
         continue
-    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-    lo, hi = meds[int(0.05 * len(meds))], meds[int(0.95 * len(meds)) - 1]
-    print(f"| `{a}` ÷ `{b}` | {statistics.median(ratios):.3f} | {lo:.3f}–{hi:.3f} "
+    med, lo, hi = ratio_interval(ratios)
+    print(f"| `{a}` ÷ `{b}` | {med:.3f} | {lo:.3f}–{hi:.3f} "
           f"| {', '.join(f'{x:.2f}' for x in ratios)} |")
 PY

@@ -102,6 +102,10 @@ each = lambda name: [L(f"{name}-{i}")[GB] for i in range(1, rounds + 1)]
 hs_, ss_ = each("h3-download"), each("https-download")
 fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
 print(f"| the same, each round in turn | {fmt(hs_)} | {fmt(ss_)} | {fmt(a / b for a, b in zip(hs_, ss_))} |")
+sys.path.insert(0, "scripts")
+from bench_stats import ratio_interval
+med, lo, hi = ratio_interval([a / b for a, b in zip(hs_, ss_)])
+print(f"| the rounds' ratios: median and 90% bootstrap interval | | | {med:.2f} ({lo:.2f}–{hi:.2f}) |")
 # How busy the gateway was: HTTPS's CPU per GB follows this from run to run at the same
 # throughput (other processes' kernel work landing on the gateway's CPU, and a client that
 # keeps up acknowledging more often), so it says which state a round ran in.
