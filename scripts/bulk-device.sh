@@ -11,7 +11,9 @@
 #              layout, Caddy from target/device/caddy.xz (--prepare packs ~/go/bin/caddy);
 #   profile:   scripts/profile-bulk.sh in the saturated layout, with this machine's perf and
 #              the libraries it needs beside glibc (target/device/perf.tar.xz) and a rampart
-#              binary keeping its symbols (target/device/rampart-symbols).
+#              binary keeping its symbols (target/device/rampart-symbols);
+#   counters:  scripts/counters-bulk.sh the same way: the gateway's hardware counters per GB
+#              (IPC, cache and TLB misses) and where its last-level-cache misses land.
 # Build here, run there (the device machine has no Rust):
 #   scripts/bulk-device.sh --prepare     # release build, stripped into target/device, certificates
 #   (on the device)  OUT=/some/dir scripts/bulk-device.sh
@@ -21,7 +23,7 @@
 # alternates the old build's HTTP/3, the new one's and the new one's HTTPS (the ab-bulk layouts
 # take any scripts/ab-bulk.sh variants; each median is also given against kind:https's).
 # ROUNDS (3) and DURATION (5s) per layout. On the H200 lease an ab-bulk layout took about 100 s
-# (3 rounds), bench-h3 with 5 rounds about 100 s, profile about 50 s. Every load run is bounded by
+# (3 rounds), bench-h3 with 5 rounds about 100 s, profile about 50 s (counters: about as long). Every load run is bounded by
 # DURATION; everything talks to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,17 +66,20 @@ for layout in ${LAYOUTS:-saturated 2-core}; do
       GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 LOAD_THREADS=4 CONNS=4 BIN=$D/rampart CADDY=$OUT/caddy \
         OUT="$OUT/bench-h3" ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5s} scripts/bench-h3.sh
       continue ;;
-    profile)
-      echo "== profile, saturated layout"
-      mkdir -p "$OUT/profile" && cp -r "$D/certs" "$OUT/profile/"
-      tar -C "$OUT" -xJf "$D/perf.tar.xz"
-      cat > "$OUT/perf.sh" <<SH
+    profile|counters)
+      echo "== $layout, saturated layout"
+      mkdir -p "$OUT/$layout" && cp -r "$D/certs" "$OUT/$layout/"
+      if [ ! -x "$OUT/perf.sh" ]; then
+        tar -C "$OUT" -xJf "$D/perf.tar.xz"
+        cat > "$OUT/perf.sh" <<SH
 #!/bin/sh
 LD_LIBRARY_PATH=$OUT/perf/lib exec $OUT/perf/perf "\$@"
 SH
-      chmod +x "$OUT/perf.sh"
+        chmod +x "$OUT/perf.sh"
+      fi
+      script=scripts/profile-bulk.sh; [ "$layout" = counters ] && script=scripts/counters-bulk.sh
       GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 CLIENT_ARGS="--threads 4" PERF=$OUT/perf.sh \
-        BIN=$D/rampart-symbols OUT="$OUT/profile" scripts/profile-bulk.sh
+        BIN=$D/rampart-symbols OUT="$OUT/$layout" $script
       continue ;;
     saturated) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=4 CLIENT_ARGS="--threads 4") ;;
     saturated-2) cpus=(GW_CPUS=0 UPSTREAM_CPUS=2 LOAD_CPUS=4-7 CONNS=2 CLIENT_ARGS="--threads 2") ;;
