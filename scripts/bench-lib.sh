@@ -63,6 +63,27 @@ bench_upstream() {
   (wait_port "$2") || { echo "the demo upstream's log:" >&2; cat "$log" >&2; exit 1; }
 }
 
+# The common start of the scripts that watch the gateway with perf during bulk downloads
+# (profile-bulk.sh, counters-bulk.sh): DURATION (7s), PROFILE_S (3), BIN and PERF defaulted, the
+# binary built if missing, OUT (default $1) created and made absolute, the certificates, the
+# gateway config ($OUT/rampart.toml on 127.0.0.1:$GW) and the upstream started, CLIENT_ARGS read
+# into the array client_args.
+bench_perf_setup() {
+  DURATION=${DURATION:-7s}
+  PROFILE_S=${PROFILE_S:-3}
+  OUT=${OUT:-$1}
+  BIN=${BIN:-./target/release/rampart}
+  [ -x "$BIN" ] || cargo build --release -p rampart
+  PERF=${PERF:-perf}
+  command -v "$PERF" >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
+  mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+  bench_site_certs "$OUT/certs"
+  UP=18080; GW=18443
+  bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
+  bench_upstream "${UPSTREAM_CPUS:-1}" $UP
+  read -r -a client_args <<< "${CLIENT_ARGS:-}"
+}
+
 # One bulk-download round against a gateway on 127.0.0.1:$GW:
 #   bench_bulk_round CONFIG KIND JSON [CLIENT_ARG...]
 # starts the gateway (binary $gw_bin, default $BIN; environment from the array gw_env; stderr to

@@ -13,21 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
-DURATION=${DURATION:-7s}
-PROFILE_S=${PROFILE_S:-3}
-OUT=${OUT:-target/counters-bulk}
-BIN=${BIN:-./target/release/rampart}
-[ -x "$BIN" ] || cargo build --release -p rampart
-PERF=${PERF:-perf}
-command -v "$PERF" >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-bench_site_certs "$OUT/certs"
-UP=18080; GW=18443
-bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
-bench_upstream "${UPSTREAM_CPUS:-1}" $UP
+bench_perf_setup target/counters-bulk
 
 EVENTS=cycles,instructions,cache-references,cache-misses,L1-dcache-load-misses,LLC-load-misses,LLC-store-misses,dTLB-load-misses,page-faults,context-switches
-read -r -a client_args <<< "${CLIENT_ARGS:-}"
 during_download() {
   sleep 2
   "$PERF" stat -x, -e "$EVENTS" -p "$gw" -o "$OUT/$kind.stat" -- sleep "$PROFILE_S" >/dev/null 2>&1 || true

@@ -19,20 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
-DURATION=${DURATION:-7s}
-PROFILE_S=${PROFILE_S:-3}
-OUT=${OUT:-target/profile-bulk}
-BIN=${BIN:-./target/release/rampart}
-[ -x "$BIN" ] || cargo build --release -p rampart
-PERF=${PERF:-perf}
-command -v "$PERF" >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-bench_site_certs "$OUT/certs"
-UP=18080; GW=18443
-bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP
-bench_upstream "${UPSTREAM_CPUS:-1}" $UP
+bench_perf_setup target/profile-bulk
 
-read -r -a client_args <<< "${CLIENT_ARGS:-}"
 during_download() {
   sleep 2
   "$PERF" record -q -e cpu-clock -F 800 --call-graph dwarf,16384 -p "$gw" -o "$OUT/$kind.perf" \
