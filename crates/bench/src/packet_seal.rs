@@ -112,7 +112,6 @@ impl Drop for BoringAead {
     }
 }
 
-/// Runs `seal` (one message per call, nonce advancing) for about `duration`.
 /// BoringSSL's AES block cipher, as quiche's header protection calls it (`AES_ecb_encrypt`).
 struct BoringAesBlock {
     key: boring_sys::AES_KEY,
@@ -145,6 +144,7 @@ fn sample_for(n: u64) -> [u8; 16] {
     s
 }
 
+/// Runs `seal` (one message per call, nonce advancing) for about `duration`.
 fn rate(
     implementation: &'static str,
     message_bytes: usize,
