@@ -30,6 +30,10 @@ pub struct AccessRecord {
     pub bytes_out: u64,
     pub upstream_ms: Option<f64>,
     pub duration_ms: f64,
+    /// How the response body ended: `complete`, `upstream_error` (the upstream's body failed
+    /// midway; the client saw an error, not a short body) or `abandoned` (the client left or
+    /// cancelled first).
+    pub response_end: &'static str,
 }
 
 #[derive(Clone)]

@@ -1,5 +1,5 @@
 //! Body wrappers: request bodies streamed upstream under a size limit, and response bodies
-//! that count bytes and finish the access-log record when the response ends.
+//! that count bytes, tell how they ended and finish the access-log record then.
 
 use crate::upstream::PooledConn;
 use bytes::Bytes;
@@ -129,9 +129,41 @@ impl Body for RequestBody {
     }
 }
 
+/// How a response body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseEnd {
+    /// Sent to its end.
+    Complete,
+    /// The upstream's body failed midway (its connection closed or broke the framing); the
+    /// client's connection or stream was ended with an error, never as if the body were whole.
+    UpstreamFailed,
+    /// Dropped before its end without an upstream failure: the client went away or cancelled
+    /// the stream, or the gateway closed the connection (shutdown).
+    Abandoned,
+}
+
+impl ResponseEnd {
+    /// The access log's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponseEnd::Complete => "complete",
+            ResponseEnd::UpstreamFailed => "upstream_error",
+            ResponseEnd::Abandoned => "abandoned",
+        }
+    }
+}
+
 /// Called once when a response body is finished or dropped, with the bytes sent.
 pub trait OnResponseDone: Send + 'static {
-    fn done(self: Box<Self>, bytes_out: u64, complete: bool);
+    fn done(self: Box<Self>, bytes_out: u64, end: ResponseEnd);
+}
+
+/// The counters an upstream response body adds to when it does not end whole.
+pub struct EndCounters {
+    /// `rampart_upstream_errors_total{cluster, kind="body"}`.
+    pub upstream_failed: prometheus::IntCounter,
+    /// `rampart_http_responses_abandoned_total{listener}`.
+    pub abandoned: prometheus::IntCounter,
 }
 
 enum Source {
@@ -143,7 +175,10 @@ enum Source {
 pub struct ResponseBody {
     source: Source,
     bytes: u64,
+    /// The upstream's body returned an error.
+    failed: bool,
     on_done: Option<Box<dyn OnResponseDone>>,
+    counters: Option<EndCounters>,
     /// The upstream connection, returned to its pool once this body has been read to its end.
     conn: Option<PooledConn>,
     /// A request body kept alive (unread) until this response is done.
@@ -151,11 +186,13 @@ pub struct ResponseBody {
 }
 
 impl ResponseBody {
-    pub fn upstream(b: Incoming, conn: Option<PooledConn>) -> Self {
+    pub fn upstream(b: Incoming, conn: Option<PooledConn>, counters: EndCounters) -> Self {
         ResponseBody {
             source: Source::Upstream(b),
             bytes: 0,
+            failed: false,
             on_done: None,
+            counters: Some(counters),
             conn,
             _held: None,
         }
@@ -165,7 +202,9 @@ impl ResponseBody {
         ResponseBody {
             source: Source::Local(Full::new(b.into())),
             bytes: 0,
+            failed: false,
             on_done: None,
+            counters: None,
             conn: None,
             _held: None,
         }
@@ -182,16 +221,30 @@ impl ResponseBody {
         self
     }
 
-    fn finish(&mut self, complete: bool) {
+    fn finish(&mut self, read_to_end: bool) {
+        let end = if read_to_end || (!self.failed && self.is_end_stream()) {
+            ResponseEnd::Complete
+        } else if self.failed {
+            ResponseEnd::UpstreamFailed
+        } else {
+            ResponseEnd::Abandoned
+        };
         // An upstream body read to its end leaves the connection reusable; one abandoned
         // midway is closed by dropping it.
         if let Some(c) = self.conn.take() {
-            if complete || self.is_end_stream() {
+            if end == ResponseEnd::Complete {
                 c.release();
             }
         }
+        if let Some(c) = self.counters.take() {
+            match end {
+                ResponseEnd::Complete => {}
+                ResponseEnd::UpstreamFailed => c.upstream_failed.inc(),
+                ResponseEnd::Abandoned => c.abandoned.inc(),
+            }
+        }
         if let Some(f) = self.on_done.take() {
-            f.done(self.bytes, complete);
+            f.done(self.bytes, end);
         }
     }
 }
@@ -222,7 +275,8 @@ impl Body for ResponseBody {
                 }
             }
             Poll::Ready(None) => this.finish(true),
-            _ => {}
+            Poll::Ready(Some(Err(_))) => this.failed = true,
+            Poll::Pending => {}
         }
         r
     }

@@ -382,6 +382,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 metrics: metrics.clone(),
                 access_log: access_log.clone(),
                 alt_svc: alt_svc.clone(),
+                abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
             });
             plan.listeners.push((
                 sock,

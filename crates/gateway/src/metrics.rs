@@ -17,6 +17,8 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub upstream_seconds: HistogramVec,
     pub upstream_errors: IntCounterVec,
+    /// Upstream responses whose client left (or cancelled the stream) before their end.
+    pub responses_abandoned: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
     pub quic_connections: IntCounterVec,
@@ -152,6 +154,14 @@ impl Metrics {
                 &["cluster", "kind"],
             )
             .unwrap(),
+            responses_abandoned: IntCounterVec::new(
+                Opts::new(
+                    "rampart_http_responses_abandoned_total",
+                    "Upstream responses the client left or cancelled before their end",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             open_connections: IntGaugeVec::new(
                 Opts::new(
                     "rampart_open_connections",
@@ -253,6 +263,7 @@ impl Metrics {
             &m.handshake_errors,
             &m.requests,
             &m.upstream_errors,
+            &m.responses_abandoned,
             &m.rejected_connections,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();

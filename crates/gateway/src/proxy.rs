@@ -3,7 +3,9 @@
 //! rules) have an obvious place.
 
 use crate::access_log::{AccessLog, AccessRecord};
-use crate::body::{BodyProgress, ClientBody, OnResponseDone, RequestBody, ResponseBody};
+use crate::body::{
+    BodyProgress, ClientBody, EndCounters, OnResponseDone, RequestBody, ResponseBody, ResponseEnd,
+};
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
 use crate::router::Router;
@@ -26,6 +28,8 @@ pub struct ProxyShared {
     pub access_log: AccessLog,
     /// `Alt-Svc` advertising HTTP/3, added to HTTP/1.1 and HTTP/2 responses.
     pub alt_svc: Option<HeaderValue>,
+    /// This listener's `rampart_http_responses_abandoned_total`.
+    pub abandoned_responses: prometheus::IntCounter,
 }
 
 /// Facts about the client connection a request arrived on.
@@ -98,9 +102,10 @@ struct Finish {
 }
 
 impl OnResponseDone for Finish {
-    fn done(mut self: Box<Self>, bytes_out: u64, _complete: bool) {
+    fn done(mut self: Box<Self>, bytes_out: u64, end: ResponseEnd) {
         if self.log.enabled() {
             self.rec.bytes_out = bytes_out;
+            self.rec.response_end = end.as_str();
             self.rec.bytes_in = self.request_body.bytes.load(Ordering::Relaxed);
             self.rec.duration_ms = self.start.elapsed().as_secs_f64() * 1e3;
             self.log.write(self.rec);
@@ -383,7 +388,17 @@ async fn forward(
     }
     Ok((
         route_name,
-        Response::from_parts(parts, ResponseBody::upstream(body, exchange.conn)),
+        Response::from_parts(
+            parts,
+            ResponseBody::upstream(
+                body,
+                exchange.conn,
+                EndCounters {
+                    upstream_failed: cluster.body_errors.clone(),
+                    abandoned: shared.abandoned_responses.clone(),
+                },
+            ),
+        ),
         upstream_time,
     ))
 }

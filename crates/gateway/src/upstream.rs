@@ -87,6 +87,9 @@ pub struct Cluster {
     pub name: String,
     /// This cluster's series of `rampart_upstream_response_duration_seconds`.
     pub response_seconds: prometheus::Histogram,
+    /// This cluster's `rampart_upstream_errors_total{kind="body"}`: response bodies that failed
+    /// midway.
+    pub body_errors: prometheus::IntCounter,
     endpoints: Vec<Arc<Endpoint>>,
     lb: LbPolicy,
     next: AtomicUsize,
@@ -129,6 +132,9 @@ impl Cluster {
         Cluster {
             name: cfg.name.clone(),
             response_seconds: metrics.upstream_seconds.with_label_values(&[&cfg.name]),
+            body_errors: metrics
+                .upstream_errors
+                .with_label_values(&[&cfg.name, "body"]),
             endpoints: cfg
                 .endpoints
                 .iter()

@@ -722,3 +722,82 @@ async fn failed_quic_handshakes_end_at_the_handshake_timeout_and_are_counted() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_cut_short_upstream_resets_the_stream_and_the_connection_serves_on() {
+    let (fx, _ended) = start_with_faulty_upstream(QUIC).await;
+    let r = json_lines(&run(h3(&fx, &["--path", CUT_PATH, "--path", "/bytes/1000"])).await);
+    // A clean end would pass a truncated body off as whole: the stream must be reset.
+    assert_eq!(r[0]["status"], 200, "{}", r[0]);
+    assert!(
+        r[0]["reset"].is_u64(),
+        "the short body ended cleanly: {}",
+        r[0]
+    );
+    assert!(
+        r[0]["body_len"].as_u64().unwrap() <= CUT_SENT as u64,
+        "{}",
+        r[0]
+    );
+    // The same connection goes on serving.
+    assert_eq!(
+        (r[1]["status"].clone(), r[1]["body_len"].clone()),
+        (200.into(), 1000.into())
+    );
+    assert_eq!(r[0]["local_port"], r[1]["local_port"]);
+    let m = fx.gw().metrics.render();
+    let body_errors = &["cluster=\"faulty\"", "kind=\"body\""];
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", body_errors),
+        1.0,
+        "{m}"
+    );
+    let log = access_log(&fx, 2).await;
+    assert_eq!(
+        (log[0]["protocol"].as_str(), log[0]["response_end"].as_str()),
+        (Some("h3"), Some("upstream_error"))
+    );
+    assert_eq!(log[1]["response_end"], "complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_h3_download_frees_its_upstream_connection() {
+    let (fx, mut ended) = start_with_faulty_upstream(QUIC).await;
+    let out = run(h3(
+        &fx,
+        &[
+            "--path",
+            ENDLESS_PATH,
+            "--stop-after",
+            "1000000",
+            "--path",
+            "/bytes/1000",
+        ],
+    ))
+    .await;
+    let r = json_lines(&out);
+    assert_eq!(r[0]["stopped"], true, "{}", r[0]);
+    assert_eq!(
+        (r[1]["status"].clone(), r[1]["body_len"].clone()),
+        (200.into(), 1000.into())
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), ended.recv())
+            .await
+            .is_ok(),
+        "the upstream connection was still open 5 s after the client stopped reading"
+    );
+    // No request stream stays counted open.
+    let m = eventually_metric(&fx, "rampart_http_requests_total", &[], 2.0).await;
+    assert_eq!(metric_sum(&m, "rampart_quic_open_streams", &[]), 0.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "rampart_http_responses_abandoned_total", &[]),
+        1.0,
+        "{m}"
+    );
+    let log = access_log(&fx, 2).await;
+    assert_eq!(
+        (log[0]["path"].as_str(), log[0]["response_end"].as_str()),
+        (Some(ENDLESS_PATH), Some("abandoned"))
+    );
+}

@@ -21,7 +21,10 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated
+from aioquic.quic.events import ConnectionTerminated, StreamReset
+
+# H3_REQUEST_CANCELLED (RFC 9114 §8.1): what a client says when it no longer wants a response.
+H3_REQUEST_CANCELLED = 0x10C
 
 
 class Client(QuicConnectionProtocol):
@@ -32,6 +35,10 @@ class Client(QuicConnectionProtocol):
         self.waiters = {}
         # The largest UDP datagram received from the server (its path MTU discovery at work).
         self.largest_datagram = 0
+        # Stream ID -> body bytes after which the client stops reading (STOP_SENDING).
+        self.stop_after = {}
+        # Streams the client stopped: what still arrives on them is dropped.
+        self.stopped = set()
 
     def datagram_received(self, data, addr):
         self.largest_datagram = max(self.largest_datagram, len(data))
@@ -46,20 +53,44 @@ class Client(QuicConnectionProtocol):
                 if not w.done():
                     w.set_exception(ConnectionError(f"connection closed: {event.error_code:#x}"))
             self.waiters.clear()
+        if isinstance(event, StreamReset) and event.stream_id not in self.stopped:
+            # The server abandoned the response (e.g. its upstream failed mid-body): report
+            # what arrived and the reset's code instead of waiting for an end that never comes.
+            r = self.responses.pop(event.stream_id, {"headers": [], "body": bytearray()})
+            r["reset"] = event.error_code
+            w = self.waiters.pop(event.stream_id, None)
+            if w and not w.done():
+                w.set_result(r)
         for ev in self.h3.handle_event(event):
             if isinstance(ev, (HeadersReceived, DataReceived)):
+                if ev.stream_id in self.stopped:
+                    continue
                 r = self.responses.setdefault(ev.stream_id, {"headers": [], "body": bytearray()})
                 if isinstance(ev, HeadersReceived):
                     r["headers"] += ev.headers
                 else:
                     r["body"] += ev.data
+                limit = self.stop_after.get(ev.stream_id)
+                if limit is not None and len(r["body"]) >= limit and not ev.stream_ended:
+                    # Stop reading, as a browser does when a tab closes mid-download.
+                    self._quic.stop_stream(ev.stream_id, H3_REQUEST_CANCELLED)
+                    self.stopped.add(ev.stream_id)
+                    r["stopped"] = True
+                    w = self.waiters.pop(ev.stream_id, None)
+                    if w and not w.done():
+                        w.set_result(self.responses.pop(ev.stream_id))
+                    self.transmit()
+                    continue
                 if ev.stream_ended:
                     w = self.waiters.pop(ev.stream_id, None)
                     if w and not w.done():
                         w.set_result(self.responses.pop(ev.stream_id))
 
-    async def request(self, method, authority, path, body=None, headers=(), trailers=()):
+    async def request(self, method, authority, path, body=None, headers=(), trailers=(),
+                      stop_after=None):
         sid = self._quic.get_next_available_stream_id()
+        if stop_after is not None:
+            self.stop_after[sid] = stop_after
         hs = [(b":method", method.encode()), (b":scheme", b"https"),
               (b":authority", authority.encode()), (b":path", path.encode())]
         hs += [(k.encode(), v.encode()) for k, v in headers]
@@ -91,6 +122,9 @@ async def main():
     p.add_argument("--zero-rtt", action="store_true", help="send the requests as 0-RTT early data")
     p.add_argument("--linger-ms", type=int, default=0,
                    help="after the requests, keep the connection open this long or until the server closes it")
+    p.add_argument("--stop-after", type=int,
+                   help="stop reading the first response after this many body bytes "
+                        "(STOP_SENDING, H3_REQUEST_CANCELLED); later paths go on the same connection")
     p.add_argument("--migrate-after", type=int, default=-1,
                    help="after this many requests, move to a new UDP source port (path migration)")
     args = p.parse_args()
@@ -128,10 +162,15 @@ async def main():
             headers = [(k.strip().lower(), v.strip()) for k, v in headers]
             trailers = [t.split(":", 1) for t in args.trailer]
             trailers = [(k.strip().lower(), v.strip()) for k, v in trailers]
-            r = await client.request(args.method, args.host, path, body, headers, trailers)
+            stop_after = args.stop_after if i == 0 else None
+            r = await client.request(args.method, args.host, path, body, headers, trailers,
+                                     stop_after)
             hdrs = {k.decode(): v.decode() for k, v in r["headers"]}
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"]),
                    "body_sha256": hashlib.sha256(r["body"]).hexdigest()}
+            for k in ("reset", "stopped"):
+                if k in r:
+                    out[k] = r[k]
             if body is not None:
                 out["sent_sha256"] = hashlib.sha256(body).hexdigest()
             if len(r["body"]) <= 4096:

@@ -401,3 +401,101 @@ async fn discard_counts_an_uploaded_body() {
         assert_eq!(stdout(&run(cmd).await).trim(), "3000000", "{http}");
     }
 }
+
+/// Waits (at most 5 s) for the faulty upstream to report an `ENDLESS_PATH` connection closed.
+async fn upstream_connection_freed(ended: &mut tokio::sync::mpsc::UnboundedReceiver<()>) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), ended.recv())
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_cut_short_upstream_fails_for_the_client_instead_of_ending_short() {
+    let (fx, _ended) = start_with_faulty_upstream("").await;
+    for (proto, flag) in [("h1", "--http1.1"), ("h2", "--http2")] {
+        let out = run(curl(
+            &fx,
+            &[
+                flag,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{size_download}",
+                &fx.url(CUT_PATH),
+            ],
+        ))
+        .await;
+        let got = stdout(&out);
+        // The status line went out before the body failed; what must not happen is a clean end.
+        assert!(
+            !out.status.success(),
+            "{proto}: curl saw a complete response: {got}"
+        );
+        let (status, size) = got.split_once(' ').unwrap();
+        assert_eq!(status, "200", "{proto}");
+        let size: usize = size.parse().unwrap();
+        assert!(size <= CUT_SENT, "{proto}: {size} bytes");
+        // The listener goes on serving.
+        assert_eq!(
+            curl_status(&fx, &[flag, &fx.url("/bytes/1000")]).await,
+            "200",
+            "{proto}"
+        );
+    }
+    let m = fx.gw().metrics.render();
+    let body_errors = &["cluster=\"faulty\"", "kind=\"body\""];
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", body_errors),
+        2.0,
+        "{m}"
+    );
+    // Each line is written when its body ends, so only each path's word is certain.
+    for r in access_log(&fx, 4).await {
+        let want = if r["path"] == CUT_PATH {
+            "upstream_error"
+        } else {
+            "complete"
+        };
+        assert_eq!(r["response_end"], want, "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_download_frees_its_upstream_connection() {
+    let (fx, mut ended) = start_with_faulty_upstream("").await;
+    for (proto, flag) in [("h1", "--http1.1"), ("h2", "--http2")] {
+        // curl gives up after a second of an endless body (exit 28), as a client closing a
+        // tab would.
+        let out = run(curl(
+            &fx,
+            &[
+                flag,
+                "--max-time",
+                "1",
+                "-o",
+                "/dev/null",
+                &fx.url(ENDLESS_PATH),
+            ],
+        ))
+        .await;
+        assert_eq!(out.status.code(), Some(28), "{proto}: {out:?}");
+        assert!(
+            upstream_connection_freed(&mut ended).await,
+            "{proto}: the upstream connection was still open 5 s after the client left"
+        );
+    }
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_http_responses_abandoned_total", &[]),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", &[]),
+        0.0,
+        "{m}"
+    );
+    for r in access_log(&fx, 2).await {
+        assert_eq!(r["response_end"], "abandoned", "{r}");
+    }
+}

@@ -360,14 +360,16 @@ pub async fn eventually_metric(fx: &Fixture, name: &str, labels: &[&str], min: f
 /// [`start`], writing the access log to `access.log` in the fixture's folder
 /// (read it with [`access_log`]).
 pub async fn start_logged(listener_extra: &str) -> Fixture {
-    start_edited(listener_extra, |text, dir| {
-        let log = dir.join("access.log");
-        text.replace(
-            "access_log = \"off\"",
-            &format!("access_log = \"{}\"", log.display()),
-        )
-    })
-    .await
+    start_edited(listener_extra, log_to_file).await
+}
+
+/// A config edit: the access log to `access.log` in the config's folder.
+fn log_to_file(text: String, dir: &Path) -> String {
+    let log = dir.join("access.log");
+    text.replace(
+        "access_log = \"off\"",
+        &format!("access_log = \"{}\"", log.display()),
+    )
 }
 
 /// The access log of a [`start_logged`] fixture, once it holds `want` records (up to 5 s;
@@ -391,4 +393,83 @@ pub async fn access_log(fx: &Fixture, want: usize) -> Vec<serde_json::Value> {
         .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
+}
+
+/// What [`spawn_faulty_upstream`] serves: a response cut short, and one that never ends.
+pub const CUT_PATH: &str = "/fault/cut";
+pub const ENDLESS_PATH: &str = "/fault/endless";
+/// The length `CUT_PATH`'s headers promise, and how much of it is sent before the close.
+pub const CUT_PROMISED: usize = 1_000_000;
+pub const CUT_SENT: usize = 100_000;
+
+/// A deliberately faulty upstream speaking HTTP/1.1 on a raw TCP socket, for what the gateway
+/// does when a real server fails or a client goes away:
+/// - `CUT_PATH`: headers promising `CUT_PROMISED` bytes, `CUT_SENT` of them, then a close;
+/// - `ENDLESS_PATH`: a chunked body written until the reader goes away (60 s at the most).
+///
+/// Each `ENDLESS_PATH` response reports on the receiver once its connection has been closed
+/// by the gateway (a write fails), so a test can tell a freed upstream connection from one
+/// left open.
+pub async fn spawn_faulty_upstream() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let ended_tx = ended_tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head);
+                let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                if path == CUT_PATH {
+                    let hdr = format!("HTTP/1.1 200 OK\r\ncontent-length: {CUT_PROMISED}\r\n\r\n");
+                    let _ = s.write_all(hdr.as_bytes()).await;
+                    let _ = s.write_all(&vec![b'c'; CUT_SENT]).await;
+                    // Dropping the socket closes the connection with the body unfinished.
+                } else if path == ENDLESS_PATH {
+                    let mut chunk = b"4000\r\n".to_vec();
+                    chunk.extend_from_slice(&[b'e'; 0x4000]);
+                    chunk.extend_from_slice(b"\r\n");
+                    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+                    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+                    let mut res = s.write_all(head).await;
+                    while res.is_ok() {
+                        match tokio::time::timeout_at(deadline, s.write_all(&chunk)).await {
+                            Ok(r) => res = r,
+                            Err(_) => return, // still open at the deadline: not reported
+                        }
+                    }
+                    let _ = ended_tx.send(());
+                } else {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    (addr, ended)
+}
+
+/// A gateway whose `/fault/` routes go to [`spawn_faulty_upstream`] and the rest to the demo
+/// upstream, its access log read by [`access_log`]; also returns the faulty upstream's
+/// ended-connection reports.
+pub async fn start_with_faulty_upstream(
+    listener_extra: &str,
+) -> (Fixture, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let (faulty, ended) = spawn_faulty_upstream().await;
+    let faulty_routes = format!(
+        "\n[[clusters]]\nname = \"faulty\"\nendpoints = [\"{faulty}\"]\n\n\
+         [[routes]]\npath_prefix = \"/fault/\"\ncluster = \"faulty\"\n"
+    );
+    let fx = start_inner(&faulty_routes, listener_extra, None, log_to_file).await;
+    (fx, ended)
 }
