@@ -42,6 +42,9 @@ pub enum RequestBodyError {
 pub struct BodyProgress {
     pub bytes: AtomicU64,
     pub too_large: AtomicBool,
+    /// The client's body stream failed (the client reset the stream or closed the connection
+    /// mid-body): a failed upstream exchange is then the client's doing.
+    pub client_failed: AtomicBool,
     /// The client's body stream, parked here when the limit tripped, so the handler can read
     /// and discard a little more of it before answering 413 (a client still uploading would
     /// otherwise see its connection reset instead of the response).
@@ -109,7 +112,10 @@ impl Body for RequestBody {
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(RequestBodyError::Client(e)))),
+            Poll::Ready(Some(Err(e))) => {
+                this.progress.client_failed.store(true, Ordering::Relaxed);
+                Poll::Ready(Some(Err(RequestBodyError::Client(e))))
+            }
             Poll::Ready(None) => {
                 this.inner = None;
                 Poll::Ready(None)

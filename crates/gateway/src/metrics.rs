@@ -398,6 +398,7 @@ mod tests {
         m.quic_path_migrations.with_label_values(&["l"]).inc();
         m.quic_path_mtu.with_label_values(&["l"]).observe(1452.0);
         m.quic_open_streams.with_label_values(&["l"]).inc();
+        m.responses_abandoned.with_label_values(&["l"]).inc();
         m.watch_retry_gate("l", RetryGate::always());
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);

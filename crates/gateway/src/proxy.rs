@@ -331,11 +331,21 @@ async fn forward(
         Ok(r) => r,
         Err(failure) => {
             let e = failure.error;
-            metrics
-                .upstream_errors
-                .with_label_values(&[&cluster.name, e.kind()])
-                .inc();
-            if progress.too_large.load(Ordering::Relaxed) {
+            // An exchange the client's body broke (over the limit, or the client gone
+            // midway) is not the upstream's failure.
+            if progress.client_failed.load(Ordering::Relaxed) {
+                tracing::debug!(cluster = %cluster.name, error = %e, "request body ended early");
+                let resp = local(StatusCode::BAD_REQUEST, "request body ended early\n");
+                return Err((route_name, resp));
+            }
+            let too_large = progress.too_large.load(Ordering::Relaxed);
+            if !too_large {
+                metrics
+                    .upstream_errors
+                    .with_label_values(&[&cluster.name, e.kind()])
+                    .inc();
+            }
+            if too_large {
                 let parked = progress.overflow.lock().ok().and_then(|mut s| s.take());
                 let unread = match parked {
                     Some(b) => {

@@ -541,8 +541,13 @@ impl Body for H3RequestBody {
                 }
                 Poll::Ready(Some(InboundFrame::Datagram(_))) => continue,
                 Poll::Ready(None) => {
+                    // The driver let go of the stream before its FIN: the client reset it or
+                    // the connection closed mid-body. An error, so that the upstream request
+                    // is aborted instead of ended as if the body were whole.
                     self.rx = None;
-                    return Poll::Ready(None);
+                    return Poll::Ready(Some(Err(
+                        "HTTP/3 request stream ended before its body's end".into(),
+                    )));
                 }
                 Poll::Pending => return Poll::Pending,
             }

@@ -782,9 +782,7 @@ async fn a_stopped_h3_download_frees_its_upstream_connection() {
         (200.into(), 1000.into())
     );
     assert!(
-        tokio::time::timeout(Duration::from_secs(5), ended.recv())
-            .await
-            .is_ok(),
+        next_report(&mut ended).await == Some(FaultReport::EndlessClosed),
         "the upstream connection was still open 5 s after the client stopped reading"
     );
     // No request stream stays counted open.
@@ -799,5 +797,64 @@ async fn a_stopped_h3_download_frees_its_upstream_connection() {
     assert_eq!(
         (log[0]["path"].as_str(), log[0]["response_end"].as_str()),
         (Some(ENDLESS_PATH), Some("abandoned"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_the_client_resets_never_reaches_the_upstream_as_whole() {
+    let (fx, mut reports) = start_with_faulty_upstream(QUIC).await;
+    // 300 KB of a 1 MB body, no content-length (a streamed upload), then RESET_STREAM.
+    let out = run(h3(
+        &fx,
+        &[
+            "--method",
+            "POST",
+            "--path",
+            UPLOAD_PATH,
+            "--body-size",
+            "1000000",
+            "--reset-upload-after",
+            "300000",
+        ],
+    ))
+    .await;
+    let r = json_lines(&out);
+    assert_eq!(r[0]["upload_reset"], true, "{}", r[0]);
+    // What answer reaches the client (its receiving side is still open): 400, not a 502.
+    assert!(
+        matches!(r[0]["status"].as_u64(), Some(400) | Some(0)),
+        "{}",
+        r[0]
+    );
+    match next_report(&mut reports).await {
+        Some(FaultReport::Upload { complete, bytes }) => {
+            assert!(
+                !complete,
+                "a reset upload reached the upstream as whole ({bytes} bytes)"
+            );
+            assert!(bytes <= 300_000, "{bytes}");
+        }
+        other => panic!("the upstream saw no upload end: {other:?}"),
+    }
+    // An upload that is not reset arrives whole.
+    let out = run(h3(
+        &fx,
+        &[
+            "--method",
+            "POST",
+            "--path",
+            UPLOAD_PATH,
+            "--body-size",
+            "300000",
+        ],
+    ))
+    .await;
+    assert_eq!(json_lines(&out)[0]["status"], 200);
+    assert_eq!(
+        next_report(&mut reports).await,
+        Some(FaultReport::Upload {
+            complete: true,
+            bytes: 300_000
+        })
     );
 }

@@ -87,7 +87,7 @@ class Client(QuicConnectionProtocol):
                         w.set_result(self.responses.pop(ev.stream_id))
 
     async def request(self, method, authority, path, body=None, headers=(), trailers=(),
-                      stop_after=None):
+                      stop_after=None, reset_upload_after=None):
         sid = self._quic.get_next_available_stream_id()
         if stop_after is not None:
             self.stop_after[sid] = stop_after
@@ -95,6 +95,22 @@ class Client(QuicConnectionProtocol):
               (b":authority", authority.encode()), (b":path", path.encode())]
         hs += [(k.encode(), v.encode()) for k, v in headers]
         self.h3.send_headers(sid, hs, end_stream=body is None)
+        if body is not None and reset_upload_after is not None:
+            # Part of the body, then RESET_STREAM: an upload the client abandons (a phone
+            # losing its network, a cancelled file upload). Whatever answer comes within 5 s.
+            self.h3.send_data(sid, body[:reset_upload_after], end_stream=False)
+            self.transmit()
+            await asyncio.sleep(0.2)
+            self._quic.reset_stream(sid, H3_REQUEST_CANCELLED)
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters[sid] = fut
+            self.transmit()
+            try:
+                r = await asyncio.wait_for(fut, 5)
+            except asyncio.TimeoutError:
+                r = {"headers": [], "body": bytearray()}
+            r["upload_reset"] = True
+            return r
         if body is not None:
             self.h3.send_data(sid, body, end_stream=not trailers)
             if trailers:
@@ -125,6 +141,8 @@ async def main():
     p.add_argument("--stop-after", type=int,
                    help="stop reading the first response after this many body bytes "
                         "(STOP_SENDING, H3_REQUEST_CANCELLED); later paths go on the same connection")
+    p.add_argument("--reset-upload-after", type=int,
+                   help="send this many bytes of the first request's body, then reset the stream")
     p.add_argument("--migrate-after", type=int, default=-1,
                    help="after this many requests, move to a new UDP source port (path migration)")
     args = p.parse_args()
@@ -162,13 +180,14 @@ async def main():
             headers = [(k.strip().lower(), v.strip()) for k, v in headers]
             trailers = [t.split(":", 1) for t in args.trailer]
             trailers = [(k.strip().lower(), v.strip()) for k, v in trailers]
-            stop_after = args.stop_after if i == 0 else None
+            first = i == 0
             r = await client.request(args.method, args.host, path, body, headers, trailers,
-                                     stop_after)
+                                     args.stop_after if first else None,
+                                     args.reset_upload_after if first else None)
             hdrs = {k.decode(): v.decode() for k, v in r["headers"]}
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"]),
                    "body_sha256": hashlib.sha256(r["body"]).hexdigest()}
-            for k in ("reset", "stopped"):
+            for k in ("reset", "stopped", "upload_reset"):
                 if k in r:
                     out[k] = r[k]
             if body is not None:

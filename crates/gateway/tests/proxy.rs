@@ -402,13 +402,6 @@ async fn discard_counts_an_uploaded_body() {
     }
 }
 
-/// Waits (at most 5 s) for the faulty upstream to report an `ENDLESS_PATH` connection closed.
-async fn upstream_connection_freed(ended: &mut tokio::sync::mpsc::UnboundedReceiver<()>) -> bool {
-    tokio::time::timeout(Duration::from_secs(5), ended.recv())
-        .await
-        .is_ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_cut_short_upstream_fails_for_the_client_instead_of_ending_short() {
     let (fx, _ended) = start_with_faulty_upstream("").await;
@@ -480,7 +473,7 @@ async fn a_client_leaving_mid_download_frees_its_upstream_connection() {
         .await;
         assert_eq!(out.status.code(), Some(28), "{proto}: {out:?}");
         assert!(
-            upstream_connection_freed(&mut ended).await,
+            next_report(&mut ended).await == Some(FaultReport::EndlessClosed),
             "{proto}: the upstream connection was still open 5 s after the client left"
         );
     }
@@ -498,4 +491,80 @@ async fn a_client_leaving_mid_download_frees_its_upstream_connection() {
     for r in access_log(&fx, 2).await {
         assert_eq!(r["response_end"], "abandoned", "{r}");
     }
+}
+
+/// An HTTP/1.1 upload over TLS that stops midway: the request head, part of a chunk, then
+/// the connection closes (curl cannot do this: at its time limit it ends a chunked upload with
+/// the last chunk, as if whole).
+async fn h1_upload_then_close(fx: &Fixture, path: &str) {
+    use boring::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    use tokio::io::AsyncWriteExt;
+    let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    let cfg = b.build().configure().unwrap();
+    let tcp = tokio::net::TcpStream::connect(fx.addr()).await.unwrap();
+    let mut tls = tokio_boring::connect(cfg, "localhost", tcp).await.unwrap();
+    let head =
+        format!("POST {path} HTTP/1.1\r\nhost: localhost\r\ntransfer-encoding: chunked\r\n\r\n");
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(b"10000\r\n").await.unwrap();
+    tls.write_all(&[b'u'; 30_000]).await.unwrap();
+    tls.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_the_client_abandons_never_reaches_the_upstream_as_whole() {
+    use std::io::Write;
+    let (fx, mut reports) = start_with_faulty_upstream("").await;
+    h1_upload_then_close(&fx, UPLOAD_PATH).await;
+    match next_report(&mut reports).await {
+        Some(FaultReport::Upload { complete, bytes }) => {
+            assert!(
+                !complete,
+                "h1: an abandoned upload reached the upstream whole ({bytes} bytes)"
+            );
+        }
+        other => panic!("h1: the upstream saw no upload end: {other:?}"),
+    }
+    // HTTP/2: a streamed upload from a pipe that stalls after 300 KB; curl gives up after a
+    // second (exit 28) and resets the stream.
+    let mut cmd = curl(
+        &fx,
+        &[
+            "--http2",
+            "--max-time",
+            "1",
+            "-T",
+            "-",
+            "-o",
+            "/dev/null",
+            &fx.url(UPLOAD_PATH),
+        ],
+    );
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&vec![b'u'; 300_000]).unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    drop(stdin);
+    assert_eq!(status.code(), Some(28));
+    match next_report(&mut reports).await {
+        Some(FaultReport::Upload { complete, bytes }) => {
+            assert!(
+                !complete,
+                "h2: an abandoned upload reached the upstream whole ({bytes} bytes)"
+            );
+        }
+        other => panic!("h2: the upstream saw no upload end: {other:?}"),
+    }
+    // The client's abandoned uploads are not counted against the upstream.
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", &[]),
+        0.0,
+        "{m}"
+    );
 }

@@ -395,81 +395,164 @@ pub async fn access_log(fx: &Fixture, want: usize) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// What [`spawn_faulty_upstream`] serves: a response cut short, and one that never ends.
+/// What [`spawn_faulty_upstream`] serves: a response cut short, one that never ends, and an
+/// upload sink that tells whether a request body arrived whole.
 pub const CUT_PATH: &str = "/fault/cut";
 pub const ENDLESS_PATH: &str = "/fault/endless";
+pub const UPLOAD_PATH: &str = "/fault/upload";
 /// The length `CUT_PATH`'s headers promise, and how much of it is sent before the close.
 pub const CUT_PROMISED: usize = 1_000_000;
 pub const CUT_SENT: usize = 100_000;
 
+/// What the faulty upstream saw, reported as it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultReport {
+    /// An `ENDLESS_PATH` response's connection was closed by the gateway.
+    EndlessClosed,
+    /// An `UPLOAD_PATH` request body: `complete` if it ended as its framing says (the last
+    /// chunk, or the promised length), not if its connection closed first; the bytes read.
+    Upload { complete: bool, bytes: usize },
+}
+
+pub type FaultReports = tokio::sync::mpsc::UnboundedReceiver<FaultReport>;
+
+/// The next report, if one comes within 5 s.
+pub async fn next_report(reports: &mut FaultReports) -> Option<FaultReport> {
+    tokio::time::timeout(std::time::Duration::from_secs(5), reports.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
 /// A deliberately faulty upstream speaking HTTP/1.1 on a raw TCP socket, for what the gateway
 /// does when a real server fails or a client goes away:
 /// - `CUT_PATH`: headers promising `CUT_PROMISED` bytes, `CUT_SENT` of them, then a close;
-/// - `ENDLESS_PATH`: a chunked body written until the reader goes away (60 s at the most).
-///
-/// Each `ENDLESS_PATH` response reports on the receiver once its connection has been closed
-/// by the gateway (a write fails), so a test can tell a freed upstream connection from one
-/// left open.
-pub async fn spawn_faulty_upstream() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// - `ENDLESS_PATH`: a chunked body written until the reader goes away (60 s at the most),
+///   reported once the gateway has closed the connection (a write fails), so a test can tell
+///   a freed upstream connection from one left open;
+/// - `UPLOAD_PATH`: reads the request body (chunked or with a length), reports whether it
+///   arrived whole, and answers 200 if it did.
+pub async fn spawn_faulty_upstream() -> (SocketAddr, FaultReports) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel();
+    let (report, reports) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let ended_tx = ended_tx.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let line = String::from_utf8_lossy(&head);
-                let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-                if path == CUT_PATH {
-                    let hdr = format!("HTTP/1.1 200 OK\r\ncontent-length: {CUT_PROMISED}\r\n\r\n");
-                    let _ = s.write_all(hdr.as_bytes()).await;
-                    let _ = s.write_all(&vec![b'c'; CUT_SENT]).await;
-                    // Dropping the socket closes the connection with the body unfinished.
-                } else if path == ENDLESS_PATH {
-                    let mut chunk = b"4000\r\n".to_vec();
-                    chunk.extend_from_slice(&[b'e'; 0x4000]);
-                    chunk.extend_from_slice(b"\r\n");
-                    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
-                    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-                    let mut res = s.write_all(head).await;
-                    while res.is_ok() {
-                        match tokio::time::timeout_at(deadline, s.write_all(&chunk)).await {
-                            Ok(r) => res = r,
-                            Err(_) => return, // still open at the deadline: not reported
-                        }
-                    }
-                    let _ = ended_tx.send(());
-                } else {
-                    let _ = s
-                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                        .await;
-                }
-            });
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(serve_faulty(s, report.clone()));
         }
     });
-    (addr, ended)
+    (addr, reports)
+}
+
+async fn serve_faulty(
+    mut s: tokio::net::TcpStream,
+    report: tokio::sync::mpsc::UnboundedSender<FaultReport>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let mut data = Vec::new();
+    let head_end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if !read_more(&mut s, &mut data).await {
+            return;
+        }
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).to_ascii_lowercase();
+    let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+    if path == CUT_PATH {
+        let hdr = format!("HTTP/1.1 200 OK\r\ncontent-length: {CUT_PROMISED}\r\n\r\n");
+        let _ = s.write_all(hdr.as_bytes()).await;
+        let _ = s.write_all(&vec![b'c'; CUT_SENT]).await;
+        // Dropping the socket closes the connection with the body unfinished.
+    } else if path == ENDLESS_PATH {
+        let mut chunk = b"4000\r\n".to_vec();
+        chunk.extend_from_slice(&[b'e'; 0x4000]);
+        chunk.extend_from_slice(b"\r\n");
+        let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut res = s.write_all(head).await;
+        while res.is_ok() {
+            match tokio::time::timeout_at(deadline, s.write_all(&chunk)).await {
+                Ok(r) => res = r,
+                Err(_) => return, // still open at the deadline: not reported
+            }
+        }
+        let _ = report.send(FaultReport::EndlessClosed);
+    } else if path == UPLOAD_PATH {
+        let mut body = data.split_off(head_end);
+        let (complete, bytes) = if head.contains("transfer-encoding: chunked") {
+            read_chunked(&mut s, &mut body).await
+        } else {
+            let want: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while body.len() < want && read_more(&mut s, &mut body).await {}
+            (body.len() >= want, body.len().min(want))
+        };
+        let _ = report.send(FaultReport::Upload { complete, bytes });
+        if complete {
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n")
+                .await;
+        }
+    } else {
+        let _ = s
+            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            .await;
+    }
+}
+
+/// Appends what the socket has to `data`; false at its end or on an error.
+async fn read_more(s: &mut tokio::net::TcpStream, data: &mut Vec<u8>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 16384];
+    match s.read(&mut buf).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            data.extend_from_slice(&buf[..n]);
+            true
+        }
+    }
+}
+
+/// Reads a chunked body from `data` (what has arrived) and the socket: whether its last chunk
+/// came before the connection ended, and the body bytes.
+async fn read_chunked(s: &mut tokio::net::TcpStream, data: &mut Vec<u8>) -> (bool, usize) {
+    let (mut pos, mut bytes) = (0, 0);
+    loop {
+        let line_end = data[pos..].windows(2).position(|w| w == b"\r\n");
+        let size = line_end.and_then(|i| {
+            let line = String::from_utf8_lossy(&data[pos..pos + i]).into_owned();
+            usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()
+        });
+        match (line_end, size) {
+            (Some(_), Some(0)) => return (true, bytes),
+            (Some(i), Some(n)) if data.len() >= pos + i + 2 + n + 2 => {
+                pos += i + 2 + n + 2;
+                bytes += n;
+                continue;
+            }
+            (Some(_), None) => return (false, bytes), // not chunked framing
+            _ => {}
+        }
+        if !read_more(s, data).await {
+            return (false, bytes);
+        }
+    }
 }
 
 /// A gateway whose `/fault/` routes go to [`spawn_faulty_upstream`] and the rest to the demo
 /// upstream, its access log read by [`access_log`]; also returns the faulty upstream's
-/// ended-connection reports.
-pub async fn start_with_faulty_upstream(
-    listener_extra: &str,
-) -> (Fixture, tokio::sync::mpsc::UnboundedReceiver<()>) {
-    let (faulty, ended) = spawn_faulty_upstream().await;
+/// reports.
+pub async fn start_with_faulty_upstream(listener_extra: &str) -> (Fixture, FaultReports) {
+    let (faulty, reports) = spawn_faulty_upstream().await;
     let faulty_routes = format!(
         "\n[[clusters]]\nname = \"faulty\"\nendpoints = [\"{faulty}\"]\n\n\
          [[routes]]\npath_prefix = \"/fault/\"\ncluster = \"faulty\"\n"
     );
     let fx = start_inner(&faulty_routes, listener_extra, None, log_to_file).await;
-    (fx, ended)
+    (fx, reports)
 }
