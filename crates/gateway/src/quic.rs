@@ -512,6 +512,42 @@ fn quic_conn_info(client: SocketAddr, sni: Option<String>, resumed: bool) -> Arc
 /// A request body arriving on a QUIC stream.
 struct H3RequestBody {
     rx: Option<mpsc::Receiver<InboundFrame>>,
+    /// What the request's `content-length` still promises: a body that runs past it or ends
+    /// short of it is malformed (RFC 9114 §4.1.2), an error rather than a body passed on.
+    remaining: Option<u64>,
+}
+
+impl H3RequestBody {
+    /// The bytes of `data` against the promised length; `fin`: the body ends with them.
+    fn count(&mut self, len: usize, fin: bool) -> Result<(), BoxError> {
+        let Some(left) = self.remaining.as_mut() else {
+            return Ok(());
+        };
+        *left = left
+            .checked_sub(len as u64)
+            .ok_or("HTTP/3 request body longer than its content-length")?;
+        if fin && *left != 0 {
+            return Err("HTTP/3 request body shorter than its content-length".into());
+        }
+        Ok(())
+    }
+}
+
+/// A request's `content-length`, if it has one: one decimal value (repeats must agree).
+fn declared_length(headers: &[Header]) -> Result<Option<u64>, &'static str> {
+    let mut declared = None;
+    for h in headers.iter().filter(|h| h.name() == b"content-length") {
+        let v = std::str::from_utf8(h.value())
+            .ok()
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or("bad content-length")?;
+        if declared.is_some_and(|d| d != v) {
+            return Err("conflicting content-length values");
+        }
+        declared = Some(v);
+    }
+    Ok(declared)
 }
 
 impl Body for H3RequestBody {
@@ -530,6 +566,10 @@ impl Body for H3RequestBody {
                 Poll::Ready(Some(InboundFrame::Body(data, fin))) => {
                     if fin {
                         self.rx = None;
+                    }
+                    if let Err(e) = self.count(data.len(), fin) {
+                        self.rx = None;
+                        return Poll::Ready(Some(Err(e)));
                     }
                     if data.is_empty() {
                         continue;
@@ -644,10 +684,17 @@ async fn serve_request(
         read_fin,
         ..
     } = incoming;
-    let body = H3RequestBody {
-        rx: (!read_fin).then_some(recv),
+    let declared = match declared_length(&headers) {
+        Ok(Some(n)) if n > 0 && read_fin => Err("content-length promises a body that is absent"),
+        other => other,
     };
-    let mut req = match to_request(headers, client_body(body)) {
+    let mut req = match declared.and_then(|remaining| {
+        let body = H3RequestBody {
+            rx: (!read_fin).then_some(recv),
+            remaining,
+        };
+        to_request(headers, client_body(body))
+    }) {
         Ok(r) => r,
         Err(why) => {
             tracing::debug!(why, "malformed HTTP/3 request");
@@ -819,5 +866,43 @@ mod tests {
         assert!(trailer_map(vec![Header::new(b":status", b"200")]).is_err());
         assert!(trailer_map(vec![Header::new(b"bad name", b"v")]).is_err());
         assert!(trailer_map(vec![Header::new(b"x", b"line\nbreak")]).is_err());
+    }
+
+    #[test]
+    fn a_request_body_must_match_its_content_length() {
+        let cl = |v: &[u8]| vec![Header::new(b"content-length", v)];
+        assert_eq!(declared_length(&[]), Ok(None));
+        assert_eq!(declared_length(&cl(b"1000")), Ok(Some(1000)));
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+5",
+            b"1e3",
+            b" 5",
+            b"99999999999999999999999",
+        ] {
+            assert!(declared_length(&cl(bad)).is_err(), "{bad:?}");
+        }
+        let two = |a: &'static [u8], b: &'static [u8]| {
+            vec![
+                Header::new(b"content-length", a),
+                Header::new(b"content-length", b),
+            ]
+        };
+        assert_eq!(declared_length(&two(b"7", b"7")), Ok(Some(7)));
+        assert!(declared_length(&two(b"7", b"8")).is_err());
+
+        let body = |remaining| H3RequestBody {
+            rx: None,
+            remaining,
+        };
+        let mut exact = body(Some(10));
+        assert!(exact.count(4, false).is_ok() && exact.count(6, true).is_ok());
+        let mut short = body(Some(10));
+        assert!(short.count(4, false).is_ok() && short.count(0, true).is_err());
+        let mut long = body(Some(10));
+        assert!(long.count(11, false).is_err());
+        let mut unbounded = body(None);
+        assert!(unbounded.count(1 << 40, true).is_ok());
     }
 }

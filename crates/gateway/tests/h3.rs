@@ -857,4 +857,34 @@ async fn an_upload_the_client_resets_never_reaches_the_upstream_as_whole() {
             bytes: 300_000
         })
     );
+    // A body that ends short of its content-length is malformed: refused, not passed on whole.
+    let out = run(h3(
+        &fx,
+        &[
+            "--method",
+            "POST",
+            "--path",
+            UPLOAD_PATH,
+            "--body-size",
+            "500",
+            "--header",
+            "content-length: 1000",
+        ],
+    ))
+    .await;
+    assert_eq!(json_lines(&out)[0]["status"], 400);
+    assert!(matches!(
+        next_report(&mut reports).await,
+        Some(FaultReport::Upload {
+            complete: false,
+            ..
+        })
+    ));
+    // The client's broken uploads are not counted against the upstream.
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", &[]),
+        0.0,
+        "{m}"
+    );
 }
