@@ -46,12 +46,12 @@ exec > >(tee "$OUT/log.txt") 2>&1
 say() { echo "== $*"; }
 . scripts/bench-lib.sh   # wait_port
 metrics() { python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19901/metrics").read().decode())'; }
-# Waits ($1 tries, $2 s apart) until the metrics answer and no longer say the gpu engine is
-# starting (its kernel built, loaded or given up on); leaves the last metrics in `m`. Fails if
-# it gave up first.
+# Waits ($1 tries, $2 s apart) until the metrics say the gpu engine is done starting
+# (`rampart_gpu_starting 0`: its kernel built, loaded or given up on); leaves the last metrics
+# in `m`. Fails if the tries run out first (a gateway without the gpu engine never says so).
 wait_gpu_started() {
   for _ in $(seq "$1"); do
-    if m=$(metrics 2>/dev/null) && ! grep -q '^rampart_gpu_starting 1' <<<"$m"; then return 0; fi
+    if m=$(metrics 2>/dev/null) && grep -q '^rampart_gpu_starting 0' <<<"$m"; then return 0; fi
     sleep "$2"
   done
   return 1
