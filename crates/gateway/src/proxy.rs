@@ -48,6 +48,21 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// Whether a request's `TE` lists `trailers`.
+fn accepts_trailers(h: &HeaderMap) -> bool {
+    h.get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("trailers")
+        })
+}
+
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     let named: Vec<HeaderName> = h
@@ -293,7 +308,13 @@ async fn forward(
     let (mut parts, body) = req.into_parts();
     let via = format!("{} rampart", version_label(parts.version));
     let h = &mut parts.headers;
+    let accepts_trailers = accepts_trailers(h);
     strip_hop_by_hop(h);
+    if accepts_trailers {
+        // The one TE a request keeps (RFC 9113 §8.2.2 allows it over HTTP/2): it says only
+        // that the client takes trailers, which the proxy passes, and gRPC servers require it.
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     if !h.contains_key(header::HOST) {
         if let Some(a) = parts.uri.authority() {
             if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -457,6 +478,20 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn te_trailers_is_recognised_among_other_codings() {
+        let te = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::TE, HeaderValue::from_static(v));
+            accepts_trailers(&h)
+        };
+        assert!(te("trailers"));
+        assert!(te("gzip;q=0.5, Trailers"));
+        assert!(!te("gzip"));
+        assert!(!te("trailersx"));
+        assert!(!accepts_trailers(&HeaderMap::new()));
     }
 
     #[test]

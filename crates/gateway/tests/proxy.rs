@@ -568,3 +568,28 @@ async fn an_upload_the_client_abandons_never_reaches_the_upstream_as_whole() {
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn te_trailers_reaches_the_upstream_and_other_hop_by_hop_headers_do_not() {
+    let fx = start("", "").await;
+    for flag in ["--http1.1", "--http2"] {
+        let seen = |te: &'static str| {
+            let args = [flag, "-H", te, "-H", "Connection: x-hop", "-H", "X-Hop: 1"];
+            let url = fx.url("/headers");
+            let cmd = curl(&fx, &[&args[..], &[url.as_str()]].concat());
+            async move {
+                let body = stdout(&run(cmd).await);
+                serde_json::from_str::<serde_json::Value>(&body)
+                    .unwrap_or_else(|e| panic!("{e}: {body}"))
+            }
+        };
+        let h = seen("TE: trailers").await;
+        assert_eq!(h["te"], "trailers", "{flag}: {h}");
+        // (curl itself leaves `Connection` out of HTTP/2 requests.)
+        if flag == "--http1.1" {
+            assert!(h.get("x-hop").is_none(), "{flag}: {h}");
+        }
+        let h = seen("TE: gzip").await;
+        assert!(h.get("te").is_none(), "{flag}: {h}");
+    }
+}
