@@ -1,7 +1,7 @@
 //! Body wrappers: request bodies streamed upstream under a size limit, and response bodies
 //! that count bytes, tell how they ended and finish the access-log record then.
 
-use crate::upstream::PooledConn;
+use crate::upstream::{PooledConn, RequestSlot};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -187,12 +187,19 @@ pub struct ResponseBody {
     counters: Option<EndCounters>,
     /// The upstream connection, returned to its pool once this body has been read to its end.
     conn: Option<PooledConn>,
+    /// The request's place among its cluster's `max_requests`, given back when this body ends.
+    slot: Option<RequestSlot>,
     /// A request body kept alive (unread) until this response is done.
     _held: Option<RequestBody>,
 }
 
 impl ResponseBody {
-    pub fn upstream(b: Incoming, conn: Option<PooledConn>, counters: EndCounters) -> Self {
+    pub fn upstream(
+        b: Incoming,
+        conn: Option<PooledConn>,
+        slot: Option<RequestSlot>,
+        counters: EndCounters,
+    ) -> Self {
         ResponseBody {
             source: Source::Upstream(b),
             bytes: 0,
@@ -200,6 +207,7 @@ impl ResponseBody {
             on_done: None,
             counters: Some(counters),
             conn,
+            slot,
             _held: None,
         }
     }
@@ -211,6 +219,7 @@ impl ResponseBody {
             failed: false,
             on_done: None,
             counters: None,
+            slot: None,
             conn: None,
             _held: None,
         }
@@ -242,6 +251,7 @@ impl ResponseBody {
                 c.release();
             }
         }
+        self.slot = None;
         if let Some(c) = self.counters.take() {
             match end {
                 ResponseEnd::Complete => {}

@@ -652,6 +652,11 @@ pub struct ClusterConfig {
     /// Idle keep-alive connections kept per endpoint.
     #[serde(default = "default_pool_size")]
     pub max_idle_per_endpoint: usize,
+    /// Requests in flight to the cluster at once, over all workers (from sending to the end of
+    /// the response body); past it the client gets 503 at once instead of queueing behind a
+    /// slow upstream.
+    #[serde(default = "default_max_requests")]
+    pub max_requests: usize,
 }
 
 fn default_connect_timeout() -> Duration {
@@ -665,6 +670,9 @@ fn default_idle_timeout() -> Duration {
 }
 fn default_pool_size() -> usize {
     64
+}
+fn default_max_requests() -> usize {
+    1024
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -956,6 +964,9 @@ impl Config {
                     "at least one endpoint".into(),
                 );
             }
+            if c.max_requests == 0 {
+                return err(format!("clusters[{i}].max_requests"), "at least 1".into());
+            }
             if c.read_timeout.is_zero() || c.connect_timeout.is_zero() {
                 return err(
                     format!("clusters[{i}]"),
@@ -1190,6 +1201,16 @@ endpoints = ["127.0.0.1:8080"]
         assert!(e.message.contains("unknown field"), "{e}");
         assert!(e.line.is_some());
         assert!(e.to_string().starts_with("test.toml:"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_takes_at_least_one_request() {
+        let e = parse(&MINIMAL.replace("name = \"app\"", "name = \"app\"\nmax_requests = 0"))
+            .unwrap_err();
+        assert_eq!(e.path, "clusters[0].max_requests");
+        assert!(e.message.contains("at least 1"), "{e}");
+        let c = parse(&MINIMAL).unwrap();
+        assert_eq!(c.clusters[0].max_requests, 1024);
     }
 
     #[test]

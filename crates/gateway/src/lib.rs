@@ -313,12 +313,18 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             listeners: Vec::new(),
         })
         .collect();
-    // Each worker gets its own upstream pools.
+    // Each worker gets its own upstream pools; a cluster's max_requests holds over all of them.
+    let slots: Vec<_> = cfg
+        .clusters
+        .iter()
+        .map(|c| upstream::RequestSlots::new(c, &metrics))
+        .collect();
     let worker_clusters: Vec<Vec<Arc<upstream::Cluster>>> = (0..workers)
         .map(|_| {
             cfg.clusters
                 .iter()
-                .map(|c| Arc::new(upstream::Cluster::new(c, &metrics)))
+                .zip(&slots)
+                .map(|(c, s)| Arc::new(upstream::Cluster::new(c, &metrics, s.clone())))
                 .collect()
         })
         .collect();

@@ -17,6 +17,7 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub upstream_seconds: HistogramVec,
     pub upstream_errors: IntCounterVec,
+    pub upstream_in_flight: IntGaugeVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub open_connections: IntGaugeVec,
@@ -154,6 +155,14 @@ impl Metrics {
                 &["cluster", "kind"],
             )
             .unwrap(),
+            upstream_in_flight: IntGaugeVec::new(
+                Opts::new(
+                    "rampart_upstream_requests_in_flight",
+                    "Requests in flight to a cluster, from sending to the end of the response body",
+                ),
+                &["cluster"],
+            )
+            .unwrap(),
             responses_abandoned: IntCounterVec::new(
                 Opts::new(
                     "rampart_http_responses_abandoned_total",
@@ -273,6 +282,9 @@ impl Metrics {
         }
         m.registry
             .register(Box::new(m.open_connections.clone()))
+            .unwrap();
+        m.registry
+            .register(Box::new(m.upstream_in_flight.clone()))
             .unwrap();
         m
     }
@@ -399,6 +411,7 @@ mod tests {
         m.quic_path_mtu.with_label_values(&["l"]).observe(1452.0);
         m.quic_open_streams.with_label_values(&["l"]).inc();
         m.responses_abandoned.with_label_values(&["l"]).inc();
+        m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.watch_retry_gate("l", RetryGate::always());
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);

@@ -392,6 +392,9 @@ async fn forward(
                 UpstreamError::Exchange(..) => {
                     local(StatusCode::BAD_GATEWAY, "upstream exchange failed\n")
                 }
+                UpstreamError::Overflow(_) => {
+                    local(StatusCode::SERVICE_UNAVAILABLE, "upstream busy\n")
+                }
             };
             // Read and discard a small unread request body first (as nginx does): answering
             // an HTTP/2 stream whose upload is unfinished ends it with RST_STREAM, which some
@@ -424,6 +427,7 @@ async fn forward(
             ResponseBody::upstream(
                 body,
                 exchange.conn,
+                exchange.slot,
                 EndCounters {
                     upstream_failed: cluster.body_errors.clone(),
                     abandoned: shared.abandoned_responses.clone(),

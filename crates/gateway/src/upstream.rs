@@ -26,6 +26,8 @@ pub enum UpstreamError {
     Timeout(SocketAddr, Duration),
     #[error("exchange with {0} failed: {1}")]
     Exchange(SocketAddr, String),
+    #[error("{0} requests already in flight (max_requests)")]
+    Overflow(usize),
 }
 
 impl UpstreamError {
@@ -34,6 +36,7 @@ impl UpstreamError {
             UpstreamError::Connect(_) => "connect",
             UpstreamError::Timeout(..) => "timeout",
             UpstreamError::Exchange(..) => "exchange",
+            UpstreamError::Overflow(_) => "overflow",
         }
     }
 }
@@ -76,11 +79,52 @@ impl PooledConn {
     }
 }
 
-/// A response from upstream, with the connection to release when its body ends.
+/// The requests in flight to one cluster, shared by every worker's copy of it and bounded
+/// by its `max_requests`; `rampart_upstream_requests_in_flight{cluster}` follows the count.
+pub struct RequestSlots {
+    in_flight: AtomicUsize,
+    max: usize,
+    gauge: prometheus::IntGauge,
+}
+
+impl RequestSlots {
+    pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Arc<Self> {
+        Arc::new(RequestSlots {
+            in_flight: AtomicUsize::new(0),
+            max: cfg.max_requests,
+            gauge: metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
+        })
+    }
+
+    /// A place for one more request, or `None` when all are taken.
+    fn take(self: &Arc<Self>) -> Option<RequestSlot> {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        self.gauge.inc();
+        Some(RequestSlot(self.clone()))
+    }
+}
+
+/// One request's place among its cluster's `max_requests`, given back when dropped (with the
+/// response body, or at once if the exchange fails).
+pub struct RequestSlot(Arc<RequestSlots>);
+
+impl Drop for RequestSlot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.gauge.dec();
+    }
+}
+
+/// A response from upstream, with the connection to release and the request slot to give
+/// back when its body ends.
 pub struct Exchange {
     pub response: Response<Incoming>,
     pub endpoint: SocketAddr,
     pub conn: Option<PooledConn>,
+    pub slot: Option<RequestSlot>,
 }
 
 pub struct Cluster {
@@ -90,6 +134,7 @@ pub struct Cluster {
     /// This cluster's `rampart_upstream_errors_total{kind="body"}`: response bodies that failed
     /// midway.
     pub body_errors: prometheus::IntCounter,
+    slots: Arc<RequestSlots>,
     endpoints: Vec<Arc<Endpoint>>,
     lb: LbPolicy,
     next: AtomicUsize,
@@ -128,9 +173,15 @@ fn describe(e: &hyper::Error) -> String {
 }
 
 impl Cluster {
-    pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Self {
+    /// A worker's copy of the cluster `cfg`; `slots` is shared by every worker's copy.
+    pub fn new(
+        cfg: &ClusterConfig,
+        metrics: &crate::metrics::Metrics,
+        slots: Arc<RequestSlots>,
+    ) -> Self {
         Cluster {
             name: cfg.name.clone(),
+            slots,
             response_seconds: metrics.upstream_seconds.with_label_values(&[&cfg.name]),
             body_errors: metrics
                 .upstream_errors
@@ -181,6 +232,12 @@ impl Cluster {
     /// one is retried once on another endpoint, and otherwise its unread body comes back in
     /// the error (the caller keeps it until its error response is written).
     pub async fn send(&self, req: Request<RequestBody>) -> Result<Exchange, SendFailure> {
+        let Some(slot) = self.slots.take() else {
+            return Err(SendFailure::with_body(
+                UpstreamError::Overflow(self.slots.max),
+                req,
+            ));
+        };
         let first = self.pick(None);
         let (idx, conn) = match self.acquire(&self.endpoints[first]).await {
             Ok(c) => (first, c),
@@ -199,7 +256,10 @@ impl Cluster {
         let _guard = InFlight(&ep.in_flight);
         match tokio::time::timeout(self.read_timeout, self.exchange(ep, conn, req)).await {
             Err(_) => Err(UpstreamError::Timeout(ep.addr, self.read_timeout).into()),
-            Ok(r) => r,
+            Ok(r) => r.map(|x| Exchange {
+                slot: Some(slot),
+                ..x
+            }),
         }
     }
 
@@ -334,6 +394,7 @@ impl Cluster {
                     response,
                     endpoint: addr,
                     conn: None,
+                    slot: None,
                 })
             }
             Conn::H1 { mut sender, reused } => {
@@ -366,6 +427,7 @@ impl Cluster {
                     response,
                     endpoint: addr,
                     conn,
+                    slot: None,
                 })
             }
         }
@@ -412,22 +474,49 @@ impl From<UpstreamError> for SendFailure {
 mod tests {
     use super::*;
 
+    fn config(lb: LbPolicy, n: u16) -> ClusterConfig {
+        ClusterConfig {
+            name: "t".into(),
+            endpoints: (0..n)
+                .map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i)))
+                .collect(),
+            lb,
+            protocol: UpstreamProtocol::Http1,
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
+            max_idle_per_endpoint: 1,
+            max_requests: 2,
+        }
+    }
+
     fn cluster(lb: LbPolicy, n: u16) -> Cluster {
-        Cluster::new(
-            &ClusterConfig {
-                name: "t".into(),
-                endpoints: (0..n)
-                    .map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i)))
-                    .collect(),
-                lb,
-                protocol: UpstreamProtocol::Http1,
-                connect_timeout: Duration::from_secs(1),
-                read_timeout: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(1),
-                max_idle_per_endpoint: 1,
-            },
-            &crate::metrics::Metrics::new(),
-        )
+        let cfg = config(lb, n);
+        let metrics = crate::metrics::Metrics::new();
+        Cluster::new(&cfg, &metrics, RequestSlots::new(&cfg, &metrics))
+    }
+
+    #[test]
+    fn request_slots_are_bounded_shared_and_given_back() {
+        let cfg = config(LbPolicy::RoundRobin, 1);
+        let metrics = crate::metrics::Metrics::new();
+        let slots = RequestSlots::new(&cfg, &metrics);
+        let a = slots.take().expect("first");
+        let b = slots
+            .clone()
+            .take()
+            .expect("second, through another worker's handle");
+        assert!(slots.take().is_none(), "a third past max_requests = 2");
+        assert!(metrics
+            .render()
+            .contains("rampart_upstream_requests_in_flight{cluster=\"t\"} 2"));
+        drop(a);
+        let c = slots.take().expect("a slot given back is taken again");
+        drop((b, c));
+        assert_eq!(slots.in_flight.load(Ordering::Relaxed), 0);
+        assert!(metrics
+            .render()
+            .contains("rampart_upstream_requests_in_flight{cluster=\"t\"} 0"));
     }
 
     #[tokio::test]

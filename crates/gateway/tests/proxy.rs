@@ -593,3 +593,54 @@ async fn te_trailers_reaches_the_upstream_and_other_hop_by_hop_headers_do_not() 
         assert!(h.get("te").is_none(), "{flag}: {h}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_max_requests_get_503_at_once_and_slots_come_back() {
+    // Two gateway workers share the cluster's two slots.
+    let fx = start_edited("", |text, _| {
+        text.replace("[server]\n", "[server]\nworker_threads = 2\n")
+            .replace("endpoints = [", "max_requests = 2\nendpoints = [")
+    })
+    .await;
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn(run(curl(
+                &fx,
+                &[
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    &fx.url("/delay/1500"),
+                ],
+            )))
+        })
+        .collect();
+    // Both slow requests are upstream (the gauge says so) before the third arrives.
+    eventually_metric(&fx, "rampart_upstream_requests_in_flight", &[], 2.0).await;
+    let t = Instant::now();
+    assert_eq!(curl_status(&fx, &[&fx.url("/bytes/10")]).await, "503");
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
+    for s in slow {
+        assert_eq!(stdout(&s.await.unwrap()), "200");
+    }
+    // The slots come back with the response bodies: more requests than slots, one by one.
+    for _ in 0..4 {
+        assert_eq!(curl_status(&fx, &[&fx.url("/bytes/100000")]).await, "200");
+    }
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", &["kind=\"overflow\""]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_requests_in_flight", &[]),
+        0.0,
+        "{m}"
+    );
+}
