@@ -606,6 +606,12 @@ pub struct RouteConfig {
     pub cluster: String,
     /// Name for metrics and logs (default: `host` + `path_prefix`).
     pub name: Option<String>,
+    /// Client addresses served (addresses or CIDR blocks); empty: all not denied.
+    #[serde(default)]
+    pub allow: Vec<crate::access::Cidr>,
+    /// Client addresses refused with 403, checked before `allow`.
+    #[serde(default)]
+    pub deny: Vec<crate::access::Cidr>,
 }
 
 fn any_host() -> String {
@@ -1201,6 +1207,17 @@ endpoints = ["127.0.0.1:8080"]
         assert!(e.message.contains("unknown field"), "{e}");
         assert!(e.line.is_some());
         assert!(e.to_string().starts_with("test.toml:"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_access_list_entry_names_its_place() {
+        let text = MINIMAL.replace(
+            "cluster = \"app\"",
+            "cluster = \"app\"\nallow = [\"10.0.0.0/8\", \"10.0.0.0/40\"]",
+        );
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, "routes[0].allow[1]");
+        assert!(e.message.contains("CIDR block like"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! [`start`] turns a validated [`config::Config`] into running listeners; [`Running`] stops
 //! them gracefully.
 
+pub mod access;
 pub mod access_log;
 pub mod admin;
 pub mod body;

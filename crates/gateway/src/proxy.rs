@@ -302,6 +302,17 @@ async fn forward(
     if shared.access_log.enabled() {
         rec.route = route_name.clone();
     }
+
+    // Phase: access list.
+    if !route.access.permits(conn.client.ip()) {
+        let body = RequestBody::new(req.into_body(), u64::MAX, progress.clone());
+        let unread = discard_body(body).await;
+        let (parts, body) = local(StatusCode::FORBIDDEN, "forbidden\n").into_parts();
+        return Err((
+            route_name,
+            Response::from_parts(parts, body.holding(unread)),
+        ));
+    }
     let cluster = &shared.clusters[route.cluster];
 
     // Phase: rewrite headers.

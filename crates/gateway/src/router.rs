@@ -1,6 +1,7 @@
 //! Routes: (host, path prefix) → cluster. The most specific host class wins (exact, then
 //! `*.wildcard`, then `*`), then the longest path prefix.
 
+use crate::access::AccessList;
 use crate::config::RouteConfig;
 
 #[derive(Debug, Clone)]
@@ -9,6 +10,8 @@ pub struct Route {
     host: HostMatch,
     prefix: String,
     pub cluster: usize,
+    /// Which clients the route serves; the others get 403.
+    pub access: AccessList,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +59,7 @@ impl Router {
                     },
                     prefix: r.path_prefix.clone(),
                     cluster: cluster_index(&r.cluster),
+                    access: AccessList::new(&r.allow, &r.deny),
                 }
             })
             .collect();
@@ -84,6 +88,8 @@ mod tests {
             path_prefix: prefix.into(),
             cluster: cluster.into(),
             name: None,
+            allow: vec![],
+            deny: vec![],
         }
     }
 

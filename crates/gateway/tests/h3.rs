@@ -888,3 +888,28 @@ async fn an_upload_the_client_resets_never_reaches_the_upstream_as_whole() {
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_access_lists_refuse_clients_with_403_over_tcp_and_quic() {
+    let routes = "\n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\ndeny = [\"127.0.0.0/8\"]\n\
+                  \n[[routes]]\npath_prefix = \"/headers\"\ncluster = \"app\"\nallow = [\"192.0.2.0/24\", \"::1\"]\n\
+                  \n[[routes]]\npath_prefix = \"/delay/\"\ncluster = \"app\"\nallow = [\"127.0.0.0/8\"]\n";
+    let fx = start(routes, QUIC).await;
+    for (path, want) in [
+        ("/bytes/10", 403),
+        ("/headers", 403),
+        ("/delay/1", 200),
+        ("/", 200),
+    ] {
+        let got = curl_status(&fx, &[&fx.url(path)]).await;
+        assert_eq!(got, want.to_string(), "TCP {path}");
+        let r = json_lines(&run(h3(&fx, &["--path", path])).await);
+        assert_eq!(r[0]["status"], want, "QUIC {path}: {}", r[0]);
+    }
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_http_requests_total", &["status=\"403\""]),
+        4.0,
+        "{m}"
+    );
+}
