@@ -1226,7 +1226,7 @@ endpoints = ["127.0.0.1:8080"]
             .unwrap_err();
         assert_eq!(e.path, "clusters[0].max_requests");
         assert!(e.message.contains("at least 1"), "{e}");
-        let c = parse(&MINIMAL).unwrap();
+        let c = parse(MINIMAL).unwrap();
         assert_eq!(c.clusters[0].max_requests, 1024);
     }
 
