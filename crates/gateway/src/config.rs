@@ -663,6 +663,40 @@ pub struct ClusterConfig {
     /// slow upstream.
     #[serde(default = "default_max_requests")]
     pub max_requests: usize,
+    /// Active health checks of the endpoints; none when absent.
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+/// `[clusters.health_check]`: each endpoint is asked for `path` every `interval`; one that
+/// fails `unhealthy_after` checks in a row gets no requests until it passes `healthy_after`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// The path asked for (GET); a 2xx or 3xx answer within `timeout` passes.
+    pub path: String,
+    /// The `Host` header sent (default: the endpoint's address).
+    pub host: Option<String>,
+    #[serde(default = "default_check_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    #[serde(default = "default_check_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    #[serde(default = "default_unhealthy_after")]
+    pub unhealthy_after: u32,
+    #[serde(default = "default_healthy_after")]
+    pub healthy_after: u32,
+}
+
+fn default_check_interval() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_check_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_unhealthy_after() -> u32 {
+    3
+}
+fn default_healthy_after() -> u32 {
+    2
 }
 
 fn default_connect_timeout() -> Duration {
@@ -973,6 +1007,21 @@ impl Config {
             if c.max_requests == 0 {
                 return err(format!("clusters[{i}].max_requests"), "at least 1".into());
             }
+            if let Some(h) = &c.health_check {
+                let p = format!("clusters[{i}].health_check");
+                if !h.path.starts_with('/') {
+                    return err(format!("{p}.path"), "a path starting with /".into());
+                }
+                if h.interval.is_zero() || h.timeout.is_zero() {
+                    return err(p, "interval and timeout must be greater than zero".into());
+                }
+                if h.unhealthy_after == 0 || h.healthy_after == 0 {
+                    return err(
+                        p,
+                        "unhealthy_after and healthy_after must be at least 1".into(),
+                    );
+                }
+            }
             if c.read_timeout.is_zero() || c.connect_timeout.is_zero() {
                 return err(
                     format!("clusters[{i}]"),
@@ -1218,6 +1267,21 @@ endpoints = ["127.0.0.1:8080"]
         let e = parse(&text).unwrap_err();
         assert_eq!(e.path, "routes[0].allow[1]");
         assert!(e.message.contains("CIDR block like"), "{e}");
+    }
+
+    #[test]
+    fn health_checks_are_validated_with_their_paths() {
+        // MINIMAL ends with the cluster's table.
+        let with = |table: &str| format!("{MINIMAL}[clusters.health_check]\n{table}\n");
+        assert!(parse(&with("path = \"/healthz\"")).is_ok());
+        let e = parse(&with("path = \"healthz\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].health_check.path");
+        let e = parse(&with("path = \"/h\"\nhealthy_after = 0")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].health_check");
+        let e = parse(&with("path = \"/h\"\ninterval = \"often\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].health_check.interval");
+        let e = parse(&with("path = \"/h\"\nrise = 2")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].health_check.rise");
     }
 
     #[test]

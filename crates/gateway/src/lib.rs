@@ -9,6 +9,7 @@ pub mod admin;
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod health;
 pub mod keyserver;
 pub mod metrics;
 pub mod proxy;
@@ -314,18 +315,31 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             listeners: Vec::new(),
         })
         .collect();
-    // Each worker gets its own upstream pools; a cluster's max_requests holds over all of them.
-    let slots: Vec<_> = cfg
+    // Each worker gets its own upstream pools; a cluster's max_requests and its endpoints'
+    // health marks hold over all of them.
+    let shared_state: Vec<_> = cfg
         .clusters
         .iter()
-        .map(|c| upstream::RequestSlots::new(c, &metrics))
+        .map(|c| {
+            (
+                upstream::RequestSlots::new(c, &metrics),
+                health::Health::new(c, &metrics),
+            )
+        })
         .collect();
     let worker_clusters: Vec<Vec<Arc<upstream::Cluster>>> = (0..workers)
         .map(|_| {
             cfg.clusters
                 .iter()
-                .zip(&slots)
-                .map(|(c, s)| Arc::new(upstream::Cluster::new(c, &metrics, s.clone())))
+                .zip(&shared_state)
+                .map(|(c, (slots, health))| {
+                    Arc::new(upstream::Cluster::new(
+                        c,
+                        &metrics,
+                        slots.clone(),
+                        health.clone(),
+                    ))
+                })
                 .collect()
         })
         .collect();
@@ -418,6 +432,9 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         bound.push((l.name.clone(), addr));
     }
     let (stop, stop_rx) = watch::channel(false);
+    for (c, (_, health)) in cfg.clusters.iter().zip(&shared_state) {
+        health.spawn_checks(c, stop_rx.clone());
+    }
     let mut tasks = Vec::new();
     let admin = match cfg.admin.listen {
         Some(a) => {

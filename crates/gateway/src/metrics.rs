@@ -18,6 +18,7 @@ pub struct Metrics {
     pub upstream_seconds: HistogramVec,
     pub upstream_errors: IntCounterVec,
     pub upstream_in_flight: IntGaugeVec,
+    pub upstream_healthy: IntGaugeVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub open_connections: IntGaugeVec,
@@ -163,6 +164,14 @@ impl Metrics {
                 &["cluster"],
             )
             .unwrap(),
+            upstream_healthy: IntGaugeVec::new(
+                Opts::new(
+                    "rampart_upstream_endpoint_healthy",
+                    "1 while an endpoint passes its cluster's health checks (or has none), else 0",
+                ),
+                &["cluster", "endpoint"],
+            )
+            .unwrap(),
             responses_abandoned: IntCounterVec::new(
                 Opts::new(
                     "rampart_http_responses_abandoned_total",
@@ -285,6 +294,9 @@ impl Metrics {
             .unwrap();
         m.registry
             .register(Box::new(m.upstream_in_flight.clone()))
+            .unwrap();
+        m.registry
+            .register(Box::new(m.upstream_healthy.clone()))
             .unwrap();
         m
     }
@@ -412,6 +424,7 @@ mod tests {
         m.quic_open_streams.with_label_values(&["l"]).inc();
         m.responses_abandoned.with_label_values(&["l"]).inc();
         m.upstream_in_flight.with_label_values(&["c"]).inc();
+        m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
         m.watch_retry_gate("l", RetryGate::always());
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);

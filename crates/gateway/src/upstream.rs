@@ -7,6 +7,7 @@
 
 use crate::body::RequestBody;
 use crate::config::{ClusterConfig, LbPolicy, UpstreamProtocol};
+use crate::health::Health;
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
@@ -135,6 +136,7 @@ pub struct Cluster {
     /// midway.
     pub body_errors: prometheus::IntCounter,
     slots: Arc<RequestSlots>,
+    health: Arc<Health>,
     endpoints: Vec<Arc<Endpoint>>,
     lb: LbPolicy,
     next: AtomicUsize,
@@ -173,15 +175,18 @@ fn describe(e: &hyper::Error) -> String {
 }
 
 impl Cluster {
-    /// A worker's copy of the cluster `cfg`; `slots` is shared by every worker's copy.
+    /// A worker's copy of the cluster `cfg`; `slots` and `health` are shared by every
+    /// worker's copy.
     pub fn new(
         cfg: &ClusterConfig,
         metrics: &crate::metrics::Metrics,
         slots: Arc<RequestSlots>,
+        health: Arc<Health>,
     ) -> Self {
         Cluster {
             name: cfg.name.clone(),
             slots,
+            health,
             response_seconds: metrics.upstream_seconds.with_label_values(&[&cfg.name]),
             body_errors: metrics
                 .upstream_errors
@@ -212,9 +217,12 @@ impl Cluster {
     fn pick(&self, exclude: Option<usize>) -> usize {
         let n = self.endpoints.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let allowed = |i: usize| Some(i) != exclude || n == 1;
+        // Endpoints failing their health checks are passed over, unless all are.
+        let any_healthy = (0..n).any(|i| allowed(i) && self.health.is_healthy(i));
         let candidates = (0..n)
             .map(|k| (start + k) % n)
-            .filter(|i| Some(*i) != exclude || n == 1);
+            .filter(|i| allowed(*i) && (!any_healthy || self.health.is_healthy(*i)));
         match self.lb {
             LbPolicy::RoundRobin => candidates.take(1).next().unwrap_or(0),
             // Least in flight; ties go to the first in rotation so load spreads.
@@ -487,13 +495,18 @@ mod tests {
             idle_timeout: Duration::from_secs(1),
             max_idle_per_endpoint: 1,
             max_requests: 2,
+            health_check: None,
         }
     }
 
     fn cluster(lb: LbPolicy, n: u16) -> Cluster {
         let cfg = config(lb, n);
         let metrics = crate::metrics::Metrics::new();
-        Cluster::new(&cfg, &metrics, RequestSlots::new(&cfg, &metrics))
+        let (slots, health) = (
+            RequestSlots::new(&cfg, &metrics),
+            Health::new(&cfg, &metrics),
+        );
+        Cluster::new(&cfg, &metrics, slots, health)
     }
 
     #[test]
@@ -527,6 +540,24 @@ mod tests {
         for _ in 0..6 {
             let first = c.pick(None);
             assert_ne!(c.pick(Some(first)), first);
+        }
+    }
+
+    #[tokio::test]
+    async fn unhealthy_endpoints_are_passed_over_unless_all_are() {
+        for lb in [LbPolicy::RoundRobin, LbPolicy::LeastRequest] {
+            let c = cluster(lb, 3);
+            c.health.set(1, false);
+            for _ in 0..6 {
+                let first = c.pick(None);
+                assert_ne!(first, 1, "{lb:?}");
+                let second = c.pick(Some(first));
+                assert!(second != 1 && second != first, "{lb:?}: retry on {second}");
+            }
+            c.health.set(0, false);
+            c.health.set(2, false);
+            let picks: std::collections::HashSet<_> = (0..6).map(|_| c.pick(None)).collect();
+            assert_eq!(picks.len(), 3, "{lb:?}: all down, all tried");
         }
     }
 

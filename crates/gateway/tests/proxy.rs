@@ -644,3 +644,61 @@ async fn requests_past_max_requests_get_503_at_once_and_slots_come_back() {
         "{m}"
     );
 }
+
+/// The value of `rampart_upstream_endpoint_healthy` for `endpoint`, once it equals `want`
+/// (within 5 s).
+async fn endpoint_health_becomes(fx: &Fixture, endpoint: std::net::SocketAddr, want: f64) {
+    let label = format!("endpoint=\"{endpoint}\"");
+    for _ in 0..100 {
+        let m = fx.gw().metrics.render();
+        if metric_sum(&m, "rampart_upstream_endpoint_healthy", &[&label]) == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{endpoint} never became {want}:\n{}",
+        fx.gw().metrics.render()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_take_a_failing_endpoint_out_and_bring_it_back() {
+    use std::sync::atomic::Ordering;
+    let (a, a_up) = spawn_switchable_upstream("a").await;
+    let (b, _) = spawn_switchable_upstream("b").await;
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let check = "[clusters.health_check]\npath = \"/healthz\"\ninterval = \"100ms\"\n\
+                 timeout = \"500ms\"\nunhealthy_after = 2\nhealthy_after = 1";
+    let fx = start_with(&config_text(&[a, b], check, ""), dir, a, None).await;
+    let served_by = |n: usize| {
+        let fx = &fx;
+        async move {
+            let mut seen = Vec::new();
+            for _ in 0..n {
+                let out = stdout(&run(curl(fx, &["-w", " %{http_code}", &fx.url("/")])).await);
+                seen.push(out.replace('\n', ""));
+            }
+            seen
+        }
+    };
+    let seen = served_by(6).await;
+    assert!(
+        seen.contains(&"a 200".into()) && seen.contains(&"b 200".into()),
+        "{seen:?}"
+    );
+
+    // a starts failing: once its checks have failed twice, only b serves, and no client
+    // sees a's 503.
+    a_up.store(false, Ordering::Relaxed);
+    endpoint_health_becomes(&fx, a, 0.0).await;
+    let seen = served_by(10).await;
+    assert!(seen.iter().all(|s| s == "b 200"), "{seen:?}");
+
+    // a recovers: one passed check brings it back.
+    a_up.store(true, Ordering::Relaxed);
+    endpoint_health_becomes(&fx, a, 1.0).await;
+    let seen = served_by(6).await;
+    assert!(seen.contains(&"a 200".into()), "{seen:?}");
+}

@@ -556,3 +556,41 @@ pub async fn start_with_faulty_upstream(listener_extra: &str) -> (Fixture, Fault
     let fx = start_inner(&faulty_routes, listener_extra, None, log_to_file).await;
     (fx, reports)
 }
+
+/// An upstream whose health a test switches: every request (the health check's too) gets
+/// `200` with `x-server: NAME` and the body `NAME\n` while the flag is true, `503` while it
+/// is false; each connection closes after one response.
+pub async fn spawn_switchable_upstream(
+    name: &'static str,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let up = Arc::new(AtomicBool::new(true));
+    let flag = up.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let flag = flag.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    if !read_more(&mut s, &mut head).await {
+                        return;
+                    }
+                }
+                let status = if flag.load(Ordering::Relaxed) {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\nx-server: {name}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}\n",
+                    name.len() + 1
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    (addr, up)
+}
