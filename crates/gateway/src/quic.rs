@@ -629,6 +629,12 @@ fn to_request(headers: Vec<Header>, body: ClientBody) -> Result<Request<ClientBo
             b":authority" => authority = Some(String::from_utf8_lossy(h.value()).into_owned()),
             b":path" => path = Some(String::from_utf8_lossy(h.value()).into_owned()),
             n if n.starts_with(b":") => return Err("unknown pseudo-header"),
+            // RFC 9114 §4.2: field names are lowercase, and connection-specific fields (TE
+            // other than "trailers" among them) make a message malformed.
+            n if n.iter().any(u8::is_ascii_uppercase) => return Err("uppercase header name"),
+            b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding"
+            | b"upgrade" => return Err("connection-specific header"),
+            b"te" if h.value() != b"trailers" => return Err("TE other than trailers"),
             n => {
                 let name = HeaderName::from_bytes(n).map_err(|_| "bad header name")?;
                 let value = HeaderValue::from_bytes(h.value()).map_err(|_| "bad header value")?;
@@ -866,6 +872,33 @@ mod tests {
         assert!(trailer_map(vec![Header::new(b":status", b"200")]).is_err());
         assert!(trailer_map(vec![Header::new(b"bad name", b"v")]).is_err());
         assert!(trailer_map(vec![Header::new(b"x", b"line\nbreak")]).is_err());
+    }
+
+    #[test]
+    fn connection_specific_and_uppercase_fields_make_a_request_malformed() {
+        let req = |extra: Header| {
+            let mut h = vec![
+                Header::new(b":method", b"GET"),
+                Header::new(b":scheme", b"https"),
+                Header::new(b":authority", b"localhost"),
+                Header::new(b":path", b"/"),
+            ];
+            h.push(extra);
+            to_request(h, client_body(http_body_util::Empty::new()))
+        };
+        assert!(req(Header::new(b"te", b"trailers")).is_ok());
+        assert!(req(Header::new(b"x-fine", b"1")).is_ok());
+        for (name, value) in [
+            (&b"connection"[..], &b"close"[..]),
+            (b"keep-alive", b"timeout=5"),
+            (b"proxy-connection", b"keep-alive"),
+            (b"transfer-encoding", b"chunked"),
+            (b"upgrade", b"websocket"),
+            (b"te", b"gzip"),
+            (b"X-Upper", b"1"),
+        ] {
+            assert!(req(Header::new(name, value)).is_err(), "{name:?}");
+        }
     }
 
     #[test]
