@@ -665,6 +665,12 @@ pub struct ClusterConfig {
     pub max_requests: usize,
     /// Active health checks of the endpoints; none when absent.
     pub health_check: Option<HealthCheckConfig>,
+    /// Failed connects in a row after which an endpoint is passed over for `fail_timeout`
+    /// (passive health, as nginx's `max_fails`); 0: never.
+    #[serde(default = "default_max_fails")]
+    pub max_fails: u32,
+    #[serde(default = "default_fail_timeout", deserialize_with = "duration")]
+    pub fail_timeout: Duration,
 }
 
 /// `[clusters.health_check]`: each endpoint is asked for `path` every `interval`; one that
@@ -713,6 +719,12 @@ fn default_pool_size() -> usize {
 }
 fn default_max_requests() -> usize {
     1024
+}
+fn default_max_fails() -> u32 {
+    1
+}
+fn default_fail_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -1006,6 +1018,12 @@ impl Config {
             }
             if c.max_requests == 0 {
                 return err(format!("clusters[{i}].max_requests"), "at least 1".into());
+            }
+            if c.max_fails > 0 && c.fail_timeout.is_zero() {
+                return err(
+                    format!("clusters[{i}].fail_timeout"),
+                    "greater than zero (or max_fails = 0 to turn passive checks off)".into(),
+                );
             }
             if let Some(h) = &c.health_check {
                 let p = format!("clusters[{i}].health_check");

@@ -1,4 +1,9 @@
-//! Active health checks of upstream endpoints. One task per cluster that has a
+//! Upstream endpoint health, active and passive.
+//!
+//! Passive: an endpoint whose connects fail `max_fails` times in a row is passed over for
+//! `fail_timeout` (nginx's rule), whatever the requests it would have had.
+//!
+//! Active health checks: one task per cluster that has a
 //! `[clusters.health_check]` (on the control-plane runtime) asks every endpoint for the check
 //! path each interval, over a new connection in the cluster's protocol; an endpoint that fails
 //! `unhealthy_after` checks in a row is marked down and load balancing passes it over until it
@@ -12,15 +17,26 @@ use http_body_util::Empty;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Whether each endpoint of a cluster is up, shared by every worker's copy of it.
 pub struct Health {
+    /// The active checks' marks.
     healthy: Vec<AtomicBool>,
     /// `rampart_upstream_endpoint_healthy{cluster, endpoint}`, one per endpoint.
     gauges: Vec<prometheus::IntGauge>,
+    /// Passive health: failed connects in a row, and until when (nanoseconds after `epoch`,
+    /// 0 for never) an endpoint is passed over.
+    fails: Vec<AtomicU32>,
+    down_until: Vec<AtomicU64>,
+    epoch: Instant,
+    max_fails: u32,
+    fail_timeout: Duration,
+    cluster: String,
+    endpoints: Vec<SocketAddr>,
 }
 
 impl Health {
@@ -43,11 +59,57 @@ impl Health {
                 .map(|_| AtomicBool::new(true))
                 .collect(),
             gauges,
+            fails: cfg.endpoints.iter().map(|_| AtomicU32::new(0)).collect(),
+            down_until: cfg.endpoints.iter().map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
+            max_fails: cfg.max_fails,
+            fail_timeout: cfg.fail_timeout,
+            cluster: cfg.name.clone(),
+            endpoints: cfg.endpoints.clone(),
         })
     }
 
+    /// Whether load balancing should pick `endpoint`: its active checks pass (or it has none)
+    /// and no run of failed connects has it passed over.
     pub fn is_healthy(&self, endpoint: usize) -> bool {
-        self.healthy[endpoint].load(Ordering::Relaxed)
+        if !self.healthy[endpoint].load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.down_until[endpoint].load(Ordering::Relaxed) {
+            0 => true,
+            until => self.now_nanos() >= until,
+        }
+    }
+
+    fn now_nanos(&self) -> u64 {
+        // At least 1, so that 0 keeps meaning "never passed over".
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// Passive health: the outcome of a connect to `endpoint` made for a request.
+    pub fn record_connect(&self, endpoint: usize, ok: bool) {
+        if ok {
+            if self.fails[endpoint].load(Ordering::Relaxed) != 0 {
+                self.fails[endpoint].store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        if self.max_fails == 0 {
+            return;
+        }
+        let fails = self.fails[endpoint].fetch_add(1, Ordering::Relaxed) + 1;
+        if fails >= self.max_fails {
+            self.fails[endpoint].store(0, Ordering::Relaxed);
+            let until = self.now_nanos() + self.fail_timeout.as_nanos() as u64;
+            self.down_until[endpoint].store(until, Ordering::Relaxed);
+            tracing::warn!(
+                cluster = %self.cluster,
+                endpoint = %self.endpoints[endpoint],
+                fails,
+                for_ = ?self.fail_timeout,
+                "endpoint passed over after failed connects"
+            );
+        }
     }
 
     pub(crate) fn set(&self, endpoint: usize, healthy: bool) {

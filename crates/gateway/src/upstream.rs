@@ -247,12 +247,12 @@ impl Cluster {
             ));
         };
         let first = self.pick(None);
-        let (idx, conn) = match self.acquire(&self.endpoints[first]).await {
+        let (idx, conn) = match self.acquire_at(first).await {
             Ok(c) => (first, c),
             Err(e) if self.endpoints.len() > 1 && req.method().is_idempotent() => {
                 let second = self.pick(Some(first));
                 tracing::debug!(cluster = %self.name, error = %e, "retrying on another endpoint");
-                match self.acquire(&self.endpoints[second]).await {
+                match self.acquire_at(second).await {
                     Ok(c) => (second, c),
                     Err(e) => return Err(SendFailure::with_body(e, req)),
                 }
@@ -269,6 +269,17 @@ impl Cluster {
                 ..x
             }),
         }
+    }
+
+    /// A connection to endpoint `i`, its connect failures told to passive health.
+    async fn acquire_at(&self, i: usize) -> Result<Conn, UpstreamError> {
+        let r = self.acquire(&self.endpoints[i]).await;
+        match &r {
+            Ok(_) => self.health.record_connect(i, true),
+            Err(UpstreamError::Connect(_)) => self.health.record_connect(i, false),
+            Err(_) => {}
+        }
+        r
     }
 
     /// A connection to `ep`: a pooled one if any is open, else a new one.
@@ -496,6 +507,8 @@ mod tests {
             max_idle_per_endpoint: 1,
             max_requests: 2,
             health_check: None,
+            max_fails: 1,
+            fail_timeout: Duration::from_secs(10),
         }
     }
 
@@ -559,6 +572,29 @@ mod tests {
             let picks: std::collections::HashSet<_> = (0..6).map(|_| c.pick(None)).collect();
             assert_eq!(picks.len(), 3, "{lb:?}: all down, all tried");
         }
+    }
+
+    #[tokio::test]
+    async fn failed_connects_pass_an_endpoint_over_for_fail_timeout() {
+        let mut cfg = config(LbPolicy::RoundRobin, 2);
+        cfg.max_fails = 2;
+        cfg.fail_timeout = Duration::from_millis(100);
+        let health = Health::new(&cfg, &crate::metrics::Metrics::new());
+        health.record_connect(0, false);
+        assert!(health.is_healthy(0), "one failure of two");
+        health.record_connect(0, true);
+        health.record_connect(0, false);
+        assert!(health.is_healthy(0), "a success resets the run");
+        health.record_connect(0, false);
+        assert!(!health.is_healthy(0) && health.is_healthy(1));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(health.is_healthy(0), "back after fail_timeout");
+        cfg.max_fails = 0;
+        let never = Health::new(&cfg, &crate::metrics::Metrics::new());
+        for _ in 0..5 {
+            never.record_connect(1, false);
+        }
+        assert!(never.is_healthy(1), "max_fails = 0 turns it off");
     }
 
     #[tokio::test]
