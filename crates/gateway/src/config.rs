@@ -366,6 +366,13 @@ pub struct ListenerConfig {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub quic: QuicConfig,
+    /// Client addresses served (addresses or CIDR blocks); empty: all not denied. Others are
+    /// turned away before any TLS or QUIC handshake work.
+    #[serde(default)]
+    pub allow: Vec<crate::access::Cidr>,
+    /// Client addresses turned away, checked before `allow`.
+    #[serde(default)]
+    pub deny: Vec<crate::access::Cidr>,
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.

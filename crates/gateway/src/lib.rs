@@ -404,6 +404,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 access_log: access_log.clone(),
                 alt_svc: alt_svc.clone(),
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
+                access: access::AccessList::new(&l.allow, &l.deny),
             });
             plan.listeners.push((
                 sock,

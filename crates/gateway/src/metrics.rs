@@ -21,6 +21,7 @@ pub struct Metrics {
     pub upstream_healthy: IntGaugeVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
+    pub denied_connections: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
     pub quic_connections: IntCounterVec,
@@ -172,6 +173,14 @@ impl Metrics {
                 &["cluster", "endpoint"],
             )
             .unwrap(),
+            denied_connections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_connections_denied_total",
+                    "Connections turned away by the listener's access list, before any handshake",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             responses_abandoned: IntCounterVec::new(
                 Opts::new(
                     "rampart_http_responses_abandoned_total",
@@ -282,6 +291,7 @@ impl Metrics {
             &m.requests,
             &m.upstream_errors,
             &m.responses_abandoned,
+            &m.denied_connections,
             &m.rejected_connections,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
@@ -353,19 +363,28 @@ pub struct ConnectionCap {
     open: prometheus::IntGauge,
     rejected: prometheus::IntCounter,
     max: i64,
+    access: crate::access::AccessList,
+    denied: prometheus::IntCounter,
 }
 
 impl ConnectionCap {
-    pub fn new(m: &Metrics, label: &str, max: usize) -> Self {
+    pub fn new(m: &Metrics, label: &str, max: usize, access: crate::access::AccessList) -> Self {
         ConnectionCap {
             open: m.open_connections.with_label_values(&[label]),
             rejected: m.rejected_connections.with_label_values(&[label]),
             max: max as i64,
+            access,
+            denied: m.denied_connections.with_label_values(&[label]),
         }
     }
 
-    /// Whether a new connection must be refused, the cap being reached; counted when it is.
-    pub fn refuse(&self) -> bool {
+    /// Whether a new connection from `client` must be refused: the listener's access list
+    /// turns it away, or the cap is reached. Counted either way.
+    pub fn refuse(&self, client: std::net::IpAddr) -> bool {
+        if !self.access.permits(client) {
+            self.denied.inc();
+            return true;
+        }
         let full = self.open.get() >= self.max;
         if full {
             self.rejected.inc();
@@ -423,6 +442,7 @@ mod tests {
         m.quic_path_mtu.with_label_values(&["l"]).observe(1452.0);
         m.quic_open_streams.with_label_values(&["l"]).inc();
         m.responses_abandoned.with_label_values(&["l"]).inc();
+        m.denied_connections.with_label_values(&["l"]).inc();
         m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
         m.watch_retry_gate("l", RetryGate::always());

@@ -30,6 +30,8 @@ pub struct ProxyShared {
     pub alt_svc: Option<HeaderValue>,
     /// This listener's `rampart_http_responses_abandoned_total`.
     pub abandoned_responses: prometheus::IntCounter,
+    /// Which clients the listener serves (checked when a connection arrives).
+    pub access: crate::access::AccessList,
 }
 
 /// Facts about the client connection a request arrived on.

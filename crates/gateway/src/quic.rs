@@ -255,19 +255,23 @@ pub async fn serve(
         hooks,
     );
     params.retry_gate = retry_gate;
-    // Load shedding: at `limits.max_connections` open QUIC connections, new attempts are
-    // refused at once (CONNECTION_REFUSED) before any handshake work, and counted.
+    // Load shedding: at `limits.max_connections` open QUIC connections, or from a client the
+    // listener's access list turns away, new attempts are refused at once (CONNECTION_REFUSED)
+    // before any handshake work, and counted.
     let cap = crate::metrics::ConnectionCap::new(
         &shared.metrics,
         &format!("{}/quic", shared.listener),
         shared.limits.max_connections,
+        shared.access.clone(),
     );
     // While shutting down, new attempts are refused the same way (and not counted as shed).
     let shutting_down = Arc::new(AtomicBool::new(false));
     params.refuse_new_connections = Some(Arc::new({
         let cap = cap.clone();
         let shutting_down = shutting_down.clone();
-        move || shutting_down.load(Ordering::Relaxed) || cap.refuse()
+        move |peer: std::net::SocketAddr| {
+            shutting_down.load(Ordering::Relaxed) || cap.refuse(peer.ip())
+        }
     }));
     let mut streams =
         match tokio_quiche::listen_with_capabilities([listener], params, DefaultMetrics) {

@@ -64,6 +64,7 @@ impl TcpListenerTask {
             &self.shared.metrics,
             &self.shared.listener,
             self.shared.limits.max_connections,
+            self.shared.access.clone(),
         );
         loop {
             let accepted = tokio::select! {
@@ -72,7 +73,7 @@ impl TcpListenerTask {
             };
             match accepted {
                 Ok((tcp, peer)) => {
-                    if cap.refuse() {
+                    if cap.refuse(peer.ip()) {
                         drop(tcp);
                         continue;
                     }

@@ -913,3 +913,32 @@ async fn route_access_lists_refuse_clients_with_403_over_tcp_and_quic() {
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_access_lists_turn_clients_away_before_any_handshake() {
+    let fx = start("", &format!("deny = [\"127.0.0.0/8\"]\n{QUIC}")).await;
+    let out = run(curl(&fx, &["-o", "/dev/null", &fx.url("/")])).await;
+    assert!(!out.status.success(), "a denied client was served over TCP");
+    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
+    let m = fx.gw().metrics.render();
+    for listener in ["https", "https/quic"] {
+        let label = format!("listener=\"{listener}\"");
+        assert!(
+            metric_sum(&m, "rampart_connections_denied_total", &[&label]) >= 1.0,
+            "{m}"
+        );
+    }
+    assert_eq!(
+        metric_sum(&m, "rampart_tls_handshakes_total", &[]),
+        0.0,
+        "{m}"
+    );
+
+    // Allowed by address (the QUIC client's IPv4-mapped address included).
+    let fx = start("", &format!("allow = [\"127.0.0.1\"]\n{QUIC}")).await;
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    assert_eq!(
+        json_lines(&run(h3(&fx, &["--path", "/"])).await)[0]["status"],
+        200
+    );
+}

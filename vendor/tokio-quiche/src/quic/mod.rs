@@ -123,9 +123,10 @@ pub use self::connection::ConnectionShutdownBehaviour;
 // rampart: Retry only under load.
 pub use self::retry_gate::RetryGate;
 
-/// rampart: decides whether a new connection attempt is refused (see
-/// `ConnectionParams::refuse_new_connections`).
-pub type RefusePredicate = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+/// rampart: decides, from the address it came from, whether a new connection attempt is
+/// refused (see `ConnectionParams::refuse_new_connections`).
+pub type RefusePredicate =
+    std::sync::Arc<dyn Fn(std::net::SocketAddr) -> bool + Send + Sync>;
 pub use self::connection::HandshakeError;
 pub use self::connection::HandshakeInfo;
 pub use self::connection::Incoming;

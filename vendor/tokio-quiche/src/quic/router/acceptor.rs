@@ -242,9 +242,15 @@ where
             });
         }
 
-        // rampart: at capacity, a new connection attempt is refused at once with a
-        // stateless CONNECTION_CLOSE (CONNECTION_REFUSED, 0x2) rather than handshaking.
-        if self.config.refuse_new_connections.as_ref().is_some_and(|f| f()) {
+        // rampart: at capacity, or from an address the listener does not serve, a new
+        // connection attempt is refused at once with a stateless CONNECTION_CLOSE
+        // (CONNECTION_REFUSED, 0x2) rather than handshaking.
+        if self
+            .config
+            .refuse_new_connections
+            .as_ref()
+            .is_some_and(|f| f(incoming.peer_addr))
+        {
             let scid = self.cid_generator.new_connection_id();
             return self.handshake_reply(incoming, move |buf| {
                 quiche::refuse(&hdr.scid, &hdr.dcid, &scid, hdr.version, 0x2, buf)
