@@ -619,6 +619,26 @@ pub struct RouteConfig {
     /// Client addresses refused with 403, checked before `allow`.
     #[serde(default)]
     pub deny: Vec<crate::access::Cidr>,
+    /// Requests a client address may make; beyond it, 429.
+    pub rate_limit: Option<RateLimitConfig>,
+}
+
+/// A route's `rate_limit`: a token bucket per client address.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Sustained requests a second per client.
+    pub per_second: f64,
+    /// Requests a client may make at once before the rate applies (default: `per_second`,
+    /// at least 1).
+    pub burst: Option<u32>,
+}
+
+impl RateLimitConfig {
+    pub fn burst(&self) -> u32 {
+        self.burst
+            .unwrap_or_else(|| self.per_second.ceil().clamp(1.0, u32::MAX as f64) as u32)
+    }
 }
 
 fn any_host() -> String {
@@ -1058,6 +1078,17 @@ impl Config {
             return err("routes".into(), "at least one route".into());
         }
         for (i, r) in self.routes.iter().enumerate() {
+            if let Some(rl) = &r.rate_limit {
+                if !(rl.per_second.is_finite() && rl.per_second > 0.0) {
+                    return err(
+                        format!("routes[{i}].rate_limit.per_second"),
+                        "a number of requests greater than zero".into(),
+                    );
+                }
+                if rl.burst == Some(0) {
+                    return err(format!("routes[{i}].rate_limit.burst"), "at least 1".into());
+                }
+            }
             if !cluster_names.contains(r.cluster.as_str()) {
                 let known: Vec<_> = self.clusters.iter().map(|c| c.name.as_str()).collect();
                 return err(
@@ -1307,6 +1338,24 @@ endpoints = ["127.0.0.1:8080"]
         assert_eq!(e.path, "clusters[0].health_check.interval");
         let e = parse(&with("path = \"/h\"\nrise = 2")).unwrap_err();
         assert_eq!(e.path, "clusters[0].health_check.rise");
+    }
+
+    #[test]
+    fn rate_limits_are_validated_with_their_paths() {
+        let with = |rl: &str| {
+            MINIMAL.replace(
+                "cluster = \"app\"",
+                &format!("cluster = \"app\"\nrate_limit = {{ {rl} }}"),
+            )
+        };
+        let c = parse(&with("per_second = 2.5")).unwrap();
+        assert_eq!(c.routes[0].rate_limit.unwrap().burst(), 3);
+        let e = parse(&with("per_second = 0")).unwrap_err();
+        assert_eq!(e.path, "routes[0].rate_limit.per_second");
+        let e = parse(&with("per_second = 5, burst = 0")).unwrap_err();
+        assert_eq!(e.path, "routes[0].rate_limit.burst");
+        let e = parse(&with("rps = 5")).unwrap_err();
+        assert_eq!(e.path, "routes[0].rate_limit.rps");
     }
 
     #[test]

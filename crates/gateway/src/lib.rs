@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod quic;
 pub mod quic_workers;
+pub mod ratelimit;
 mod recv_buffer;
 pub mod router;
 mod send_coalescer;

@@ -286,11 +286,8 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared_len.is_some_and(|n| n > limits.max_body_bytes) {
-        let body = RequestBody::new(req.into_body(), u64::MAX, progress.clone());
-        let unread = discard_body(body).await;
-        let (parts, body) =
-            local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_parts();
-        return Err((None, Response::from_parts(parts, body.holding(unread))));
+        let resp = local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
+        return Err((None, refuse_unread(req.into_body(), progress, resp).await));
     }
 
     // Phase: route.
@@ -305,14 +302,26 @@ async fn forward(
         rec.route = route_name.clone();
     }
 
-    // Phase: access list.
+    // Phase: access list, then rate limit.
     if !route.access.permits(conn.client.ip()) {
-        let body = RequestBody::new(req.into_body(), u64::MAX, progress.clone());
-        let unread = discard_body(body).await;
-        let (parts, body) = local(StatusCode::FORBIDDEN, "forbidden\n").into_parts();
+        let resp = local(StatusCode::FORBIDDEN, "forbidden\n");
         return Err((
             route_name,
-            Response::from_parts(parts, body.holding(unread)),
+            refuse_unread(req.into_body(), progress, resp).await,
+        ));
+    }
+    if let Some(Err(wait)) = route
+        .rate_limit
+        .as_ref()
+        .map(|rl| rl.take(conn.client.ip()))
+    {
+        let mut resp = local(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return Err((
+            route_name,
+            refuse_unread(req.into_body(), progress, resp).await,
         ));
     }
     let cluster = &shared.clusters[route.cluster];
@@ -449,6 +458,18 @@ async fn forward(
         ),
         upstream_time,
     ))
+}
+
+/// `resp` for a request whose body was not read: a little of it is read and dropped first,
+/// the rest held until the response is written (see [`discard_body`]).
+async fn refuse_unread(
+    body: ClientBody,
+    progress: &Arc<BodyProgress>,
+    resp: Response<ResponseBody>,
+) -> Response<ResponseBody> {
+    let unread = discard_body(RequestBody::new(body, u64::MAX, progress.clone())).await;
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.holding(unread))
 }
 
 /// Reads and drops up to 64 KiB of a request body for at most one second. Returns the body

@@ -12,6 +12,8 @@ pub struct Route {
     pub cluster: usize,
     /// Which clients the route serves; the others get 403.
     pub access: AccessList,
+    /// Requests per client address, shared by every worker; beyond it, 429.
+    pub rate_limit: Option<std::sync::Arc<crate::ratelimit::RateLimiter>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,12 @@ impl Router {
                     prefix: r.path_prefix.clone(),
                     cluster: cluster_index(&r.cluster),
                     access: AccessList::new(&r.allow, &r.deny),
+                    rate_limit: r.rate_limit.map(|rl| {
+                        std::sync::Arc::new(crate::ratelimit::RateLimiter::new(
+                            rl.per_second,
+                            rl.burst(),
+                        ))
+                    }),
                 }
             })
             .collect();
@@ -90,6 +98,7 @@ mod tests {
             name: None,
             allow: vec![],
             deny: vec![],
+            rate_limit: None,
         }
     }
 

@@ -942,3 +942,48 @@ async fn listener_access_lists_turn_clients_away_before_any_handshake() {
         200
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_route_answers_429_with_retry_after_over_tcp_and_quic() {
+    // Two workers share the route's buckets: 3 at once, then one every 4 s (slow enough that
+    // a slow machine's requests do not earn tokens back during the test).
+    let routes = "\n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\n\
+                  rate_limit = { per_second = 0.25, burst = 3 }\n";
+    let fx = start_edited(QUIC, |text, _| {
+        text.replace("[server]\n", "[server]\nworker_threads = 2\n") + routes
+    })
+    .await;
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        codes.push(curl_status(&fx, &[&fx.url("/bytes/10")]).await);
+    }
+    assert_eq!(codes[..3], ["200", "200", "200"], "{codes:?}");
+    assert_eq!(codes[3..], ["429", "429"], "{codes:?}");
+    let out = stdout(
+        &run(curl(
+            &fx,
+            &["-D", "-", "-o", "/dev/null", &fx.url("/bytes/10")],
+        ))
+        .await,
+    );
+    let retry_after: u64 = out
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no retry-after: {out}"));
+    assert!((1..=4).contains(&retry_after), "{out}");
+    // The same client over QUIC draws on the same bucket; other routes are not limited.
+    let r = json_lines(&run(h3(&fx, &["--path", "/bytes/10", "--path", "/"])).await);
+    assert_eq!(
+        (r[0]["status"].clone(), r[1]["status"].clone()),
+        (429.into(), 200.into())
+    );
+    assert!(r[0]["headers"]["retry-after"].is_string(), "{}", r[0]);
+    // After the wait it named there is a token again.
+    tokio::time::sleep(Duration::from_millis(retry_after * 1000 + 100)).await;
+    assert_eq!(curl_status(&fx, &[&fx.url("/bytes/10")]).await, "200");
+}
