@@ -9,7 +9,7 @@
 //! untracked rather than refused for an attacker's spread of addresses.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -78,9 +78,7 @@ impl RateLimiter {
 
     fn take_at(&self, client: IpAddr, now: f64) -> Result<(), Duration> {
         let client = client.to_canonical();
-        let mut h = self.hasher.build_hasher();
-        client.hash(&mut h);
-        let mut shard = self.shards[h.finish() as usize % SHARDS]
+        let mut shard = self.shards[self.hasher.hash_one(client) as usize % SHARDS]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let shard = &mut *shard;
