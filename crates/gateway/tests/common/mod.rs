@@ -424,6 +424,32 @@ pub async fn next_report(reports: &mut FaultReports) -> Option<FaultReport> {
         .flatten()
 }
 
+/// Waits for the faulty upstream's next upload report and asserts the upload did not arrive
+/// whole; returns the bytes that did. `how` names the case in failure messages.
+pub async fn assert_upload_cut_short(reports: &mut FaultReports, how: &str) -> usize {
+    match next_report(reports).await {
+        Some(FaultReport::Upload { complete, bytes }) => {
+            assert!(
+                !complete,
+                "{how}: an abandoned upload reached the upstream whole ({bytes} bytes)"
+            );
+            bytes
+        }
+        other => panic!("{how}: the upstream saw no upload end: {other:?}"),
+    }
+}
+
+/// The client's failures (abandoned or malformed uploads) were not counted against the
+/// upstream: `rampart_upstream_errors_total` is 0.
+pub fn assert_no_upstream_errors(fx: &Fixture) {
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_errors_total", &[]),
+        0.0,
+        "{m}"
+    );
+}
+
 /// A deliberately faulty upstream speaking HTTP/1.1 on a raw TCP socket, for what the gateway
 /// does when a real server fails or a client goes away:
 /// - `CUT_PATH`: headers promising `CUT_PROMISED` bytes, `CUT_SENT` of them, then a close;
