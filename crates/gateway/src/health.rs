@@ -194,43 +194,33 @@ async fn probe(
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let io = TokioIo::new(tcp);
-        let req = http::Request::get(check.path.as_str())
-            .header(http::header::USER_AGENT, "rampart-health-check")
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
+        let get = |uri: &str| {
+            http::Request::get(uri).header(http::header::USER_AGENT, "rampart-health-check")
+        };
+        let bad_host = |_| format!("bad host {host:?}");
         let status = match protocol {
             UpstreamProtocol::Http1 => {
+                let req = get(&check.path)
+                    .header(http::header::HOST, host.as_str())
+                    .body(Empty::<Bytes>::new())
+                    .map_err(bad_host)?;
                 let (mut sender, conn) = http1::handshake(io).await.map_err(|e| e.to_string())?;
                 tokio::spawn(conn);
-                let (mut parts, body) = req.into_parts();
-                parts.headers.insert(
-                    http::header::HOST,
-                    host.parse().map_err(|_| format!("bad host {host:?}"))?,
-                );
-                let req = http::Request::from_parts(parts, body);
-                sender
-                    .send_request(req)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status()
+                let resp = sender.send_request(req).await;
+                resp.map_err(|e| e.to_string())?.status()
             }
             UpstreamProtocol::H2c => {
+                let req = get(&format!("http://{host}{}", check.path))
+                    .body(Empty::<Bytes>::new())
+                    .map_err(bad_host)?;
                 let (mut sender, conn) = http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
                     .handshake(io)
                     .await
                     .map_err(|e| e.to_string())?;
                 tokio::spawn(conn);
-                let (mut parts, body) = req.into_parts();
-                parts.uri = format!("http://{host}{}", check.path)
-                    .parse()
-                    .map_err(|_| format!("bad host {host:?}"))?;
-                let req = http::Request::from_parts(parts, body);
-                sender
-                    .send_request(req)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status()
+                let resp = sender.send_request(req).await;
+                resp.map_err(|e| e.to_string())?.status()
             }
         };
         if status.is_success() || status.is_redirection() {

@@ -741,3 +741,30 @@ async fn a_dead_endpoint_is_passed_over_after_a_failed_connect() {
     }
     assert!(codes[1..].iter().all(|c| c == "200"), "{codes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_health_checks_pass_a_live_endpoint_and_fail_a_dead_one() {
+    let fx = start_with_a_dead_endpoint(
+        "protocol = \"h2c\"\n[clusters.health_check]\npath = \"/\"\ninterval = \"100ms\"\n\
+         unhealthy_after = 1\nhealthy_after = 1",
+    )
+    .await;
+    // The dead endpoint drops out (the gauges sum to the one live endpoint), the live one
+    // stays in after checks over h2c.
+    for _ in 0..100 {
+        let m = fx.gw().metrics.render();
+        if metric_sum(&m, "rampart_upstream_endpoint_healthy", &[]) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    endpoint_health_becomes(&fx, fx.upstream, 1.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_upstream_endpoint_healthy", &[]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+}
