@@ -327,6 +327,11 @@ async fn forward(
     let cluster = &shared.clusters[route.cluster];
 
     // Phase: rewrite headers.
+    // An HTTP/1.1 `Upgrade` (a WebSocket handshake) keeps its upgrade headers and, once the
+    // upstream answers 101, becomes a byte tunnel between the two taken-over connections.
+    let mut req = req;
+    let upgrade = upgrade_protocol(&req);
+    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let via = format!("{} rampart", version_label(parts.version));
     let h = &mut parts.headers;
@@ -336,6 +341,10 @@ async fn forward(
         // The one TE a request keeps (RFC 9113 §8.2.2 allows it over HTTP/2): it says only
         // that the client takes trailers, which the proxy passes, and gRPC servers require it.
         h.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    if let Some(protocol) = &upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, protocol.clone());
     }
     if !h.contains_key(header::HOST) {
         if let Some(a) = parts.uri.authority() {
@@ -367,7 +376,7 @@ async fn forward(
 
     // Phase: forward.
     let sent = Instant::now();
-    let result = cluster.send(req).await;
+    let result = cluster.send(req, upgrade.is_some()).await;
     let upstream_time = sent.elapsed();
     let metrics = &shared.metrics;
     let exchange = match result {
@@ -437,8 +446,24 @@ async fn forward(
     rec.upstream = Some(exchange.endpoint);
 
     // Phase: respond.
-    let (mut parts, body) = exchange.response.into_parts();
+    let mut response = exchange.response;
+    let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let upstream_protocol = response.headers().get(header::UPGRADE).cloned();
+    if let (true, Some(client), Some(protocol)) = (switched, client_upgrade, &upstream_protocol) {
+        let upstream = hyper::upgrade::on(&mut response);
+        tokio::spawn(tunnel(client, upstream));
+        response
+            .headers_mut()
+            .insert(header::UPGRADE, protocol.clone());
+    }
+    let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    if let (true, Some(protocol)) = (switched, upstream_protocol) {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, protocol);
+    }
     if let Ok(v) = HeaderValue::from_str(&via) {
         parts.headers.append(header::VIA, v);
     }
@@ -458,6 +483,41 @@ async fn forward(
         ),
         upstream_time,
     ))
+}
+
+/// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` and `Upgrade`).
+fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
+    let h = req.headers();
+    let asks = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    (req.version() == Version::HTTP_11 && asks)
+        .then(|| h.get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Copies bytes both ways between the client's and the upstream's taken-over connections
+/// until either side closes.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (client, upstream) = match tokio::join!(client, upstream) {
+        (Ok(c), Ok(u)) => (c, u),
+        (c, u) => {
+            tracing::debug!(
+                client = c.is_ok(),
+                upstream = u.is_ok(),
+                "upgrade not completed"
+            );
+            return;
+        }
+    };
+    let mut client = hyper_util::rt::TokioIo::new(client);
+    let mut upstream = hyper_util::rt::TokioIo::new(upstream);
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(error = %e, "upgraded connection ended");
+    }
 }
 
 /// `resp` for a request whose body was not read: a little of it is read and dropped first,

@@ -193,14 +193,20 @@ async fn serve_connection(
             .keep_alive_timeout(Duration::from_secs(20));
         send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)))
             .await
+            .map_err(|e| e.to_string())
     } else {
-        let mut b = hyper::server::conn::http1::Builder::new();
-        b.timer(TokioTimer::new())
+        // HTTP/1.1 only (ALPN said so), with upgrades: a 101 hands the connection to the
+        // proxy's tunnel (WebSocket). hyper-util's builder, as its connection with upgrades
+        // can be watched for graceful shutdown.
+        let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
+        b.http1()
+            .timer(TokioTimer::new())
             .header_read_timeout(limits.idle_timeout)
             .max_headers(limits.max_headers)
             .max_buf_size((limits.max_header_bytes + 1024).max(8192));
-        send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)))
+        send.flush_at_yield(watcher.watch(b.serve_connection_with_upgrades(io, svc)))
             .await
+            .map_err(|e| e.to_string())
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");

@@ -239,7 +239,15 @@ impl Cluster {
     /// request is handed over, so after a connect failure the request is intact: an idempotent
     /// one is retried once on another endpoint, and otherwise its unread body comes back in
     /// the error (the caller keeps it until its error response is written).
-    pub async fn send(&self, req: Request<RequestBody>) -> Result<Exchange, SendFailure> {
+    ///
+    /// With `upgrade` (an HTTP/1.1 `Upgrade` request, such as a WebSocket handshake) the
+    /// request goes over a new HTTP/1.1 connection that can be taken over, whatever the
+    /// cluster's protocol, and that connection is never pooled.
+    pub async fn send(
+        &self,
+        req: Request<RequestBody>,
+        upgrade: bool,
+    ) -> Result<Exchange, SendFailure> {
         let Some(slot) = self.slots.take() else {
             return Err(SendFailure::with_body(
                 UpstreamError::Overflow(self.slots.max),
@@ -247,12 +255,12 @@ impl Cluster {
             ));
         };
         let first = self.pick(None);
-        let (idx, conn) = match self.acquire_at(first).await {
+        let (idx, conn) = match self.acquire_at(first, upgrade).await {
             Ok(c) => (first, c),
             Err(e) if self.endpoints.len() > 1 && req.method().is_idempotent() => {
                 let second = self.pick(Some(first));
                 tracing::debug!(cluster = %self.name, error = %e, "retrying on another endpoint");
-                match self.acquire_at(second).await {
+                match self.acquire_at(second, upgrade).await {
                     Ok(c) => (second, c),
                     Err(e) => return Err(SendFailure::with_body(e, req)),
                 }
@@ -266,14 +274,24 @@ impl Cluster {
             Err(_) => Err(UpstreamError::Timeout(ep.addr, self.read_timeout).into()),
             Ok(r) => r.map(|x| Exchange {
                 slot: Some(slot),
+                conn: if upgrade { None } else { x.conn },
                 ..x
             }),
         }
     }
 
-    /// A connection to endpoint `i`, its connect failures told to passive health.
-    async fn acquire_at(&self, i: usize) -> Result<Conn, UpstreamError> {
-        let r = self.acquire(&self.endpoints[i]).await;
+    /// A connection to endpoint `i` (for an upgrade, a new HTTP/1.1 one that can be taken
+    /// over), its connect failures told to passive health.
+    async fn acquire_at(&self, i: usize, upgrade: bool) -> Result<Conn, UpstreamError> {
+        let ep = &self.endpoints[i];
+        let r = if upgrade {
+            self.new_h1(ep, true).await.map(|sender| Conn::H1 {
+                sender,
+                reused: false,
+            })
+        } else {
+            self.acquire(ep).await
+        };
         match &r {
             Ok(_) => self.health.record_connect(i, true),
             Err(UpstreamError::Connect(_)) => self.health.record_connect(i, false),
@@ -292,7 +310,7 @@ impl Cluster {
                     reused: true,
                 }),
                 None => Ok(Conn::H1 {
-                    sender: self.new_h1(ep).await?,
+                    sender: self.new_h1(ep, false).await?,
                     reused: false,
                 }),
             },
@@ -324,16 +342,22 @@ impl Cluster {
         }
     }
 
+    /// A new HTTP/1.1 connection; with `upgradable`, one a 101 response can take over.
     async fn new_h1(
         &self,
         ep: &Endpoint,
+        upgradable: bool,
     ) -> Result<http1::SendRequest<RequestBody>, UpstreamError> {
         let io = self.connect(ep).await?;
         let (sender, conn) = http1::Builder::new()
             .handshake(io)
             .await
             .map_err(|e| UpstreamError::Exchange(ep.addr, describe(&e)))?;
-        drive(conn);
+        if upgradable {
+            drive(conn.with_upgrades());
+        } else {
+            drive(conn);
+        }
         Ok(sender)
     }
 
@@ -427,7 +451,7 @@ impl Cluster {
                     // back: send it on a fresh connection.
                     Err(mut e) if reused && e.message().is_some() => {
                         let req = e.take_message().expect("checked");
-                        sender = match self.new_h1(ep).await {
+                        sender = match self.new_h1(ep, false).await {
                             Ok(s) => s,
                             Err(err) => return Err(SendFailure::with_body(err, req)),
                         };

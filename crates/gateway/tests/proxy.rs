@@ -768,3 +768,46 @@ async fn h2c_health_checks_pass_a_live_endpoint_and_fail_a_dead_one() {
     );
     assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (fx, _) = start_with_faulty_upstream("").await;
+    let mut tls = tls_to(&fx, b"\x08http/1.1").await;
+    let key = "dGhlIHNhbXBsZSBub25jZQ==";
+    let req = format!(
+        "GET {UPGRADE_PATH} HTTP/1.1\r\nhost: localhost\r\nconnection: Upgrade\r\n\
+         upgrade: websocket\r\nsec-websocket-key: {key}\r\nsec-websocket-version: 13\r\n\r\n"
+    );
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        assert_eq!(tls.read(&mut b).await.unwrap(), 1, "closed after {head:?}");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        head.contains("upgrade: websocket") && head.contains("connection: upgrade"),
+        "{head}"
+    );
+    assert!(
+        head.contains(&format!("x-seen-key: {}", key.to_ascii_lowercase())),
+        "{head}"
+    );
+    // Bytes both ways, a short message then 200 KB, through the tunnel.
+    for msg in [b"ping-1".to_vec(), vec![b'w'; 200_000]] {
+        tls.write_all(&msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), tls.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .unwrap();
+        assert!(back == msg, "echoed bytes differ");
+    }
+    let log = access_log(&fx, 1).await;
+    assert_eq!(log[0]["status"], 101);
+    // A plain request to the same path is not switched.
+    assert_eq!(curl_status(&fx, &[&fx.url(UPGRADE_PATH)]).await, "426");
+}

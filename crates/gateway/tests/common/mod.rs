@@ -400,6 +400,9 @@ pub async fn access_log(fx: &Fixture, want: usize) -> Vec<serde_json::Value> {
 pub const CUT_PATH: &str = "/fault/cut";
 pub const ENDLESS_PATH: &str = "/fault/endless";
 pub const UPLOAD_PATH: &str = "/fault/upload";
+/// Answers an `Upgrade: websocket` request with 101 (echoing its `sec-websocket-key` as
+/// `x-seen-key`), then echoes every byte; anything else gets 426.
+pub const UPGRADE_PATH: &str = "/fault/ws";
 /// The length `CUT_PATH`'s headers promise, and how much of it is sent before the close.
 pub const CUT_PROMISED: usize = 1_000_000;
 pub const CUT_SENT: usize = 100_000;
@@ -505,6 +508,27 @@ async fn serve_faulty(
             }
         }
         let _ = report.send(FaultReport::EndlessClosed);
+    } else if path == UPGRADE_PATH {
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("sec-websocket-key:"))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_string();
+        if !head.contains("upgrade: websocket") || !head.contains("connection: upgrade") {
+            let _ = s
+                .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            return;
+        }
+        let resp = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\nx-seen-key: {key}\r\n\r\n"
+        );
+        if s.write_all(resp.as_bytes()).await.is_err() {
+            return;
+        }
+        let (mut r, mut w) = s.split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
     } else if path == UPLOAD_PATH {
         let mut body = data.split_off(head_end);
         let (complete, bytes) = if head.contains("transfer-encoding: chunked") {
