@@ -621,6 +621,66 @@ pub struct RouteConfig {
     pub deny: Vec<crate::access::Cidr>,
     /// Requests a client address may make; beyond it, 429.
     pub rate_limit: Option<RateLimitConfig>,
+    /// Headers removed from, then set on, requests before they go upstream.
+    #[serde(default)]
+    pub request_headers: HeaderRewriteConfig,
+    /// Headers removed from, then set on, every response of the route (the gateway's own
+    /// answers, such as 403 or 502, included).
+    #[serde(default)]
+    pub response_headers: HeaderRewriteConfig,
+}
+
+/// A route's `request_headers` or `response_headers`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRewriteConfig {
+    /// Name → value, replacing any value the message had.
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, String>,
+    /// Names removed.
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// Header names a route may not set or remove: the connection's own (the proxy handles them).
+const UNREWRITABLE: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+impl HeaderRewriteConfig {
+    /// The first bad entry: (its path under `at`, what was expected).
+    fn check(&self, at: &str) -> Option<(String, String)> {
+        let name_ok = |n: &str| {
+            http::HeaderName::from_bytes(n.as_bytes()).is_ok()
+                && !UNREWRITABLE.contains(&n.to_ascii_lowercase().as_str())
+        };
+        let expected_name = "a header name (not a connection header such as connection, \
+                             transfer-encoding or content-length)";
+        for (k, v) in &self.set {
+            if !name_ok(k) {
+                return Some((format!("{at}.set.{k}"), expected_name.into()));
+            }
+            if http::HeaderValue::from_str(v).is_err() {
+                return Some((
+                    format!("{at}.set.{k}"),
+                    "a header value (visible ASCII)".into(),
+                ));
+            }
+        }
+        for (i, n) in self.remove.iter().enumerate() {
+            if !name_ok(n) {
+                return Some((format!("{at}.remove[{i}]"), expected_name.into()));
+            }
+        }
+        None
+    }
 }
 
 /// A route's `rate_limit`: a token bucket per client address.
@@ -1078,6 +1138,14 @@ impl Config {
             return err("routes".into(), "at least one route".into());
         }
         for (i, r) in self.routes.iter().enumerate() {
+            for (which, rw) in [
+                ("request_headers", &r.request_headers),
+                ("response_headers", &r.response_headers),
+            ] {
+                if let Some((path, expected)) = rw.check(&format!("routes[{i}].{which}")) {
+                    return err(path, expected);
+                }
+            }
             if let Some(rl) = &r.rate_limit {
                 if !(rl.per_second.is_finite() && rl.per_second > 0.0) {
                     return err(
@@ -1356,6 +1424,28 @@ endpoints = ["127.0.0.1:8080"]
         assert_eq!(e.path, "routes[0].rate_limit.burst");
         let e = parse(&with("rps = 5")).unwrap_err();
         assert_eq!(e.path, "routes[0].rate_limit.rps");
+    }
+
+    #[test]
+    fn header_rewrites_are_validated_with_their_paths() {
+        let with = |rw: &str| {
+            MINIMAL.replace(
+                "cluster = \"app\"",
+                &format!("cluster = \"app\"\nresponse_headers = {{ {rw} }}"),
+            )
+        };
+        assert!(parse(&with(
+            "set = { \"strict-transport-security\" = \"max-age=60\" }"
+        ))
+        .is_ok());
+        let e = parse(&with("set = { \"bad name\" = \"x\" }")).unwrap_err();
+        assert_eq!(e.path, "routes[0].response_headers.set.bad name");
+        let e = parse(&with("set = { \"x-ok\" = \"line\\nbreak\" }")).unwrap_err();
+        assert_eq!(e.path, "routes[0].response_headers.set.x-ok");
+        let e = parse(&with("remove = [\"server\", \"Transfer-Encoding\"]")).unwrap_err();
+        assert_eq!(e.path, "routes[0].response_headers.remove[1]");
+        let e = parse(&with("add = {}")).unwrap_err();
+        assert_eq!(e.path, "routes[0].response_headers.add");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::body::{
 };
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
-use crate::router::Router;
+use crate::router::{Route, Router};
 use crate::upstream::{Cluster, UpstreamError};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
@@ -232,13 +232,20 @@ pub async fn handle(
     shared
         .metrics
         .requests
-        .with_label_values(&[status_route.as_deref().unwrap_or("none"), status.as_str()])
+        .with_label_values(&[
+            status_route.map_or("none", |r| r.name.as_str()),
+            status.as_str(),
+        ])
         .inc();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().entry(&X_REQUEST_ID).or_insert(v);
     }
     if let (Some(alt), false) = (&shared.alt_svc, is_h3) {
         resp.headers_mut().insert(header::ALT_SVC, alt.clone());
+    }
+    // The route's own rules come last, over the gateway's additions too.
+    if let Some(route) = status_route {
+        route.response_headers.apply(resp.headers_mut());
     }
     if !logging {
         return Ok(resp);
@@ -253,17 +260,24 @@ pub async fn handle(
     Ok(Response::from_parts(parts, body))
 }
 
-type Routed = (Option<String>, Response<ResponseBody>);
+type Routed<'a> = (Option<&'a Route>, Response<ResponseBody>);
 
-async fn forward(
-    shared: &ProxyShared,
+async fn forward<'a>(
+    shared: &'a ProxyShared,
     conn: &ConnInfo,
     req: Request<ClientBody>,
     host: &str,
     request_id: &str,
     progress: &Arc<BodyProgress>,
     rec: &mut AccessRecord,
-) -> Result<(Option<String>, Response<ResponseBody>, std::time::Duration), Routed> {
+) -> Result<
+    (
+        Option<&'a Route>,
+        Response<ResponseBody>,
+        std::time::Duration,
+    ),
+    Routed<'a>,
+> {
     // Phase: limits.
     let limits = &shared.limits;
     let header_bytes: usize = req
@@ -297,9 +311,9 @@ async fn forward(
             local(StatusCode::NOT_FOUND, "no route for this host and path\n"),
         ));
     };
-    let route_name = Some(route.name.clone());
+    let route_name = Some(route);
     if shared.access_log.enabled() {
-        rec.route = route_name.clone();
+        rec.route = Some(route.name.clone());
     }
 
     // Phase: access list, then rate limit.
@@ -371,6 +385,7 @@ async fn forward(
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert(&X_REQUEST_ID, v);
     }
+    route.request_headers.apply(h);
     let body = RequestBody::new(body, limits.max_body_bytes, progress.clone());
     let req = Request::from_parts(parts, body);
 

@@ -2,7 +2,39 @@
 //! `*.wildcard`, then `*`), then the longest path prefix.
 
 use crate::access::AccessList;
-use crate::config::RouteConfig;
+use crate::config::{HeaderRewriteConfig, RouteConfig};
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// Headers a route removes, then sets (replacing any value), on its requests or responses.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderRewrite {
+    set: Vec<(HeaderName, HeaderValue)>,
+    remove: Vec<HeaderName>,
+}
+
+impl HeaderRewrite {
+    /// From a validated config.
+    fn new(cfg: &HeaderRewriteConfig) -> Self {
+        let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).expect("validated");
+        HeaderRewrite {
+            set: cfg
+                .set
+                .iter()
+                .map(|(k, v)| (name(k), HeaderValue::from_str(v).expect("validated")))
+                .collect(),
+            remove: cfg.remove.iter().map(|n| name(n)).collect(),
+        }
+    }
+
+    pub fn apply(&self, h: &mut HeaderMap) {
+        for n in &self.remove {
+            h.remove(n);
+        }
+        for (n, v) in &self.set {
+            h.insert(n.clone(), v.clone());
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Route {
@@ -14,6 +46,8 @@ pub struct Route {
     pub access: AccessList,
     /// Requests per client address, shared by every worker; beyond it, 429.
     pub rate_limit: Option<std::sync::Arc<crate::ratelimit::RateLimiter>>,
+    pub request_headers: HeaderRewrite,
+    pub response_headers: HeaderRewrite,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +102,8 @@ impl Router {
                             rl.burst(),
                         ))
                     }),
+                    request_headers: HeaderRewrite::new(&r.request_headers),
+                    response_headers: HeaderRewrite::new(&r.response_headers),
                 }
             })
             .collect();
@@ -99,6 +135,8 @@ mod tests {
             allow: vec![],
             deny: vec![],
             rate_limit: None,
+            request_headers: Default::default(),
+            response_headers: Default::default(),
         }
     }
 

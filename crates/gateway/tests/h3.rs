@@ -967,3 +967,42 @@ async fn a_rate_limited_route_answers_429_with_retry_after_over_tcp_and_quic() {
     tokio::time::sleep(Duration::from_millis(retry_after * 1000 + 100)).await;
     assert_eq!(curl_status(&fx, &[&fx.url("/bytes/10")]).await, "200");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_rewrite_request_and_response_headers_over_tcp_and_quic() {
+    let hsts = "max-age=63072000; includeSubDomains";
+    let routes = format!(
+        "\n[[routes]]\npath_prefix = \"/headers\"\ncluster = \"app\"\n\
+         request_headers = {{ set = {{ \"x-env\" = \"prod\" }}, remove = [\"user-agent\"] }}\n\
+         response_headers = {{ set = {{ \"strict-transport-security\" = \"{hsts}\" }} }}\n\
+         \n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\ndeny = [\"127.0.0.0/8\"]\n\
+         response_headers = {{ set = {{ \"strict-transport-security\" = \"{hsts}\" }}, remove = [\"x-request-id\"] }}\n"
+    );
+    let fx = start(&routes, QUIC).await;
+    // TCP: the upstream saw the rewritten request; the response carries the set header.
+    let out = stdout(&run(curl(&fx, &["-D", "-", &fx.url("/headers")])).await);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.contains(&format!("strict-transport-security: {hsts}")),
+        "{head}"
+    );
+    let seen: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(seen["x-env"], "prod", "{seen}");
+    assert!(seen.get("user-agent").is_none(), "{seen}");
+    // QUIC, and the gateway's own 403 on a route that sets and removes headers.
+    let r = json_lines(&run(h3(&fx, &["--path", "/headers", "--path", "/bytes/10"])).await);
+    assert_eq!(
+        r[0]["headers"]["strict-transport-security"], hsts,
+        "{}",
+        r[0]
+    );
+    let seen: serde_json::Value = serde_json::from_str(r[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(seen["x-env"], "prod", "{seen}");
+    assert_eq!(r[1]["status"], 403);
+    assert_eq!(
+        r[1]["headers"]["strict-transport-security"], hsts,
+        "{}",
+        r[1]
+    );
+    assert!(r[1]["headers"].get("x-request-id").is_none(), "{}", r[1]);
+}
