@@ -366,6 +366,9 @@ pub struct ListenerConfig {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub quic: QuicConfig,
+    /// A plain-HTTP address whose every request is redirected (308) to this listener over
+    /// HTTPS.
+    pub http_redirect: Option<SocketAddr>,
     /// Client addresses served (addresses or CIDR blocks); empty: all not denied. Others are
     /// turned away before any TLS or QUIC handshake work.
     #[serde(default)]

@@ -17,6 +17,7 @@ pub mod quic;
 pub mod quic_workers;
 pub mod ratelimit;
 mod recv_buffer;
+pub mod redirect;
 pub mod router;
 mod send_coalescer;
 pub mod server;
@@ -438,6 +439,21 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         health.spawn_checks(c, stop_rx.clone());
     }
     let mut tasks = Vec::new();
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        let Some(at) = l.http_redirect else { continue };
+        let https_port = bound[i].1.port();
+        let sock = server::bind(at)
+            .with_context(|| format!("listeners[{i}].http_redirect: cannot bind {at}"))?;
+        let addr = sock.local_addr()?;
+        let sock = tokio::net::TcpListener::from_std(sock)?;
+        tasks.push(tokio::spawn(redirect::run(
+            sock,
+            https_port,
+            stop_rx.clone(),
+        )));
+        tracing::info!(listener = %l.name, %addr, "redirecting plain HTTP to HTTPS");
+        bound.push((format!("{}/redirect", l.name), addr));
+    }
     let admin = match cfg.admin.listen {
         Some(a) => {
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;

@@ -811,3 +811,36 @@ async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
     // A plain request to the same path is not switched.
     assert_eq!(curl_status(&fx, &[&fx.url(UPGRADE_PATH)]).await, "426");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_is_redirected_to_the_tls_listener() {
+    let fx = start("", "http_redirect = \"127.0.0.1:0\"").await;
+    let plain = fx
+        .gw()
+        .addr("https/redirect")
+        .expect("the redirect listener");
+    let url = format!("http://localhost:{}/bytes/10?x=1", plain.port());
+    let resolve = format!("localhost:{}:127.0.0.1", plain.port());
+    let out = run({
+        let mut c = std::process::Command::new("curl");
+        c.args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+        ])
+        .args(["--resolve", &resolve, &url]);
+        c
+    })
+    .await;
+    let want = format!("308 https://localhost:{}/bytes/10?x=1", fx.port());
+    assert_eq!(stdout(&out), want);
+    // Followed, it reaches the upstream over TLS.
+    let out = run(curl(
+        &fx,
+        &["-L", "-o", "/dev/null", "-w", "%{http_code}", &url],
+    ))
+    .await;
+    assert_eq!(stdout(&out), "200");
+}
