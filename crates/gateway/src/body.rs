@@ -191,6 +191,15 @@ pub struct ResponseBody {
     slot: Option<RequestSlot>,
     /// A request body kept alive (unread) until this response is done.
     _held: Option<RequestBody>,
+    /// Compressing the body as it passes ([`ResponseBody::gzip`]).
+    gzip: Option<Box<Gzipping>>,
+}
+
+/// A gzipped body's state: the stream, and the trailers held back until its last bytes are out.
+#[derive(Default)]
+struct Gzipping {
+    stream: crate::compress::Gzip,
+    trailers: Option<http::HeaderMap>,
 }
 
 impl ResponseBody {
@@ -208,6 +217,7 @@ impl ResponseBody {
             counters: Some(counters),
             conn,
             slot,
+            gzip: None,
             _held: None,
         }
     }
@@ -220,6 +230,7 @@ impl ResponseBody {
             on_done: None,
             counters: None,
             slot: None,
+            gzip: None,
             conn: None,
             _held: None,
         }
@@ -228,6 +239,12 @@ impl ResponseBody {
     /// Keeps `body` alive until this response body is finished or dropped.
     pub fn holding(mut self, body: Option<RequestBody>) -> Self {
         self._held = body;
+        self
+    }
+
+    /// Gzips the body as it passes (the caller has marked the headers: `compress::mark`).
+    pub fn gzip(mut self) -> Self {
+        self.gzip = Some(Box::default());
         self
     }
 
@@ -280,9 +297,39 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        let r = match &mut this.source {
-            Source::Upstream(b) => Pin::new(b).poll_frame(cx),
-            Source::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+        let r = loop {
+            let r = match &mut this.source {
+                Source::Upstream(b) => Pin::new(b).poll_frame(cx),
+                Source::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+            };
+            let Some(gz) = this.gzip.as_mut() else {
+                break r;
+            };
+            // Gzipping: data in, compressed data out; at the end (or before trailers) the
+            // stream's last bytes, then the trailers, then the end.
+            break match r {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        let out = gz.stream.chunk(&data);
+                        if out.is_empty() {
+                            continue;
+                        }
+                        Poll::Ready(Some(Ok(Frame::data(out))))
+                    }
+                    Err(frame) => {
+                        gz.trailers = frame.into_trailers().ok();
+                        Poll::Ready(Some(Ok(Frame::data(gz.stream.finish()))))
+                    }
+                },
+                Poll::Ready(None) if !gz.stream.is_finished() => {
+                    Poll::Ready(Some(Ok(Frame::data(gz.stream.finish()))))
+                }
+                Poll::Ready(None) => match gz.trailers.take() {
+                    Some(t) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
+                    None => Poll::Ready(None),
+                },
+                other => other,
+            };
         };
         match &r {
             Poll::Ready(Some(Ok(f))) => {
@@ -298,13 +345,21 @@ impl Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.source {
+        let source_ended = match &self.source {
             Source::Upstream(b) => b.is_end_stream(),
             Source::Local(b) => b.is_end_stream(),
-        }
+        };
+        source_ended
+            && self
+                .gzip
+                .as_ref()
+                .is_none_or(|gz| gz.stream.is_finished() && gz.trailers.is_none())
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.gzip.is_some() {
+            return SizeHint::default();
+        }
         match &self.source {
             Source::Upstream(b) => b.size_hint(),
             Source::Local(b) => b.size_hint(),

@@ -624,6 +624,9 @@ pub struct RouteConfig {
     pub deny: Vec<crate::access::Cidr>,
     /// Requests a client address may make; beyond it, 429.
     pub rate_limit: Option<RateLimitConfig>,
+    /// Gzip text-like responses for clients that accept it.
+    #[serde(default)]
+    pub compress: bool,
     /// Headers removed from, then set on, requests before they go upstream.
     #[serde(default)]
     pub request_headers: HeaderRewriteConfig,

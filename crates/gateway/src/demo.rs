@@ -218,7 +218,7 @@ async fn demo_service(req: Request<Incoming>) -> Result<Response<DemoBody>, hype
         (&Method::GET, "/") => full(
             StatusCode::OK,
             "text/html; charset=utf-8",
-            "<!doctype html><title>rampart demo</title><h1>Hello from the rampart demo upstream</h1>\n<p>Try /bytes/1024, /headers, POST /echo, POST /discard, /delay/100</p>\n",
+            "<!doctype html><title>rampart demo</title><h1>Hello from the rampart demo upstream</h1>\n<p>Try /bytes/1024, /text/1024, /headers, POST /echo, POST /discard, /delay/100</p>\n",
         ),
         (&Method::GET, "/headers") => {
             let map: serde_json::Map<String, serde_json::Value> = req
@@ -255,6 +255,14 @@ async fn demo_service(req: Request<Incoming>) -> Result<Response<DemoBody>, hype
         (&Method::GET, p) if p.starts_with("/bytes/") => match p["/bytes/".len()..].parse::<u64>() {
             Ok(n) if n <= 1 << 40 => bytes_body(n),
             _ => full(StatusCode::BAD_REQUEST, "text/plain", "usage: /bytes/N\n"),
+        },
+        (&Method::GET, p) if p.starts_with("/text/") => match p["/text/".len()..].parse::<usize>() {
+            Ok(n) if n <= 1 << 30 => {
+                let line = b"The quick brown fox jumps over the lazy dog. ";
+                let text: Vec<u8> = line.iter().copied().cycle().take(n).collect();
+                full(StatusCode::OK, "text/plain; charset=utf-8", text)
+            }
+            _ => full(StatusCode::BAD_REQUEST, "text/plain", "usage: /text/N\n"),
         },
         (&Method::GET, p) if p.starts_with("/delay/") => match p["/delay/".len()..].parse::<u64>() {
             Ok(ms) if ms <= 600_000 => {

@@ -7,6 +7,7 @@ pub mod access;
 pub mod access_log;
 pub mod admin;
 pub mod body;
+pub mod compress;
 pub mod config;
 pub mod demo;
 pub mod health;

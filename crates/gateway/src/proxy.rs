@@ -6,6 +6,7 @@ use crate::access_log::{AccessLog, AccessRecord};
 use crate::body::{
     BodyProgress, ClientBody, EndCounters, OnResponseDone, RequestBody, ResponseBody, ResponseEnd,
 };
+use crate::compress;
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
 use crate::router::{Route, Router};
@@ -344,6 +345,8 @@ async fn forward<'a>(
     // An HTTP/1.1 `Upgrade` (a WebSocket handshake) keeps its upgrade headers and, once the
     // upstream answers 101, becomes a byte tunnel between the two taken-over connections.
     let mut req = req;
+    let gzip_for =
+        (route.compress && compress::accepts_gzip(req.headers())).then(|| req.method().clone());
     let upgrade = upgrade_protocol(&req);
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
@@ -473,6 +476,10 @@ async fn forward<'a>(
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    let gzip = gzip_for.is_some_and(|m| compress::worth_it(&m, parts.status, &parts.headers));
+    if gzip {
+        compress::mark(&mut parts.headers);
+    }
     if let (true, Some(protocol)) = (switched, upstream_protocol) {
         parts
             .headers
@@ -484,9 +491,8 @@ async fn forward<'a>(
     }
     Ok((
         route_name,
-        Response::from_parts(
-            parts,
-            ResponseBody::upstream(
+        Response::from_parts(parts, {
+            let body = ResponseBody::upstream(
                 body,
                 exchange.conn,
                 exchange.slot,
@@ -494,8 +500,13 @@ async fn forward<'a>(
                     upstream_failed: cluster.body_errors.clone(),
                     abandoned: shared.abandoned_responses.clone(),
                 },
-            ),
-        ),
+            );
+            if gzip {
+                body.gzip()
+            } else {
+                body
+            }
+        }),
         upstream_time,
     ))
 }

@@ -48,6 +48,8 @@ pub struct Route {
     pub rate_limit: Option<std::sync::Arc<crate::ratelimit::RateLimiter>>,
     pub request_headers: HeaderRewrite,
     pub response_headers: HeaderRewrite,
+    /// Gzip text-like responses for clients that accept it.
+    pub compress: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +106,7 @@ impl Router {
                     }),
                     request_headers: HeaderRewrite::new(&r.request_headers),
                     response_headers: HeaderRewrite::new(&r.response_headers),
+                    compress: r.compress,
                 }
             })
             .collect();
@@ -137,6 +140,7 @@ mod tests {
             rate_limit: None,
             request_headers: Default::default(),
             response_headers: Default::default(),
+            compress: false,
         }
     }
 

@@ -1006,3 +1006,56 @@ async fn routes_rewrite_request_and_response_headers_over_tcp_and_quic() {
     );
     assert!(r[1]["headers"].get("x-request-id").is_none(), "{}", r[1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressing_route_gzips_text_for_clients_that_accept_it() {
+    let routes = "\n[[routes]]\npath_prefix = \"/text/\"\ncluster = \"app\"\ncompress = true\n\
+                  \n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\ncompress = true\n";
+    let fx = start(routes, QUIC).await;
+    let fetch = |args: &[&str], path: &str| {
+        let mut all = vec!["-D", "-", "-o", "/dev/null", "-w", "size=%{size_download}"];
+        all.extend_from_slice(args);
+        let url = fx.url(path);
+        let cmd = curl(&fx, &[&all[..], &[url.as_str()]].concat());
+        async move { stdout(&run(cmd).await).to_ascii_lowercase() }
+    };
+    // curl --compressed asks for gzip and decodes it; the bytes on the wire are far fewer.
+    let out = fetch(&["--compressed"], "/text/200000").await;
+    assert!(
+        out.contains("content-encoding: gzip") && out.contains("vary: accept-encoding"),
+        "{out}"
+    );
+    assert!(!out.contains("content-length:"), "{out}");
+    let wire: usize = out.rsplit("size=").next().unwrap().trim().parse().unwrap();
+    assert!(wire < 20_000, "{wire} bytes on the wire");
+    // Decoded, it is the upstream's text, whole.
+    let text = stdout(&run(curl(&fx, &["--compressed", &fx.url("/text/200000")])).await);
+    assert_eq!(text.len(), 200_000);
+    assert!(text.starts_with("The quick brown fox jumps over the lazy dog. The quick"));
+    // Not asked for, or not text: as the upstream sent it.
+    let out = fetch(&[], "/text/200000").await;
+    assert!(
+        !out.contains("content-encoding") && out.contains("size=200000"),
+        "{out}"
+    );
+    let out = fetch(&["--compressed"], "/bytes/200000").await;
+    assert!(
+        !out.contains("content-encoding") && out.contains("size=200000"),
+        "{out}"
+    );
+    // HTTP/3 too.
+    let r = json_lines(
+        &run(h3(
+            &fx,
+            &[
+                "--path",
+                "/text/200000",
+                "--header",
+                "accept-encoding: gzip",
+            ],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["headers"]["content-encoding"], "gzip", "{}", r[0]);
+    assert!(r[0]["body_len"].as_u64().unwrap() < 20_000, "{}", r[0]);
+}
