@@ -1059,3 +1059,40 @@ async fn a_compressing_route_gzips_text_for_clients_that_accept_it() {
     assert_eq!(r[0]["headers"]["content-encoding"], "gzip", "{}", r[0]);
     assert!(r[0]["body_len"].as_u64().unwrap() < 20_000, "{}", r[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzipped_response_keeps_its_trailers_after_the_compressed_body() {
+    // An h2c upstream echoing a text upload with its trailers, through a compressing route.
+    let fx = start_edited(QUIC, |text, _| {
+        text.replace(
+            "[[routes]]\ncluster = \"app\"",
+            "[[routes]]\ncluster = \"app\"\ncompress = true",
+        )
+        .replace("endpoints = [", "protocol = \"h2c\"\nendpoints = [")
+    })
+    .await;
+    let r = json_lines(
+        &run(h3(
+            &fx,
+            &[
+                "--method",
+                "POST",
+                "--path",
+                "/echo",
+                "--body-size",
+                "5000",
+                "--header",
+                "content-type: text/plain",
+                "--header",
+                "accept-encoding: gzip",
+                "--trailer",
+                "x-checksum: abc123",
+            ],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["status"], 200, "{}", r[0]);
+    assert_eq!(r[0]["headers"]["content-encoding"], "gzip", "{}", r[0]);
+    assert_eq!(r[0]["decoded_sha256"], r[0]["sent_sha256"], "{}", r[0]);
+    assert_eq!(r[0]["headers"]["x-checksum"], "abc123", "{}", r[0]);
+}

@@ -7,6 +7,7 @@ reorders, drops or repeats bytes shows in `body_sha256` != `sent_sha256`.
 """
 import argparse
 import asyncio
+import gzip
 import hashlib
 import json
 import os
@@ -190,6 +191,9 @@ async def main():
             for k in ("reset", "stopped", "upload_reset"):
                 if k in r:
                     out[k] = r[k]
+            if hdrs.get("content-encoding") == "gzip" and "reset" not in r:
+                # A gzipped response, decoded: its bytes must be what the upstream sent.
+                out["decoded_sha256"] = hashlib.sha256(gzip.decompress(bytes(r["body"]))).hexdigest()
             if body is not None:
                 out["sent_sha256"] = hashlib.sha256(body).hexdigest()
             if len(r["body"]) <= 4096:
