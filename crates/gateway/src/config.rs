@@ -526,6 +526,10 @@ pub struct TlsConfig {
     /// How often the session-ticket key rotates; the previous key still decrypts.
     #[serde(deserialize_with = "duration")]
     pub ticket_key_rotation: Duration,
+    /// Session-ticket keys shared by a fleet: a file of hex keys, the first sealing new tickets
+    /// and every one opening them, re-read every `ticket_key_rotation` (none: keys made and
+    /// rotated in process).
+    pub ticket_key_file: Option<PathBuf>,
     /// Time allowed for a client to complete the TLS handshake.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -546,6 +550,7 @@ impl Default for TlsConfig {
             versions: vec![TlsVersion::Tls12, TlsVersion::Tls13],
             tls12_ciphers: TLS12_ECDHE_CIPHERS.iter().map(|s| s.to_string()).collect(),
             ticket_key_rotation: Duration::from_secs(3600),
+            ticket_key_file: None,
             handshake_timeout: Duration::from_secs(10),
         }
     }
@@ -858,6 +863,9 @@ impl Config {
             }
         }
         for l in &mut self.listeners {
+            if let Some(f) = &mut l.tls.ticket_key_file {
+                *f = base.join(&*f);
+            }
             for c in &mut l.certificates {
                 for pair in [&mut c.rsa, &mut c.ecdsa].into_iter().flatten() {
                     pair.cert = base.join(&pair.cert);

@@ -1096,3 +1096,80 @@ async fn a_gzipped_response_keeps_its_trailers_after_the_compressed_body() {
     assert_eq!(r[0]["decoded_sha256"], r[0]["sent_sha256"], "{}", r[0]);
     assert_eq!(r[0]["headers"]["x-checksum"], "abc123", "{}", r[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_sharing_a_ticket_key_file_resume_each_others_sessions_with_0rtt() {
+    let keys = tempfile::tempdir().unwrap();
+    let file = |name: &str, key_byte: u8| {
+        let path = keys.path().join(name);
+        std::fs::write(
+            &path,
+            format!("# fleet\n{}\n", format!("{key_byte:02x}").repeat(80)),
+        )
+        .unwrap();
+        path
+    };
+    let (shared, other) = (file("fleet.keys", 0x5a), file("other.keys", 0xa5));
+    let listener = |path: &std::path::Path| {
+        format!(
+            "tls.ticket_key_file = \"{}\"\n{QUIC}\nearly_data = true",
+            path.display()
+        )
+    };
+    let a = start("", &listener(&shared)).await;
+    let b = start("", &listener(&shared)).await;
+    let c = start("", &listener(&other)).await;
+
+    // TCP: a ticket from gateway a resumes on b (same keys), not on c.
+    let sess = keys.path().join("sess.pem");
+    let sess_s = sess.to_str().unwrap();
+    for tls in ["-tls1_2", "-tls1_3"] {
+        let first = stdout(
+            &run(openssl_s_client_request(
+                &a,
+                "localhost",
+                &[tls, "-sess_out", sess_s],
+            ))
+            .await,
+        );
+        assert!(first.contains("New,"), "{tls}:\n{first}");
+        let on_b = stdout(
+            &run(openssl_s_client_request(
+                &b,
+                "localhost",
+                &[tls, "-sess_in", sess_s],
+            ))
+            .await,
+        );
+        assert!(on_b.contains("Reused,"), "{tls} on b:\n{on_b}");
+        let on_c = stdout(
+            &run(openssl_s_client_request(
+                &c,
+                "localhost",
+                &[tls, "-sess_in", sess_s],
+            ))
+            .await,
+        );
+        assert!(on_c.contains("New,"), "{tls} on c:\n{on_c}");
+    }
+
+    // QUIC: a ticket from a, and 0-RTT early data accepted on b.
+    let ticket = keys.path().join("ticket.pickle");
+    let t = ticket.to_str().unwrap();
+    let r = json_lines(&run(h3(&a, &["--session-file", t, "--path", "/delay/200"])).await);
+    assert_eq!(r[0]["status"], 200);
+    let r = json_lines(
+        &run(h3(
+            &b,
+            &["--session-file", t, "--zero-rtt", "--path", "/headers"],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["status"], 200);
+    assert_eq!(
+        (r[0]["resumed"].clone(), r[0]["early_data_accepted"].clone()),
+        (true.into(), true.into()),
+        "{}",
+        r[0]
+    );
+}

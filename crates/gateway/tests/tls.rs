@@ -197,3 +197,30 @@ async fn tls13_only_listener_refuses_tls12() {
     let out = run(curl(&fx, &["--tlsv1.3", &fx.url("/")])).await;
     assert!(out.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_ticket_key_file_stops_the_gateway_with_its_place_named() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    std::fs::write(dir.path().join("fleet.keys"), "00ff\n").unwrap();
+    let text = config_text(
+        &["127.0.0.1:9".parse().unwrap()],
+        "",
+        "tls.ticket_key_file = \"fleet.keys\"",
+    );
+    let path = dir.path().join("rampart.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = gateway::config::Config::load(&path).unwrap();
+    let e = format!(
+        "{:#}",
+        gateway::start(cfg, Default::default()).await.err().unwrap()
+    );
+    assert!(
+        e.contains("listeners[0]") && e.contains("tls.ticket_key_file"),
+        "{e}"
+    );
+    assert!(
+        e.contains("fleet.keys: line 1: expected 160 hex digits"),
+        "{e}"
+    );
+}

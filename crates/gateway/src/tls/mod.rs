@@ -263,8 +263,13 @@ pub fn listener_tls(
     engine: &Arc<KeyEngine>,
     alpn: &'static [u8],
 ) -> anyhow::Result<ListenerTls> {
-    let tickets = TicketKeys::new();
     let tls = &listener.tls;
+    let tickets = match &tls.ticket_key_file {
+        Some(path) => {
+            TicketKeys::from_file(path).map_err(|e| anyhow!("tls.ticket_key_file: {e}"))?
+        }
+        None => TicketKeys::new(),
+    };
     let store = build_store(
         listener,
         engine,
