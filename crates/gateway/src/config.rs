@@ -732,7 +732,23 @@ pub enum LbPolicy {
 pub enum UpstreamProtocol {
     #[default]
     Http1,
+    /// HTTP/2 over cleartext TCP (prior knowledge).
     H2c,
+    /// HTTP/2 over TLS (ALPN h2); needs `[clusters.tls]`.
+    H2,
+}
+
+/// `[clusters.tls]`: TLS to the cluster's endpoints.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTlsConfig {
+    /// The name sent (SNI) and verified in the endpoints' certificates.
+    pub server_name: String,
+    /// CA certificates (PEM) the endpoints' certificates must chain to (default: the system's).
+    pub ca: Option<PathBuf>,
+    /// A client certificate chain and its key (PEM), for origins that require mTLS.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -761,6 +777,8 @@ pub struct ClusterConfig {
     /// slow upstream.
     #[serde(default = "default_max_requests")]
     pub max_requests: usize,
+    /// TLS to the endpoints; none: cleartext.
+    pub tls: Option<UpstreamTlsConfig>,
     /// Active health checks of the endpoints; none when absent.
     pub health_check: Option<HealthCheckConfig>,
     /// Failed connects in a row after which an endpoint is passed over for `fail_timeout`
@@ -860,6 +878,16 @@ impl Config {
         if let Some(r) = &mut self.key_engine.remote {
             for p in [&mut r.ca, &mut r.client_cert, &mut r.client_key] {
                 *p = base.join(&*p);
+            }
+        }
+        for c in &mut self.clusters {
+            if let Some(t) = &mut c.tls {
+                for p in [&mut t.ca, &mut t.client_cert, &mut t.client_key]
+                    .into_iter()
+                    .flatten()
+                {
+                    *p = base.join(&*p);
+                }
             }
         }
         for l in &mut self.listeners {
@@ -1116,6 +1144,34 @@ impl Config {
                     format!("clusters[{i}].endpoints"),
                     "at least one endpoint".into(),
                 );
+            }
+            match (&c.tls, c.protocol) {
+                (None, UpstreamProtocol::H2) => {
+                    return err(
+                        format!("clusters[{i}].protocol"),
+                        "\"h2\" is HTTP/2 over TLS and needs [clusters.tls]; \"h2c\" is cleartext"
+                            .into(),
+                    )
+                }
+                (Some(_), UpstreamProtocol::H2c) => {
+                    return err(
+                        format!("clusters[{i}].protocol"),
+                        "\"h2c\" is cleartext; with [clusters.tls], \"h2\" (or \"http1\")".into(),
+                    )
+                }
+                (Some(t), _) if t.client_cert.is_some() != t.client_key.is_some() => {
+                    return err(
+                        format!("clusters[{i}].tls"),
+                        "client_cert and client_key together".into(),
+                    )
+                }
+                (Some(t), _) if t.server_name.is_empty() => {
+                    return err(
+                        format!("clusters[{i}].tls.server_name"),
+                        "a DNS name".into(),
+                    )
+                }
+                _ => {}
             }
             if c.max_requests == 0 {
                 return err(format!("clusters[{i}].max_requests"), "at least 1".into());
@@ -1460,6 +1516,21 @@ endpoints = ["127.0.0.1:8080"]
         assert_eq!(e.path, "routes[0].response_headers.remove[1]");
         let e = parse(&with("add = {}")).unwrap_err();
         assert_eq!(e.path, "routes[0].response_headers.add");
+    }
+
+    #[test]
+    fn upstream_tls_and_protocol_must_agree() {
+        let with = |extra: &str| format!("{MINIMAL}{extra}\n");
+        let tls = "[clusters.tls]\nserver_name = \"origin.internal\"";
+        let c = parse(&with(&format!("protocol = \"h2\"\n{tls}"))).unwrap();
+        assert_eq!(c.clusters[0].protocol, UpstreamProtocol::H2);
+        let e = parse(&with("protocol = \"h2\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].protocol");
+        assert!(e.message.contains("needs [clusters.tls]"), "{e}");
+        let e = parse(&with(&format!("protocol = \"h2c\"\n{tls}"))).unwrap_err();
+        assert_eq!(e.path, "clusters[0].protocol");
+        let e = parse(&with(&format!("{tls}\nclient_cert = \"c.pem\""))).unwrap_err();
+        assert_eq!(e.path, "clusters[0].tls");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! were (a gateway that refused everything would turn one bad check into an outage).
 
 use crate::config::{ClusterConfig, HealthCheckConfig, UpstreamProtocol};
+use crate::upstream_tls::{dial, UpstreamTls};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::client::conn::{http1, http2};
@@ -118,14 +119,21 @@ impl Health {
     }
 
     /// Starts the cluster's checks, if it has any; they end when `stop` turns true.
-    pub fn spawn_checks(self: &Arc<Self>, cfg: &ClusterConfig, stop: watch::Receiver<bool>) {
+    pub fn spawn_checks(
+        self: &Arc<Self>,
+        cfg: &ClusterConfig,
+        tls: Option<Arc<UpstreamTls>>,
+        stop: watch::Receiver<bool>,
+    ) {
         let Some(check) = cfg.health_check.clone() else {
             return;
         };
         let health = self.clone();
         let (name, endpoints, protocol) = (cfg.name.clone(), cfg.endpoints.clone(), cfg.protocol);
         tokio::spawn(async move {
-            health.run(&name, &endpoints, protocol, &check, stop).await;
+            health
+                .run(&name, &endpoints, protocol, tls.as_deref(), &check, stop)
+                .await;
         });
     }
 
@@ -134,6 +142,7 @@ impl Health {
         cluster: &str,
         endpoints: &[SocketAddr],
         protocol: UpstreamProtocol,
+        tls: Option<&UpstreamTls>,
         check: &HealthCheckConfig,
         mut stop: watch::Receiver<bool>,
     ) {
@@ -150,7 +159,7 @@ impl Health {
                 return;
             }
             let results = futures_util::future::join_all(
-                endpoints.iter().map(|a| probe(*a, protocol, check)),
+                endpoints.iter().map(|a| probe(*a, protocol, tls, check)),
             )
             .await;
             for (i, result) in results.into_iter().enumerate() {
@@ -186,14 +195,16 @@ impl Health {
 async fn probe(
     addr: SocketAddr,
     protocol: UpstreamProtocol,
+    tls: Option<&UpstreamTls>,
     check: &HealthCheckConfig,
 ) -> Result<(), String> {
     let host = check.host.clone().unwrap_or_else(|| addr.to_string());
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let attempt = async {
-        let tcp = tokio::net::TcpStream::connect(addr)
+        let io = dial(addr, tls, check.timeout)
             .await
             .map_err(|e| format!("connect: {e}"))?;
-        let io = TokioIo::new(tcp);
+        let io = TokioIo::new(io);
         let get = |uri: &str| {
             http::Request::get(uri).header(http::header::USER_AGENT, "rampart-health-check")
         };
@@ -209,8 +220,8 @@ async fn probe(
                 let resp = sender.send_request(req).await;
                 resp.map_err(|e| e.to_string())?.status()
             }
-            UpstreamProtocol::H2c => {
-                let req = get(&format!("http://{host}{}", check.path))
+            UpstreamProtocol::H2c | UpstreamProtocol::H2 => {
+                let req = get(&format!("{scheme}://{host}{}", check.path))
                     .body(Empty::<Bytes>::new())
                     .map_err(bad_host)?;
                 let (mut sender, conn) = http2::Builder::new(TokioExecutor::new())

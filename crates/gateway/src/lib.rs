@@ -24,6 +24,7 @@ mod send_coalescer;
 pub mod server;
 pub mod tls;
 pub mod upstream;
+pub mod upstream_tls;
 
 use anyhow::Context as _;
 use config::{Config, EngineKind};
@@ -320,27 +321,32 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         .collect();
     // Each worker gets its own upstream pools; a cluster's max_requests and its endpoints'
     // health marks hold over all of them.
-    let shared_state: Vec<_> = cfg
-        .clusters
-        .iter()
-        .map(|c| {
-            (
-                upstream::RequestSlots::new(c, &metrics),
-                health::Health::new(c, &metrics),
-            )
-        })
-        .collect();
+    let mut shared_state = Vec::new();
+    for (i, c) in cfg.clusters.iter().enumerate() {
+        let tls = c
+            .tls
+            .as_ref()
+            .map(|t| upstream_tls::UpstreamTls::new(t, c.protocol).map(Arc::new))
+            .transpose()
+            .with_context(|| format!("clusters[{i}].tls ({})", c.name))?;
+        shared_state.push((
+            upstream::RequestSlots::new(c, &metrics),
+            health::Health::new(c, &metrics),
+            tls,
+        ));
+    }
     let worker_clusters: Vec<Vec<Arc<upstream::Cluster>>> = (0..workers)
         .map(|_| {
             cfg.clusters
                 .iter()
                 .zip(&shared_state)
-                .map(|(c, (slots, health))| {
+                .map(|(c, (slots, health, tls))| {
                     Arc::new(upstream::Cluster::new(
                         c,
                         &metrics,
                         slots.clone(),
                         health.clone(),
+                        tls.clone(),
                     ))
                 })
                 .collect()
@@ -436,8 +442,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         bound.push((l.name.clone(), addr));
     }
     let (stop, stop_rx) = watch::channel(false);
-    for (c, (_, health)) in cfg.clusters.iter().zip(&shared_state) {
-        health.spawn_checks(c, stop_rx.clone());
+    for (c, (_, health, tls)) in cfg.clusters.iter().zip(&shared_state) {
+        health.spawn_checks(c, tls.clone(), stop_rx.clone());
     }
     let mut tasks = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {

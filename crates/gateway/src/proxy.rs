@@ -435,7 +435,7 @@ async fn forward<'a>(
                 UpstreamError::Timeout(..) => {
                     local(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
                 }
-                UpstreamError::Connect(_) => {
+                UpstreamError::Connect(..) => {
                     local(StatusCode::BAD_GATEWAY, "upstream connect failed\n")
                 }
                 UpstreamError::Exchange(..) => {

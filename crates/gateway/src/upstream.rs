@@ -8,6 +8,7 @@
 use crate::body::RequestBody;
 use crate::config::{ClusterConfig, LbPolicy, UpstreamProtocol};
 use crate::health::Health;
+use crate::upstream_tls::{dial, UpstreamIo, UpstreamTls};
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
@@ -16,13 +17,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 
 /// Why an upstream exchange failed; the proxy maps each to a status.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    #[error("connect to {0} failed")]
-    Connect(SocketAddr),
+    #[error("connect to {0} failed: {1}")]
+    Connect(SocketAddr, String),
     #[error("no response headers from {0} within {1:?}")]
     Timeout(SocketAddr, Duration),
     #[error("exchange with {0} failed: {1}")]
@@ -34,7 +34,7 @@ pub enum UpstreamError {
 impl UpstreamError {
     pub fn kind(&self) -> &'static str {
         match self {
-            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Connect(..) => "connect",
             UpstreamError::Timeout(..) => "timeout",
             UpstreamError::Exchange(..) => "exchange",
             UpstreamError::Overflow(_) => "overflow",
@@ -137,6 +137,8 @@ pub struct Cluster {
     pub body_errors: prometheus::IntCounter,
     slots: Arc<RequestSlots>,
     health: Arc<Health>,
+    /// TLS to the endpoints, when the cluster has it.
+    tls: Option<Arc<UpstreamTls>>,
     endpoints: Vec<Arc<Endpoint>>,
     lb: LbPolicy,
     next: AtomicUsize,
@@ -175,18 +177,20 @@ fn describe(e: &hyper::Error) -> String {
 }
 
 impl Cluster {
-    /// A worker's copy of the cluster `cfg`; `slots` and `health` are shared by every
+    /// A worker's copy of the cluster `cfg`; `slots`, `health` and `tls` are shared by every
     /// worker's copy.
     pub fn new(
         cfg: &ClusterConfig,
         metrics: &crate::metrics::Metrics,
         slots: Arc<RequestSlots>,
         health: Arc<Health>,
+        tls: Option<Arc<UpstreamTls>>,
     ) -> Self {
         Cluster {
             name: cfg.name.clone(),
             slots,
             health,
+            tls,
             response_seconds: metrics.upstream_seconds.with_label_values(&[&cfg.name]),
             body_errors: metrics
                 .upstream_errors
@@ -294,7 +298,7 @@ impl Cluster {
         };
         match &r {
             Ok(_) => self.health.record_connect(i, true),
-            Err(UpstreamError::Connect(_)) => self.health.record_connect(i, false),
+            Err(UpstreamError::Connect(..)) => self.health.record_connect(i, false),
             Err(_) => {}
         }
         r
@@ -303,7 +307,7 @@ impl Cluster {
     /// A connection to `ep`: a pooled one if any is open, else a new one.
     async fn acquire(&self, ep: &Endpoint) -> Result<Conn, UpstreamError> {
         match self.protocol {
-            UpstreamProtocol::H2c => Ok(Conn::H2(self.h2_sender(ep).await?)),
+            UpstreamProtocol::H2c | UpstreamProtocol::H2 => Ok(Conn::H2(self.h2_sender(ep).await?)),
             UpstreamProtocol::Http1 => match self.checkout_h1(ep).await {
                 Some(s) => Ok(Conn::H1 {
                     sender: s,
@@ -317,13 +321,11 @@ impl Cluster {
         }
     }
 
-    async fn connect(&self, ep: &Endpoint) -> Result<TokioIo<TcpStream>, UpstreamError> {
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(ep.addr))
+    async fn connect(&self, ep: &Endpoint) -> Result<TokioIo<UpstreamIo>, UpstreamError> {
+        dial(ep.addr, self.tls.as_deref(), self.connect_timeout)
             .await
-            .map_err(|_| UpstreamError::Connect(ep.addr))?
-            .map_err(|_| UpstreamError::Connect(ep.addr))?;
-        let _ = tcp.set_nodelay(true);
-        Ok(TokioIo::new(tcp))
+            .map(TokioIo::new)
+            .map_err(|why| UpstreamError::Connect(ep.addr, why))
     }
 
     /// An idle pooled HTTP/1.1 connection that is still open, if any.
@@ -409,7 +411,7 @@ impl Cluster {
                     .and_then(|h| h.to_str().ok())
                     .map_or_else(|| addr.to_string(), str::to_string);
                 let uri = http::Uri::builder()
-                    .scheme("http")
+                    .scheme(if self.tls.is_some() { "https" } else { "http" })
                     .authority(authority.as_str())
                     .path_and_query(pq)
                     .build();
@@ -531,6 +533,7 @@ mod tests {
             max_idle_per_endpoint: 1,
             max_requests: 2,
             health_check: None,
+            tls: None,
             max_fails: 1,
             fail_timeout: Duration::from_secs(10),
         }
@@ -543,7 +546,7 @@ mod tests {
             RequestSlots::new(&cfg, &metrics),
             Health::new(&cfg, &metrics),
         );
-        Cluster::new(&cfg, &metrics, slots, health)
+        Cluster::new(&cfg, &metrics, slots, health, None)
     }
 
     #[test]

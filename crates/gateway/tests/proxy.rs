@@ -844,3 +844,59 @@ async fn plain_http_is_redirected_to_the_tls_listener() {
     .await;
     assert_eq!(stdout(&out), "200");
 }
+
+/// A gateway serving `localhost` with a certificate issued by a test CA (`ca.crt` in its
+/// folder): the HTTPS origin of the upstream-TLS tests.
+async fn start_tls_origin() -> Fixture {
+    start_edited("", |text, dir| {
+        let (ca, ca_key) = gateway::demo::ensure_ca(dir, "ca", "rampart test CA").unwrap();
+        gateway::demo::issue_signed(dir, "origin", &ca, &ca_key, &["localhost"]).unwrap();
+        let both = "rsa = { cert = \"localhost-rsa.crt\", key = \"localhost-rsa.key\" }\n\
+                    ecdsa = { cert = \"localhost-ecdsa.crt\", key = \"localhost-ecdsa.key\" }";
+        assert!(text.contains(both));
+        text.replacen(
+            both,
+            "ecdsa = { cert = \"origin.crt\", key = \"origin.key\" }",
+            1,
+        )
+    })
+    .await
+}
+
+/// A gateway whose cluster reaches `origin` over TLS, trusting its CA, verifying
+/// `server_name`; `cluster_extra` goes in the cluster table.
+async fn start_tls_front(origin: &Fixture, server_name: &str, cluster_extra: &str) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let ca = origin.dir.path().join("ca.crt");
+    let extra = format!(
+        "{cluster_extra}\n[clusters.tls]\nserver_name = \"{server_name}\"\nca = \"{}\"",
+        ca.display()
+    );
+    let text = config_text(&[origin.addr()], &extra, "");
+    start_with(&text, dir, origin.addr(), None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reaches_its_endpoints_over_verified_tls_with_http1_or_h2() {
+    let back = start_tls_origin().await;
+    for (protocol, via) in [("http1", "1.1 rampart"), ("h2", "2 rampart")] {
+        let front =
+            start_tls_front(&back, "localhost", &format!("protocol = \"{protocol}\"")).await;
+        let out = stdout(&run(curl(&front, &[&front.url("/headers")])).await);
+        let seen: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{protocol}: {e}: {out}"));
+        // Via: the front's hop, then the back's, which names the protocol it was reached by.
+        let hops = seen["via"].as_str().unwrap_or_default().to_string();
+        assert!(hops.ends_with(via), "{protocol}: via {hops}");
+    }
+    // A certificate that does not match the configured name is refused: 502, counted as a
+    // failed connect.
+    let front = start_tls_front(&back, "wrong.example", "").await;
+    assert_eq!(curl_status(&front, &[&front.url("/headers")]).await, "502");
+    let m = front.gw().metrics.render();
+    assert!(
+        metric_sum(&m, "rampart_upstream_errors_total", &["kind=\"connect\""]) >= 1.0,
+        "{m}"
+    );
+}
