@@ -78,7 +78,17 @@ impl Health {
         }
         match self.down_until[endpoint].load(Ordering::Relaxed) {
             0 => true,
-            until => self.now_nanos() >= until,
+            until if self.now_nanos() >= until => {
+                // Served its time: back to no clock reading per pick.
+                let _ = self.down_until[endpoint].compare_exchange(
+                    until,
+                    0,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                true
+            }
+            _ => false,
         }
     }
 
@@ -129,23 +139,20 @@ impl Health {
             return;
         };
         let health = self.clone();
-        let (name, endpoints, protocol) = (cfg.name.clone(), cfg.endpoints.clone(), cfg.protocol);
+        let protocol = cfg.protocol;
         tokio::spawn(async move {
-            health
-                .run(&name, &endpoints, protocol, tls.as_deref(), &check, stop)
-                .await;
+            health.run(protocol, tls.as_deref(), &check, stop).await;
         });
     }
 
     async fn run(
         &self,
-        cluster: &str,
-        endpoints: &[SocketAddr],
         protocol: UpstreamProtocol,
         tls: Option<&UpstreamTls>,
         check: &HealthCheckConfig,
         mut stop: watch::Receiver<bool>,
     ) {
+        let (cluster, endpoints) = (self.cluster.as_str(), &self.endpoints);
         // Consecutive results against the current mark: failures while up, passes while down.
         let mut streak = vec![0u32; endpoints.len()];
         let mut tick = tokio::time::interval(check.interval);

@@ -312,7 +312,7 @@ async fn forward<'a>(
             local(StatusCode::NOT_FOUND, "no route for this host and path\n"),
         ));
     };
-    let route_name = Some(route);
+    let matched = Some(route);
     if shared.access_log.enabled() {
         rec.route = Some(route.name.clone());
     }
@@ -321,7 +321,7 @@ async fn forward<'a>(
     if !route.access.permits(conn.client.ip()) {
         let resp = local(StatusCode::FORBIDDEN, "forbidden\n");
         return Err((
-            route_name,
+            matched,
             refuse_unread(req.into_body(), progress, resp).await,
         ));
     }
@@ -335,7 +335,7 @@ async fn forward<'a>(
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         return Err((
-            route_name,
+            matched,
             refuse_unread(req.into_body(), progress, resp).await,
         ));
     }
@@ -406,16 +406,9 @@ async fn forward<'a>(
             if progress.client_failed.load(Ordering::Relaxed) {
                 tracing::debug!(cluster = %cluster.name, error = %e, "request body ended early");
                 let resp = local(StatusCode::BAD_REQUEST, "request body ended early\n");
-                return Err((route_name, resp));
+                return Err((matched, resp));
             }
-            let too_large = progress.too_large.load(Ordering::Relaxed);
-            if !too_large {
-                metrics
-                    .upstream_errors
-                    .with_label_values(&[&cluster.name, e.kind()])
-                    .inc();
-            }
-            if too_large {
+            if progress.too_large.load(Ordering::Relaxed) {
                 let parked = progress.overflow.lock().ok().and_then(|mut s| s.take());
                 let unread = match parked {
                     Some(b) => {
@@ -425,11 +418,12 @@ async fn forward<'a>(
                 };
                 let (parts, body) =
                     local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_parts();
-                return Err((
-                    route_name,
-                    Response::from_parts(parts, body.holding(unread)),
-                ));
+                return Err((matched, Response::from_parts(parts, body.holding(unread))));
             }
+            metrics
+                .upstream_errors
+                .with_label_values(&[&cluster.name, e.kind()])
+                .inc();
             tracing::debug!(cluster = %cluster.name, error = %e, "upstream failed");
             let resp = match e {
                 UpstreamError::Timeout(..) => {
@@ -455,7 +449,7 @@ async fn forward<'a>(
             };
             let (parts, body) = resp.into_parts();
             let body = body.holding(unread);
-            return Err((route_name, Response::from_parts(parts, body)));
+            return Err((matched, Response::from_parts(parts, body)));
         }
     };
     cluster
@@ -467,12 +461,9 @@ async fn forward<'a>(
     let mut response = exchange.response;
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream_protocol = response.headers().get(header::UPGRADE).cloned();
-    if let (true, Some(client), Some(protocol)) = (switched, client_upgrade, &upstream_protocol) {
+    if let (true, Some(client), Some(_)) = (switched, client_upgrade, &upstream_protocol) {
         let upstream = hyper::upgrade::on(&mut response);
         tokio::spawn(tunnel(client, upstream));
-        response
-            .headers_mut()
-            .insert(header::UPGRADE, protocol.clone());
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -490,7 +481,7 @@ async fn forward<'a>(
         parts.headers.append(header::VIA, v);
     }
     Ok((
-        route_name,
+        matched,
         Response::from_parts(parts, {
             let body = ResponseBody::upstream(
                 body,

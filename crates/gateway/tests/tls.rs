@@ -129,26 +129,12 @@ async fn session_tickets_resume_and_survive_one_rotation() {
     let sess_s = sess.to_str().unwrap();
     for tls in ["-tls1_2", "-tls1_3"] {
         // TLS 1.3 tickets arrive after the handshake: send a request so s_client reads them.
-        let first = stdout(
-            &run(openssl_s_client_request(
-                &fx,
-                "localhost",
-                &[tls, "-sess_out", sess_s],
-            ))
-            .await,
-        );
+        let first = s_client_request(&fx, "localhost", &[tls, "-sess_out", sess_s]).await;
         assert!(
             first.contains("New,"),
             "{tls} first handshake is full:\n{first}"
         );
-        let second = stdout(
-            &run(openssl_s_client_request(
-                &fx,
-                "localhost",
-                &[tls, "-sess_in", sess_s],
-            ))
-            .await,
-        );
+        let second = s_client_request(&fx, "localhost", &[tls, "-sess_in", sess_s]).await;
         assert!(
             second.contains("Reused,"),
             "{tls} second handshake resumes:\n{second}"

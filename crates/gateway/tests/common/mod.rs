@@ -177,6 +177,11 @@ pub async fn curl_status(fx: &Fixture, args: &[&str]) -> String {
     stdout(&run(curl(fx, &all)).await)
 }
 
+/// [`openssl_s_client_request`]'s output (stdout): a handshake and one request.
+pub async fn s_client_request(fx: &Fixture, servername: &str, extra: &[&str]) -> String {
+    stdout(&run(openssl_s_client_request(fx, servername, extra)).await)
+}
+
 /// `openssl s_client` output (stdout) against the fixture.
 pub async fn s_client(fx: &Fixture, servername: &str, extra: &[&str]) -> String {
     stdout(&run(openssl_s_client(fx, servername, extra)).await)
