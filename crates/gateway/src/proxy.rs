@@ -463,7 +463,7 @@ async fn forward<'a>(
     let upstream_protocol = response.headers().get(header::UPGRADE).cloned();
     if let (true, Some(client), Some(_)) = (switched, client_upgrade, &upstream_protocol) {
         let upstream = hyper::upgrade::on(&mut response);
-        tokio::spawn(tunnel(client, upstream));
+        tokio::spawn(tunnel(client, upstream, limits.idle_timeout));
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -517,8 +517,13 @@ fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
 }
 
 /// Copies bytes both ways between the client's and the upstream's taken-over connections
-/// until either side closes.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+/// until either side closes, or until nothing has moved either way for `idle` (the listener's
+/// `limits.idle_timeout`, as nginx's `proxy_read_timeout` closes quiet WebSockets).
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    idle: std::time::Duration,
+) {
     let (client, upstream) = match tokio::join!(client, upstream) {
         (Ok(c), Ok(u)) => (c, u),
         (c, u) => {
@@ -530,10 +535,90 @@ async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnU
             return;
         }
     };
-    let mut client = hyper_util::rt::TokioIo::new(client);
-    let mut upstream = hyper_util::rt::TokioIo::new(upstream);
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        tracing::debug!(error = %e, "upgraded connection ended");
+    let start = Instant::now();
+    let last = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut client = Active::new(client, &last, start);
+    let mut upstream = Active::new(upstream, &last, start);
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    tokio::pin!(copy);
+    loop {
+        let quiet =
+            start.elapsed() - std::time::Duration::from_millis(last.load(Ordering::Relaxed));
+        let left = idle.saturating_sub(quiet);
+        if left.is_zero() {
+            tracing::debug!(?idle, "idle upgraded connection closed");
+            return;
+        }
+        tokio::select! {
+            r = &mut copy => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "upgraded connection ended");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(left) => {}
+        }
+    }
+}
+
+/// A taken-over connection that notes when it last read bytes (milliseconds after `start`).
+struct Active {
+    io: hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>,
+    last: Arc<std::sync::atomic::AtomicU64>,
+    start: Instant,
+}
+
+impl Active {
+    fn new(
+        io: hyper::upgrade::Upgraded,
+        last: &Arc<std::sync::atomic::AtomicU64>,
+        start: Instant,
+    ) -> Self {
+        Active {
+            io: hyper_util::rt::TokioIo::new(io),
+            last: last.clone(),
+            start,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Active {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let now = self.start.elapsed().as_millis() as u64;
+            self.last.store(now, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Active {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

@@ -769,15 +769,15 @@ async fn h2c_health_checks_pass_a_live_endpoint_and_fail_a_dead_one() {
     assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
+/// A WebSocket handshake to `UPGRADE_PATH` over a new TLS connection: the connection, and the
+/// response head (lowercase).
+async fn websocket(fx: &Fixture) -> (tokio_boring::SslStream<tokio::net::TcpStream>, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (fx, _) = start_with_faulty_upstream("").await;
-    let mut tls = tls_to(&fx, b"\x08http/1.1").await;
-    let key = "dGhlIHNhbXBsZSBub25jZQ==";
+    let mut tls = tls_to(fx, b"\x08http/1.1").await;
     let req = format!(
         "GET {UPGRADE_PATH} HTTP/1.1\r\nhost: localhost\r\nconnection: Upgrade\r\n\
-         upgrade: websocket\r\nsec-websocket-key: {key}\r\nsec-websocket-version: 13\r\n\r\n"
+         upgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         sec-websocket-version: 13\r\n\r\n"
     );
     tls.write_all(req.as_bytes()).await.unwrap();
     let mut head = Vec::new();
@@ -786,14 +786,21 @@ async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
         assert_eq!(tls.read(&mut b).await.unwrap(), 1, "closed after {head:?}");
         head.push(b[0]);
     }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    (tls, String::from_utf8_lossy(&head).to_ascii_lowercase())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (fx, _) = start_with_faulty_upstream("").await;
+    let (mut tls, head) = websocket(&fx).await;
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(
         head.contains("upgrade: websocket") && head.contains("connection: upgrade"),
         "{head}"
     );
     assert!(
-        head.contains(&format!("x-seen-key: {}", key.to_ascii_lowercase())),
+        head.contains("x-seen-key: dghlihnhbxbszsbub25jzq=="),
         "{head}"
     );
     // Bytes both ways, a short message then 200 KB, through the tunnel.
@@ -810,6 +817,34 @@ async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
     assert_eq!(log[0]["status"], 101);
     // A plain request to the same path is not switched.
     assert_eq!(curl_status(&fx, &[&fx.url(UPGRADE_PATH)]).await, "426");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_websocket_tunnel_is_closed_after_the_idle_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (fx, _) = start_with_faulty_upstream("limits.idle_timeout = \"600ms\"").await;
+    let (mut tls, head) = websocket(&fx).await;
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    // Traffic keeps it open past the timeout...
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tls.write_all(b"beat").await.unwrap();
+        let mut back = [0u8; 4];
+        tls.read_exact(&mut back).await.unwrap();
+    }
+    // ...and silence closes it.
+    let t = Instant::now();
+    let mut b = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut b))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the tunnel was still open");
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
