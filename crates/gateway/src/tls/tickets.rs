@@ -16,6 +16,7 @@ use boring::symm::Cipher;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use zeroize::Zeroize;
 
 struct TicketKey {
     name: [u8; 16],
@@ -39,11 +40,8 @@ impl TicketKey {
 
 impl Drop for TicketKey {
     fn drop(&mut self) {
-        // Best-effort wipe; volatile writes keep the compiler from eliding it.
-        for b in self.aes.iter_mut().chain(self.hmac.iter_mut()) {
-            // SAFETY: `b` is a valid, aligned, exclusive reference to a u8.
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
+        self.aes.zeroize();
+        self.hmac.zeroize();
     }
 }
 
@@ -145,9 +143,10 @@ impl TicketKeys {
 
 /// The keys of a key file, in order; an error names the file and the line, never a key.
 fn read_key_file(path: &Path) -> Result<Vec<TicketKey>, String> {
-    let text = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let mut text =
+        std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let parsed = parse_keys(&text).map_err(|e| format!("{}: {e}", path.display()));
-    wipe(text);
+    text.zeroize();
     parsed
 }
 
@@ -171,13 +170,16 @@ fn parse_keys(text: &[u8]) -> Result<Vec<TicketKey>, String> {
             return Err(expected());
         }
         let mut raw = [0u8; FILE_KEY_LEN];
-        for (j, pair) in line.chunks(2).enumerate() {
-            let hex = |c: u8| (c as char).to_digit(16);
+        let hex = |c: u8| (c as char).to_digit(16);
+        let decoded = line.chunks(2).zip(raw.iter_mut()).all(|(pair, out)| {
             match (hex(pair[0]), hex(pair[1])) {
-                (Some(h), Some(l)) => raw[j] = (h * 16 + l) as u8,
-                _ => return Err(expected()),
+                (Some(h), Some(l)) => {
+                    *out = (h * 16 + l) as u8;
+                    true
+                }
+                _ => false,
             }
-        }
+        });
         let mut k = TicketKey {
             name: [0; 16],
             aes: [0; 32],
@@ -186,10 +188,11 @@ fn parse_keys(text: &[u8]) -> Result<Vec<TicketKey>, String> {
         k.name.copy_from_slice(&raw[..16]);
         k.hmac.copy_from_slice(&raw[16..48]);
         k.aes.copy_from_slice(&raw[48..]);
-        raw.iter_mut().for_each(|b| {
-            // SAFETY: `b` is a valid, aligned, exclusive reference to a u8.
-            unsafe { std::ptr::write_volatile(b, 0) }
-        });
+        // Wiped whether or not the line decoded (a bad line may have held most of a key).
+        raw.zeroize();
+        if !decoded {
+            return Err(expected());
+        }
         if keys.iter().any(|o: &TicketKey| o.name == k.name) {
             return Err(format!("line {}: a second key with the same name", i + 1));
         }
@@ -199,14 +202,6 @@ fn parse_keys(text: &[u8]) -> Result<Vec<TicketKey>, String> {
         return Err("no key in the file".into());
     }
     Ok(keys)
-}
-
-/// Best-effort wipe of bytes that held key material.
-fn wipe(mut bytes: Vec<u8>) {
-    for b in bytes.iter_mut() {
-        // SAFETY: `b` is a valid, aligned, exclusive reference to a u8.
-        unsafe { std::ptr::write_volatile(b, 0) };
-    }
 }
 
 #[cfg(test)]
