@@ -51,29 +51,34 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Whether a request's `TE` lists `trailers`.
-fn accepts_trailers(h: &HeaderMap) -> bool {
-    h.get_all(header::TE)
-        .iter()
+/// The elements of a comma-separated header list, over all of its fields, trimmed (their
+/// parameters, after `;`, kept).
+pub(crate) fn list_elements<'a>(
+    h: &'a HeaderMap,
+    name: &HeaderName,
+) -> impl Iterator<Item = &'a str> {
+    h.get_all(name)
+        .into_iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| {
-            t.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("trailers")
-        })
+        .map(str::trim)
+}
+
+/// Whether a request's `TE` lists `trailers`.
+fn accepts_trailers(h: &HeaderMap) -> bool {
+    list_elements(h, &header::TE).any(|t| {
+        t.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case("trailers")
+    })
 }
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+    let named: Vec<HeaderName> = list_elements(h, &header::CONNECTION)
+        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
         .collect();
     for n in named {
         h.remove(n);
@@ -505,12 +510,7 @@ async fn forward<'a>(
 /// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` and `Upgrade`).
 fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
     let h = req.headers();
-    let asks = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    let asks = list_elements(h, &header::CONNECTION).any(|t| t.eq_ignore_ascii_case("upgrade"));
     (req.version() == Version::HTTP_11 && asks)
         .then(|| h.get(header::UPGRADE).cloned())
         .flatten()
