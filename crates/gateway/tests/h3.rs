@@ -602,8 +602,10 @@ async fn graceful_shutdown_drains_h3_connections() {
         port,
         &["--path", "/bytes/20000000", "--linger-ms", "20000"],
     )));
-    // As in the TCP test: the request is upstream for 700 ms or more when shutdown starts.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Both clients are connected (a loaded machine may take longer than a fixed pause to start
+    // two Python clients), then shutdown starts while the delayed request is still upstream.
+    eventually_metric(&fx, "rampart_quic_connections_total", &[], 2.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let t0 = std::time::Instant::now();
     let done = tokio::spawn(fx.gw.take().unwrap().shutdown());
     tokio::time::sleep(Duration::from_millis(100)).await;
