@@ -203,14 +203,53 @@ fn on_packets_acked(
 ) {
     r.cubic_state.last_ack_time = Some(now);
 
+    let mut curve = CurveMemo::default();
     for pkt in packets.drain(..) {
-        on_packet_acked(r, bytes_in_flight, &pkt, now, rtt_stats);
+        on_packet_acked(r, bytes_in_flight, &pkt, now, rtt_stats, &mut curve);
+    }
+}
+
+/// rampart: the two points of the cubic curve that congestion avoidance reads
+/// for each acknowledged packet, `w_cubic(t + min_rtt)` and `w_cubic(t)`,
+/// computed once for all the packets of one ACK instead of once each. Every
+/// input is part of the key (`t`, `min_rtt`, `k`, `w_max`, the datagram
+/// size), so a packet whose processing changes one (a rollback, the start of
+/// congestion avoidance) gets the curve computed afresh: the windows are
+/// exactly those of the per-packet computation.
+#[derive(Default)]
+struct CurveMemo {
+    key: Option<(Duration, Duration, u64, u64, usize)>,
+    target: f64,
+    at_t: f64,
+}
+
+impl CurveMemo {
+    /// `(w_cubic(t + min_rtt), w_cubic(t))` for `state`'s curve.
+    fn points(
+        &mut self, state: &State, t: Duration, min_rtt: Duration,
+        max_datagram_size: usize,
+    ) -> (f64, f64) {
+        let key = (
+            t,
+            min_rtt,
+            state.k.to_bits(),
+            state.w_max.to_bits(),
+            max_datagram_size,
+        );
+
+        if self.key != Some(key) {
+            self.target = state.w_cubic(t + min_rtt, max_datagram_size);
+            self.at_t = state.w_cubic(t, max_datagram_size);
+            self.key = Some(key);
+        }
+
+        (self.target, self.at_t)
     }
 }
 
 fn on_packet_acked(
     r: &mut Congestion, bytes_in_flight: usize, packet: &Acked, now: Instant,
-    rtt_stats: &RttStats,
+    rtt_stats: &RttStats, curve: &mut CurveMemo,
 ) {
     let in_congestion_recovery = r.in_congestion_recovery(packet.time_sent);
 
@@ -309,9 +348,12 @@ fn on_packet_acked(
         let t = now.saturating_duration_since(ca_start_time);
 
         // target = w_cubic(t + rtt)
-        let target = r
-            .cubic_state
-            .w_cubic(t + *rtt_stats.min_rtt, r.max_datagram_size);
+        let (target, w_cubic_t) = curve.points(
+            &r.cubic_state,
+            t,
+            *rtt_stats.min_rtt,
+            r.max_datagram_size,
+        );
 
         // Clipping target to [cwnd, 1.5 x cwnd]
         let target = f64::max(target, r.congestion_window as f64);
@@ -331,7 +373,7 @@ fn on_packet_acked(
 
         let mut cubic_cwnd = r.congestion_window;
 
-        if r.cubic_state.w_cubic(t, r.max_datagram_size) < r.cubic_state.w_est {
+        if w_cubic_t < r.cubic_state.w_est {
             // AIMD friendly region (W_cubic(t) < W_est)
             cubic_cwnd = cmp::max(cubic_cwnd, r.cubic_state.w_est as usize);
         } else {
@@ -572,6 +614,90 @@ mod tests {
         }
 
         assert_eq!(sender.congestion_window, cur_cwnd + size);
+    }
+
+    // rampart (patch 33): the curve is computed once per ACK; acknowledging
+    // packets in one ACK must still give the window acknowledging them one ACK
+    // at a time, at the same instant, gives.
+    #[test]
+    fn cubic_one_ack_of_many_packets_as_many_acks() {
+        let rtt = Duration::from_millis(100);
+        let senders: Vec<_> = [true, false]
+            .into_iter()
+            .map(|one_ack| {
+                let mut sender = test_sender();
+                let size = sender.max_datagram_size;
+                for _ in 0..sender.initial_congestion_window_packets {
+                    sender.send_packet(size);
+                }
+                sender.advance_time(rtt);
+                sender.lose_n_packets(1, size, None);
+                sender.update_rtt(rtt);
+                sender.advance_time(rtt);
+                sender.ack_n_packets(sender.initial_congestion_window_packets - 1, size);
+
+                // Congestion avoidance, two RTTs after the congestion event:
+                // 300 packets acknowledged at one instant, after 3 RTTs more.
+                for _ in 0..300 {
+                    sender.send_packet(size);
+                }
+                sender.advance_time(rtt * 3);
+                if one_ack {
+                    sender.ack_n_packets(300, size);
+                } else {
+                    for _ in 0..300 {
+                        sender.ack_n_packets(1, size);
+                    }
+                }
+                sender
+            })
+            .collect();
+
+        let after_loss =
+            (senders[0].initial_congestion_window_packets as f64 *
+                senders[0].max_datagram_size as f64 *
+                BETA_CUBIC) as usize;
+        assert!(senders[0].congestion_window > after_loss);
+        assert_eq!(senders[0].congestion_window, senders[1].congestion_window);
+        assert_eq!(
+            senders[0].cubic_state.w_est.to_bits(),
+            senders[1].cubic_state.w_est.to_bits()
+        );
+        assert_eq!(
+            senders[0].cubic_state.cwnd_inc,
+            senders[1].cubic_state.cwnd_inc
+        );
+    }
+
+    // rampart (patch 33): the memo gives the curve's own points, and computes
+    // them afresh when any input changes.
+    #[test]
+    fn cubic_curve_memo_follows_its_inputs() {
+        let mut state = State {
+            w_max: 100_000.0,
+            k: 0.25,
+            ..Default::default()
+        };
+        let (t, rtt, mss) =
+            (Duration::from_millis(120), Duration::from_millis(30), 1350);
+        let want = |s: &State, t: Duration, rtt: Duration, mss: usize| {
+            (s.w_cubic(t + rtt, mss).to_bits(), s.w_cubic(t, mss).to_bits())
+        };
+        let bits = |(a, b): (f64, f64)| (a.to_bits(), b.to_bits());
+
+        let mut memo = CurveMemo::default();
+        assert_eq!(bits(memo.points(&state, t, rtt, mss)), want(&state, t, rtt, mss));
+        assert_ne!(want(&state, t, rtt, mss).0, want(&state, t, rtt, mss).1);
+
+        state.w_max = 80_000.0;
+        assert_eq!(bits(memo.points(&state, t, rtt, mss)), want(&state, t, rtt, mss));
+        state.k = 0.5;
+        assert_eq!(bits(memo.points(&state, t, rtt, mss)), want(&state, t, rtt, mss));
+        let t = t * 2;
+        assert_eq!(bits(memo.points(&state, t, rtt, mss)), want(&state, t, rtt, mss));
+        let rtt = rtt * 2;
+        assert_eq!(bits(memo.points(&state, t, rtt, mss)), want(&state, t, rtt, mss));
+        assert_eq!(bits(memo.points(&state, t, rtt, 1452)), want(&state, t, rtt, 1452));
     }
 
     #[test]
