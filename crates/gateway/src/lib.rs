@@ -55,6 +55,12 @@ pub struct Running {
     pub metrics: metrics::Metrics,
     pub engine: Arc<KeyEngine>,
     tickets: Vec<(String, Arc<tls::tickets::TicketKeys>)>,
+    /// Every listener's certificate stores, for [`Running::reload_certificates`].
+    certs: Vec<tls::ListenerCerts>,
+    /// The listeners' certificate settings, to read their files again.
+    listener_configs: Vec<config::ListenerConfig>,
+    /// Whether a `gpu` engine runs (it prepares reloaded RSA keys ahead).
+    gpu_engine: bool,
     stop: watch::Sender<bool>,
     workers_done: Vec<tokio::sync::oneshot::Receiver<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -146,18 +152,11 @@ pub fn assemble_key_engine(
         Some(e) => e,
         None => {
             // Only a `gpu` engine needs the keys' DER (it prepares RSA keys for the device).
-            let mut rsa_keys = Vec::new();
-            if cfg.engines.contains(&EngineKind::Gpu) {
-                for path in key_files {
-                    let text = std::fs::read(path)
-                        .with_context(|| format!("{}: cannot read", path.display()))?;
-                    for block in pem::parse_many(&text).unwrap_or_default() {
-                        if block.tag().ends_with("PRIVATE KEY") && !block.tag().starts_with("EC") {
-                            rsa_keys.push(block.into_contents());
-                        }
-                    }
-                }
-            }
+            let rsa_keys = if cfg.engines.contains(&EngineKind::Gpu) {
+                rsa_key_ders(key_files)?
+            } else {
+                Vec::new()
+            };
             start_engines(cfg, &rsa_keys)?
         }
     };
@@ -174,6 +173,21 @@ pub fn assemble_key_engine(
     Ok(KeyEngine::new(registry, scheduler, em))
 }
 
+/// The RSA private keys (DER) in `key_files`, for an engine that prepares them ahead.
+fn rsa_key_ders(key_files: &[std::path::PathBuf]) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mut rsa_keys = Vec::new();
+    for path in key_files {
+        let text =
+            std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        for block in pem::parse_many(&text).unwrap_or_default() {
+            if block.tag().ends_with("PRIVATE KEY") && !block.tag().starts_with("EC") {
+                rsa_keys.push(block.into_contents());
+            }
+        }
+    }
+    Ok(rsa_keys)
+}
+
 /// Builds the gateway's key engine: every configured private key is loaded; a certificate
 /// without a key contributes its public key (signed remotely, verified here).
 pub fn build_key_engine(
@@ -181,9 +195,18 @@ pub fn build_key_engine(
     metrics: &metrics::Metrics,
     engines: Option<Vec<Arc<dyn Engine>>>,
 ) -> anyhow::Result<Arc<KeyEngine>> {
+    let (registry, key_files) = load_keys(&cfg.listeners)?;
+    assemble_key_engine(registry, &cfg.key_engine, metrics, engines, &key_files)
+}
+
+/// Every listener certificate's key: the private key from its file, or the certificate's
+/// public key where the key is held elsewhere. Also returns the private-key files read.
+fn load_keys(
+    listeners: &[config::ListenerConfig],
+) -> anyhow::Result<(KeyRegistry, Vec<std::path::PathBuf>)> {
     let mut registry = KeyRegistry::new();
     let mut key_files = Vec::new();
-    for (i, l) in cfg.listeners.iter().enumerate() {
+    for (i, l) in listeners.iter().enumerate() {
         for (j, c) in l.certificates.iter().enumerate() {
             for (kind, pair) in [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)] {
                 let Some(p) = pair else { continue };
@@ -204,7 +227,7 @@ pub fn build_key_engine(
             }
         }
     }
-    assemble_key_engine(registry, &cfg.key_engine, metrics, engines, &key_files)
+    Ok((registry, key_files))
 }
 
 /// One data-plane worker: a thread running a current-thread Tokio runtime with its own
@@ -354,6 +377,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         .collect();
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
+    let mut certs = Vec::new();
     let mut quic_bound = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
@@ -400,6 +424,12 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         } else {
             None
         };
+        certs.push(tls::ListenerCerts::new(
+            l,
+            &tls.tickets,
+            &tls.certs,
+            quic.as_ref().map(|(_, qtls, _, _)| qtls),
+        ));
         let alt_svc = quic.as_ref().and_then(|(_, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
@@ -487,6 +517,9 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         metrics,
         engine,
         tickets,
+        certs,
+        listener_configs: cfg.listeners.clone(),
+        gpu_engine: cfg.key_engine.engines.contains(&EngineKind::Gpu),
         stop,
         workers_done,
         tasks,
@@ -508,6 +541,47 @@ impl Running {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, t)| t.clone())
+    }
+
+    /// Reads every listener's certificate and key files again (the paths of the
+    /// configuration the gateway started with) and puts them in force, over TCP and QUIC at
+    /// once: new handshakes get the new certificates, connections already open keep theirs,
+    /// and session tickets issued before stay valid. Everything is loaded and checked before
+    /// anything is swapped, so on error (a missing file, a key that does not match its
+    /// certificate) the certificates in force are kept and the error says which field failed.
+    /// Counted in `rampart_certificate_reloads_total`.
+    pub fn reload_certificates(&self) -> anyhow::Result<()> {
+        let result = self.try_reload_certificates();
+        let label = if result.is_ok() { "ok" } else { "error" };
+        self.metrics
+            .certificate_reloads
+            .with_label_values(&[label])
+            .inc();
+        result
+    }
+
+    fn try_reload_certificates(&self) -> anyhow::Result<()> {
+        let (registry, key_files) = load_keys(&self.listener_configs)?;
+        let rsa_keys = if self.gpu_engine {
+            rsa_key_ders(&key_files)?
+        } else {
+            Vec::new()
+        };
+        let prepared = self
+            .certs
+            .iter()
+            .zip(&self.listener_configs)
+            .enumerate()
+            .map(|(i, (c, l))| {
+                c.prepare(&registry, &self.engine)
+                    .with_context(|| format!("listeners[{i}] ({})", l.name))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.engine.replace_keys(registry, &rsa_keys);
+        for (c, p) in self.certs.iter().zip(prepared) {
+            c.install(p);
+        }
+        Ok(())
     }
 
     /// Stops accepting, lets in-flight requests finish within the grace period, then returns.

@@ -22,6 +22,8 @@ pub struct Metrics {
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
+    /// Certificate reloads (SIGHUP), by result: `ok` or `error` (the old ones kept).
+    pub certificate_reloads: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
     pub quic_connections: IntCounterVec,
@@ -181,6 +183,14 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            certificate_reloads: IntCounterVec::new(
+                Opts::new(
+                    "rampart_certificate_reloads_total",
+                    "Certificate and key reloads (SIGHUP) by result; on error the certificates in force are kept",
+                ),
+                &["result"],
+            )
+            .unwrap(),
             responses_abandoned: IntCounterVec::new(
                 Opts::new(
                     "rampart_http_responses_abandoned_total",
@@ -292,6 +302,7 @@ impl Metrics {
             &m.upstream_errors,
             &m.responses_abandoned,
             &m.denied_connections,
+            &m.certificate_reloads,
             &m.rejected_connections,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();

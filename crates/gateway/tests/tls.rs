@@ -210,3 +210,110 @@ async fn a_bad_ticket_key_file_stops_the_gateway_with_its_place_named() {
         "{e}"
     );
 }
+
+/// The leaf certificate of a PEM file, as `openssl s_client` prints it.
+fn leaf_pem(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    presented_certificate(&text).trim().to_string()
+}
+
+fn leaf_der(path: &std::path::Path) -> Vec<u8> {
+    boring::x509::X509::from_pem(&std::fs::read(path).unwrap())
+        .unwrap()
+        .to_der()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_reload_in_place_over_tcp_and_quic_and_a_bad_reload_keeps_them() {
+    let fx = start("", "[listeners.quic]\nenabled = true").await;
+    let dir = fx.dir.path().to_path_buf();
+    let quic = fx.gw().quic_listeners[0].1;
+    let ecdsa_crt = dir.join("localhost-ecdsa.crt");
+    let old_pem = leaf_pem(&ecdsa_crt);
+    let out = s_client(&fx, "localhost", &["-sigalgs", "ECDSA+SHA256"]).await;
+    assert_eq!(presented_certificate(&out).trim(), old_pem, "{out}");
+    assert_eq!(
+        quic_peer_certificate(quic).await.unwrap(),
+        leaf_der(&ecdsa_crt)
+    );
+
+    // A renewed certificate with a new key, written over the configured files.
+    let fresh = tempfile::tempdir().unwrap();
+    gateway::demo::ensure_self_signed(
+        fresh.path(),
+        "renewed",
+        gateway::demo::CertKind::EcdsaP256,
+        &["localhost"],
+    )
+    .unwrap();
+    std::fs::copy(fresh.path().join("renewed.crt"), &ecdsa_crt).unwrap();
+    std::fs::copy(
+        fresh.path().join("renewed.key"),
+        dir.join("localhost-ecdsa.key"),
+    )
+    .unwrap();
+    let new_pem = leaf_pem(&ecdsa_crt);
+    assert_ne!(new_pem, old_pem);
+    // Nothing changes until the reload.
+    let out = s_client(&fx, "localhost", &["-sigalgs", "ECDSA+SHA256"]).await;
+    assert_eq!(presented_certificate(&out).trim(), old_pem);
+
+    fx.gw().reload_certificates().unwrap();
+    // New handshakes over TCP and QUIC get the new certificate, signed with the new key (the
+    // handshakes complete only if the signature verifies against it).
+    let out = s_client(&fx, "localhost", &["-sigalgs", "ECDSA+SHA256"]).await;
+    assert_eq!(presented_certificate(&out).trim(), new_pem, "{out}");
+    assert!(out.contains("Peer signature type: ECDSA"), "{out}");
+    assert_eq!(
+        quic_peer_certificate(quic).await.unwrap(),
+        leaf_der(&ecdsa_crt)
+    );
+    let status = curl_status(&fx, &["--http2", &fx.url("/headers")]).await;
+    assert_eq!(status, "200");
+    // The other certificates were read again too and still serve.
+    let rsa = s_client(&fx, "other.test", &["-sigalgs", "RSA-PSS+SHA256"]).await;
+    assert_eq!(
+        presented_certificate(&rsa).trim(),
+        leaf_pem(&dir.join("other-rsa.crt"))
+    );
+
+    // A broken file: the reload fails naming the field, and nothing is swapped.
+    std::fs::write(dir.join("other-rsa.crt"), "not a certificate").unwrap();
+    let err = format!("{:#}", fx.gw().reload_certificates().unwrap_err());
+    assert!(
+        err.contains("listeners[https].certificates[1].rsa"),
+        "{err}"
+    );
+    assert!(err.contains("other-rsa.crt"), "{err}");
+    let out = s_client(&fx, "localhost", &["-sigalgs", "ECDSA+SHA256"]).await;
+    assert_eq!(presented_certificate(&out).trim(), new_pem);
+    let rsa = s_client(&fx, "other.test", &["-sigalgs", "RSA-PSS+SHA256"]).await;
+    assert!(rsa.contains("Peer signature type: RSA-PSS"), "{rsa}");
+
+    // A key that does not match its certificate is refused the same way.
+    std::fs::copy(
+        dir.join("localhost-rsa.key"),
+        dir.join("localhost-ecdsa.key"),
+    )
+    .unwrap();
+    std::fs::copy(dir.join("localhost-rsa.crt"), dir.join("other-rsa.crt")).unwrap();
+    let err = format!("{:#}", fx.gw().reload_certificates().unwrap_err());
+    assert!(err.contains("certificates[0].ecdsa"), "{err}");
+    let out = s_client(&fx, "localhost", &["-sigalgs", "ECDSA+SHA256"]).await;
+    assert_eq!(presented_certificate(&out).trim(), new_pem);
+
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_certificate_reloads_total", &["result=\"ok\""]),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_certificate_reloads_total",
+            &["result=\"error\""]
+        ),
+        2.0
+    );
+}

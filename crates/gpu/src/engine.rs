@@ -469,6 +469,16 @@ impl Engine for GpuEngine {
         NAME
     }
 
+    fn prepare_rsa_key(&self, der: &[u8]) {
+        // Without a device nothing reaches the GPU (a device still starting takes keys).
+        if let GpuStatus::Unavailable(_) = self.status() {
+            return;
+        }
+        if let Err(e) = self.add_key(der) {
+            tracing::warn!(error = %e, "gpu engine: key not loaded; it signs on the CPU engines");
+        }
+    }
+
     fn submit(&self, request: SignRequest) -> SignFuture {
         let shared = &self.shared;
         shared.counters.submitted.fetch_add(1, Ordering::Relaxed);

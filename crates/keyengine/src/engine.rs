@@ -113,6 +113,13 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
+    /// Offered each RSA private key (PKCS#1 or PKCS#8 DER) this process comes to hold after
+    /// start (certificates reloaded), before any request for it. Engines that prepare keys
+    /// ahead (the GPU's key records) take it here; the others find the key in each
+    /// [`SignRequest`]. A key the engine cannot take must still be signed: it is handed back
+    /// to the CPU, as a key it never saw is.
+    fn prepare_rsa_key(&self, _der: &[u8]) {}
+
     /// Engine-specific metrics in Prometheus text format (e.g. per key server), appended to
     /// the admin `/metrics` page. Names must start with `rampart_`.
     fn metrics_text(&self) -> Option<String> {

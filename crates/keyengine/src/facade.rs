@@ -9,28 +9,59 @@ use crate::metrics::EngineMetrics;
 use crate::registry::{KeyEntry, KeyRegistry};
 use crate::scheduler::Scheduler;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 /// Looks keys up, routes requests through the scheduler, verifies every RSA signature against
 /// the public key before release, and records metrics.
 pub struct KeyEngine {
-    registry: KeyRegistry,
+    keys: RwLock<Generations>,
     scheduler: Scheduler,
     metrics: EngineMetrics,
+}
+
+/// The keys in force and, after [`KeyEngine::replace_keys`], the ones they replaced: a
+/// handshake that picked a certificate just before the swap still finds its key. The
+/// generation before that is dropped (and its private keys wiped with it).
+struct Generations {
+    current: Arc<KeyRegistry>,
+    previous: Option<Arc<KeyRegistry>>,
 }
 
 impl KeyEngine {
     pub fn new(registry: KeyRegistry, scheduler: Scheduler, metrics: EngineMetrics) -> Arc<Self> {
         Arc::new(KeyEngine {
-            registry,
+            keys: RwLock::new(Generations {
+                current: Arc::new(registry),
+                previous: None,
+            }),
             scheduler,
             metrics,
         })
     }
 
-    pub fn registry(&self) -> &KeyRegistry {
-        &self.registry
+    /// The keys in force.
+    pub fn registry(&self) -> Arc<KeyRegistry> {
+        self.keys
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .current
+            .clone()
+    }
+
+    /// Puts `registry` in force (certificates reloaded). Each engine is offered the new RSA
+    /// keys' DER first ([`crate::Engine::prepare_rsa_key`]), so a signature on a new key
+    /// never reaches an engine that has not seen it. The keys replaced stay known, as a
+    /// fallback, until the next replacement.
+    pub fn replace_keys(&self, registry: KeyRegistry, rsa_key_ders: &[Vec<u8>]) {
+        for der in rsa_key_ders {
+            for engine in self.scheduler.engines() {
+                engine.prepare_rsa_key(der);
+            }
+        }
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        let current = std::mem::replace(&mut keys.current, Arc::new(registry));
+        keys.previous = Some(current);
     }
 
     pub fn metrics(&self) -> &EngineMetrics {
@@ -49,9 +80,14 @@ impl KeyEngine {
         self.scheduler.engines().map(|e| e.name()).collect()
     }
 
-    /// The registry entry for `key`, if known (public half always, private half if held).
-    pub fn key(&self, key: &KeyId) -> Option<&KeyEntry> {
-        self.registry.get(key)
+    /// The registry entry for `key`, if known (public half always, private half if held):
+    /// from the keys in force, else from the ones they replaced.
+    pub fn key(&self, key: &KeyId) -> Option<KeyEntry> {
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        keys.current
+            .get(key)
+            .or_else(|| keys.previous.as_ref().and_then(|p| p.get(key)))
+            .cloned()
     }
 
     /// Signs `digest` with `key` under `algorithm`. The returned future owns everything it
@@ -63,11 +99,7 @@ impl KeyEngine {
         digest: Vec<u8>,
     ) -> impl Future<Output = Result<Vec<u8>, SignError>> + Send + 'static {
         let this = self.clone();
-        let entry = self
-            .registry
-            .get(key)
-            .cloned()
-            .ok_or(SignError::KeyNotFound(*key));
+        let entry = self.key(key).ok_or(SignError::KeyNotFound(*key));
         async move {
             let entry = entry?;
             let public = &entry.public;
@@ -229,6 +261,64 @@ mod tests {
             ke.sign(&id, ec, vec![0; 32]).await.unwrap_err(),
             SignError::UnsupportedAlgorithm(ec)
         );
+    }
+
+    /// Signs inline and records the RSA keys it is offered ahead.
+    #[derive(Default)]
+    struct PreparingEngine {
+        prepared: std::sync::Mutex<Vec<Vec<u8>>>,
+    }
+    impl Engine for PreparingEngine {
+        fn name(&self) -> &'static str {
+            "preparing"
+        }
+        fn submit(&self, request: SignRequest) -> crate::SignFuture {
+            InlineEngine.submit(request)
+        }
+        fn queue_depth(&self) -> usize {
+            0
+        }
+        fn prepare_rsa_key(&self, der: &[u8]) {
+            self.prepared.lock().unwrap().push(der.to_vec());
+        }
+    }
+
+    #[tokio::test]
+    async fn replaced_keys_sign_and_the_keys_they_replaced_last_one_more_replacement() {
+        let preparing = Arc::new(PreparingEngine::default());
+        let (ke, first) = engine_with(preparing.clone());
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        let digest = alg.hash().digest(b"m");
+        let generation = |ke: &KeyEngine| {
+            let der = generate_rsa_pkcs8();
+            let mut reg = KeyRegistry::new();
+            let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", &der).unwrap());
+            ke.replace_keys(reg, std::slice::from_ref(&der));
+            (id, der)
+        };
+
+        let (second, second_der) = generation(&ke);
+        assert_eq!(*preparing.prepared.lock().unwrap(), vec![second_der]);
+        assert_eq!(ke.registry().len(), 1);
+        assert!(ke.registry().get(&second).is_some());
+        for id in [second, first] {
+            let sig = ke.sign(&id, alg, digest.clone()).await.unwrap();
+            assert!(ke
+                .key(&id)
+                .unwrap()
+                .public
+                .verify_digest(alg, &digest, &sig));
+        }
+
+        // A second replacement drops the first generation.
+        let (third, _) = generation(&ke);
+        assert!(ke.sign(&third, alg, digest.clone()).await.is_ok());
+        assert!(ke.sign(&second, alg, digest.clone()).await.is_ok());
+        assert_eq!(
+            ke.sign(&first, alg, digest.clone()).await.unwrap_err(),
+            SignError::KeyNotFound(first)
+        );
+        assert!(ke.key(&first).is_none());
     }
 
     /// Stands in for a remote engine whose key servers are all down.

@@ -52,6 +52,11 @@ impl KeyRegistry {
         id
     }
 
+    /// Every key, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = &KeyEntry> {
+        self.keys.values()
+    }
+
     pub fn get(&self, id: &KeyId) -> Option<&KeyEntry> {
         self.keys.get(id)
     }

@@ -89,9 +89,19 @@ async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
     let running = gateway::start(cfg, Default::default()).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => match running.reload_certificates() {
+                Ok(()) => tracing::info!("certificates reloaded"),
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "certificate reload failed; the certificates in force are kept"
+                ),
+            },
+        }
     }
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
     if running.shutdown().await {

@@ -17,9 +17,9 @@ use boring::ssl::{
 };
 use boring::x509::X509;
 use key_method::EngineKeyMethod;
-use keyengine::{KeyEngine, KeyId, KeyKind, PublicKey};
+use keyengine::{KeyEngine, KeyId, KeyKind, KeyRegistry, PublicKey};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use tickets::TicketKeys;
 
 /// ALPN protocols offered on TCP, in preference order (wire format).
@@ -29,6 +29,8 @@ pub const ALPN_TCP: &[u8] = b"\x02h2\x08http/1.1";
 pub struct ListenerTls {
     pub acceptor: SslAcceptor,
     pub tickets: Arc<TicketKeys>,
+    /// The certificates the acceptor selects from, swapped by a reload.
+    pub certs: CertSlot,
 }
 
 /// Starts every TLS context of a listener (the front acceptor and each certificate's context)
@@ -87,6 +89,26 @@ struct CertStore {
     exact: HashMap<String, usize>,
     wildcard: HashMap<String, usize>,
     tls13: bool,
+}
+
+/// A listener's certificate store, replaced whole when certificates are reloaded: each
+/// handshake selects from the store in force when its ClientHello arrives, and keeps the
+/// context it selected.
+#[derive(Clone)]
+pub struct CertSlot(Arc<RwLock<Arc<CertStore>>>);
+
+impl CertSlot {
+    fn new(store: Arc<CertStore>) -> Self {
+        CertSlot(Arc::new(RwLock::new(store)))
+    }
+
+    fn current(&self) -> Arc<CertStore> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn replace(&self, store: Arc<CertStore>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = store;
+    }
 }
 
 impl CertStore {
@@ -152,17 +174,24 @@ pub fn load_chain(path: &std::path::Path) -> anyhow::Result<(X509, Vec<X509>, Ke
     Ok((leaf, chain, id))
 }
 
+/// The keys a certificate store is checked against (those in force, or those a reload is
+/// about to put in force) and the engine its contexts sign with.
+struct Signer<'a> {
+    keys: &'a KeyRegistry,
+    engine: &'a Arc<KeyEngine>,
+}
+
 fn cert_context(
     tls: &TlsConfig,
     tickets: &Arc<TicketKeys>,
     alpn: &'static [u8],
     pair: &CertKeyPair,
     expected: KeyKind,
-    engine: &Arc<KeyEngine>,
+    signer: &Signer<'_>,
     quic: Option<&QuicContextOptions>,
 ) -> anyhow::Result<SslContext> {
     let (leaf, intermediates, id) = load_chain(&pair.cert)?;
-    let key = engine.key(&id).ok_or_else(|| {
+    let key = signer.keys.get(&id).ok_or_else(|| {
         anyhow!(
             "{}: the key engine holds no key for this certificate (SKI {id}); is {} the matching key?",
             pair.cert.display(),
@@ -194,7 +223,7 @@ fn cert_context(
     }
     // No set_private_key(): the key stays in the engine.
     b.set_async_private_key_method(EngineKeyMethod {
-        engine: engine.clone(),
+        engine: signer.engine.clone(),
         key: id,
     });
     Ok(b.build().into_context())
@@ -203,7 +232,7 @@ fn cert_context(
 /// Builds the certificate store of one listener for one ALPN set (TCP or QUIC).
 fn build_store(
     listener: &ListenerConfig,
-    engine: &Arc<KeyEngine>,
+    signer: &Signer<'_>,
     tickets: &Arc<TicketKeys>,
     alpn: &'static [u8],
     tls13: bool,
@@ -221,13 +250,13 @@ fn build_store(
         let rsa = c
             .rsa
             .as_ref()
-            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, engine, quic))
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::Rsa, signer, quic))
             .transpose()
             .with_context(|| field("rsa"))?;
         let ecdsa = c
             .ecdsa
             .as_ref()
-            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::EcdsaP256, engine, quic))
+            .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::EcdsaP256, signer, quic))
             .transpose()
             .with_context(|| field("ecdsa"))?;
         store.entries.push(CertEntry { rsa, ecdsa });
@@ -243,9 +272,9 @@ fn build_store(
 }
 
 /// Installs SNI + signature-algorithm certificate selection on a front context.
-fn install_selection(b: &mut SslContextBuilder, store: Arc<CertStore>) {
+fn install_selection(b: &mut SslContextBuilder, certs: CertSlot) {
     b.set_async_select_certificate_callback(move |hello| {
-        let ctx = store.select(hello).ok_or(AsyncSelectCertError)?;
+        let ctx = certs.current().select(hello).ok_or(AsyncSelectCertError)?;
         Ok(Box::pin(async move {
             Ok(Box::new(move |mut hello: ClientHello<'_>| {
                 hello
@@ -270,19 +299,26 @@ pub fn listener_tls(
         }
         None => TicketKeys::new(),
     };
+    let keys = engine.registry();
+    let signer = Signer {
+        keys: &keys,
+        engine,
+    };
     let store = build_store(
         listener,
-        engine,
+        &signer,
         &tickets,
         alpn,
         tls.versions.contains(&TlsVersion::Tls13),
         None,
     )?;
+    let certs = CertSlot::new(store);
     let mut front = context_builder(tls, &tickets, alpn)?;
-    install_selection(&mut front, store);
+    install_selection(&mut front, certs.clone());
     Ok(ListenerTls {
         acceptor: front.build(),
         tickets,
+        certs,
     })
 }
 
@@ -302,7 +338,7 @@ pub const ALPN_H3: &[u8] = b"\x02h3";
 /// and ticket keys as the TCP listener beside it, TLS 1.3 only, ALPN h3.
 #[derive(Clone)]
 pub struct QuicTls {
-    store: Arc<CertStore>,
+    store: CertSlot,
     tickets: Arc<TicketKeys>,
     options: QuicContextOptions,
 }
@@ -346,8 +382,14 @@ impl QuicTls {
             early_data: listener.quic.early_data,
             observer,
         };
+        let keys = engine.registry();
+        let signer = Signer {
+            keys: &keys,
+            engine,
+        };
+        let store = build_store(listener, &signer, tickets, ALPN_H3, true, Some(&options))?;
         Ok(QuicTls {
-            store: build_store(listener, engine, tickets, ALPN_H3, true, Some(&options))?,
+            store: CertSlot::new(store),
             tickets: tickets.clone(),
             options,
         })
@@ -362,5 +404,71 @@ impl QuicTls {
         self.options.apply(&mut b);
         install_selection(&mut b, self.store.clone());
         Ok(b)
+    }
+}
+
+/// What reloading one listener's certificates replaces: the store its TCP acceptor selects
+/// from and, with HTTP/3, the QUIC one. Ticket keys and every other setting stay.
+pub struct ListenerCerts {
+    listener: ListenerConfig,
+    tickets: Arc<TicketKeys>,
+    tcp: CertSlot,
+    quic: Option<QuicTls>,
+}
+
+/// A listener's stores built afresh, not yet in force.
+pub struct PreparedCerts {
+    tcp: Arc<CertStore>,
+    quic: Option<Arc<CertStore>>,
+}
+
+impl ListenerCerts {
+    /// `tickets` and `tcp` are the listener's [`ListenerTls`] parts.
+    pub fn new(
+        listener: &ListenerConfig,
+        tickets: &Arc<TicketKeys>,
+        tcp: &CertSlot,
+        quic: Option<&QuicTls>,
+    ) -> Self {
+        ListenerCerts {
+            listener: listener.clone(),
+            tickets: tickets.clone(),
+            tcp: tcp.clone(),
+            quic: quic.cloned(),
+        }
+    }
+
+    /// Reads the listener's certificate files again and builds its stores, checked against
+    /// `keys` (the keys about to be put in force) and signing through `engine`. Swaps nothing,
+    /// so an error leaves the listener as it was.
+    pub fn prepare(
+        &self,
+        keys: &KeyRegistry,
+        engine: &Arc<KeyEngine>,
+    ) -> anyhow::Result<PreparedCerts> {
+        let signer = Signer { keys, engine };
+        let l = &self.listener;
+        let tcp = build_store(
+            l,
+            &signer,
+            &self.tickets,
+            ALPN_TCP,
+            l.tls.versions.contains(&TlsVersion::Tls13),
+            None,
+        )?;
+        let quic = self
+            .quic
+            .as_ref()
+            .map(|q| build_store(l, &signer, &self.tickets, ALPN_H3, true, Some(&q.options)))
+            .transpose()?;
+        Ok(PreparedCerts { tcp, quic })
+    }
+
+    /// Puts prepared stores in force: handshakes from now on select from them.
+    pub fn install(&self, prepared: PreparedCerts) {
+        self.tcp.replace(prepared.tcp);
+        if let (Some(q), Some(store)) = (&self.quic, prepared.quic) {
+            q.store.replace(store);
+        }
     }
 }

@@ -199,6 +199,15 @@ pub fn presented_subject(out: &str) -> String {
         .to_string()
 }
 
+/// The server certificate (PEM, as `openssl s_client` prints it) from its output.
+pub fn presented_certificate(out: &str) -> String {
+    let begin = out.find("-----BEGIN CERTIFICATE-----").unwrap_or(0);
+    let end = out[begin..]
+        .find("-----END CERTIFICATE-----")
+        .map_or(begin, |e| begin + e + "-----END CERTIFICATE-----".len());
+    out[begin..end].to_string()
+}
+
 /// The server's public key type ("RSA" / "EC") from `openssl s_client` output.
 pub fn presented_key_type(out: &str) -> &'static str {
     if out.contains("Server public key is 2048 bit") || out.contains("Peer signature type: RSA") {
@@ -303,6 +312,23 @@ pub async fn quic_handshake_alpn(
     server: std::net::SocketAddr,
     alpn: &[u8],
 ) -> Result<std::time::Duration, String> {
+    quic_connect(server, alpn).await.map(|(took, _)| took)
+}
+
+/// The leaf certificate (DER) a QUIC handshake with `server` (ALPN h3, SNI localhost)
+/// presents.
+pub async fn quic_peer_certificate(server: std::net::SocketAddr) -> Result<Vec<u8>, String> {
+    quic_connect(server, b"h3")
+        .await?
+        .1
+        .ok_or_else(|| "no peer certificate".to_string())
+}
+
+/// A QUIC handshake: how long it took and the server's leaf certificate (DER).
+async fn quic_connect(
+    server: std::net::SocketAddr,
+    alpn: &[u8],
+) -> Result<(std::time::Duration, Option<Vec<u8>>), String> {
     use tokio_quiche::quiche;
     let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).map_err(|e| e.to_string())?;
     cfg.verify_peer(false);
@@ -330,7 +356,7 @@ pub async fn quic_handshake_alpn(
                 .map_err(|e| e.to_string())?;
         }
         if conn.is_established() {
-            return Ok(start.elapsed());
+            return Ok((start.elapsed(), conn.peer_cert().map(<[u8]>::to_vec)));
         }
         if conn.is_closed() || start.elapsed() > std::time::Duration::from_secs(10) {
             return Err(format!("handshake failed: {:?}", conn.peer_error()));
