@@ -338,3 +338,88 @@ fn demo_takes_an_h3_upload_sent_in_gso_buffers() {
         "{report}"
     );
 }
+
+/// The first certificate (PEM) in `text`: a file's leaf, or what `openssl s_client` printed.
+fn first_certificate(text: &str) -> String {
+    let (begin, end) = ("-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----");
+    let start = text.find(begin).expect("a certificate");
+    let stop = start + text[start..].find(end).expect("its end") + end.len();
+    text[start..stop].to_string()
+}
+
+/// The certificate the gateway on `port` presents to an ECDSA-only client for localhost.
+fn presented_ecdsa_certificate(port: u16) -> String {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-servername", "localhost", "-sigalgs", "ECDSA+SHA256"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    first_certificate(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn admin_metric(admin: u16, series: &str) -> f64 {
+    let out = Command::new("curl")
+        .args(["-sS", &format!("http://127.0.0.1:{admin}/metrics")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A renewed certificate written over the demo's files, then `kill -HUP`: the running gateway
+/// presents it to the next handshake (README's "Certificate renewal").
+#[test]
+fn sighup_reloads_renewed_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, admin) = (free_port(), free_port());
+    let demo = Proc(
+        rampart()
+            .args(["demo", "--state-dir"])
+            .arg(dir.path())
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{gw}"),
+                "--admin",
+                &format!("127.0.0.1:{admin}"),
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(gw);
+    wait_port(admin);
+    let certs = dir.path().join("certs");
+    let read = |p: &Path| first_certificate(&std::fs::read_to_string(p).unwrap());
+    let old = read(&certs.join("localhost-ecdsa.crt"));
+    assert_eq!(presented_ecdsa_certificate(gw), old);
+
+    let fresh = tempfile::tempdir().unwrap();
+    use gateway::demo::{ensure_self_signed, CertKind};
+    ensure_self_signed(fresh.path(), "renewed", CertKind::EcdsaP256, &["localhost"]).unwrap();
+    for ext in ["crt", "key"] {
+        std::fs::copy(
+            fresh.path().join(format!("renewed.{ext}")),
+            certs.join(format!("localhost-ecdsa.{ext}")),
+        )
+        .unwrap();
+    }
+    let renewed = read(&certs.join("localhost-ecdsa.crt"));
+    assert_ne!(renewed, old);
+
+    let hup = Command::new("kill")
+        .args(["-HUP", &demo.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let series = "rampart_certificate_reloads_total{result=\"ok\"}";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while admin_metric(admin, series) < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "no reload counted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(presented_ecdsa_certificate(gw), renewed);
+}
