@@ -235,6 +235,8 @@ fn load_keys(
 /// worker. Nothing on the request path crosses threads except key-engine requests.
 struct WorkerPlan {
     index: usize,
+    /// Upgraded-connection tunnels spawned by this worker's listeners.
+    tunnels: tokio_util::task::TaskTracker,
     quic: Vec<(quic::QuicWorker, Arc<proxy::ProxyShared>)>,
     listeners: Vec<(
         std::net::TcpListener,
@@ -309,8 +311,14 @@ fn run_worker(
                     }
                     drained
                 };
-                let (tcp, quic) = tokio::join!(tcp_drained, quic_drained);
-                tcp && quic
+                // Tunnels (WebSockets) get the same grace; those still open at its end close
+                // with the runtime.
+                let tunnels = plan.tunnels;
+                tunnels.close();
+                let tunnels_closed =
+                    async { tokio::time::timeout(grace, tunnels.wait()).await.is_ok() };
+                let (tcp, quic, tunnels) = tokio::join!(tcp_drained, quic_drained, tunnels_closed);
+                tcp && quic && tunnels
             });
             let _ = done.send(drained);
         })?;
@@ -338,6 +346,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut plans: Vec<WorkerPlan> = (0..workers)
         .map(|index| WorkerPlan {
             index,
+            tunnels: tokio_util::task::TaskTracker::new(),
             quic: Vec::new(),
             listeners: Vec::new(),
         })
@@ -444,6 +453,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 alt_svc: alt_svc.clone(),
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
                 access: access::AccessList::new(&l.allow, &l.deny),
+                tunnels: plan.tunnels.clone(),
             });
             plan.listeners.push((
                 sock,

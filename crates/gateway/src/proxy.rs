@@ -33,6 +33,9 @@ pub struct ProxyShared {
     pub abandoned_responses: prometheus::IntCounter,
     /// Which clients the listener serves (checked when a connection arrives).
     pub access: crate::access::AccessList,
+    /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
+    /// connection they came from: shutdown waits for them within its grace period.
+    pub tunnels: tokio_util::task::TaskTracker,
 }
 
 /// Facts about the client connection a request arrived on.
@@ -468,7 +471,9 @@ async fn forward<'a>(
     let upstream_protocol = response.headers().get(header::UPGRADE).cloned();
     if let (true, Some(client), Some(_)) = (switched, client_upgrade, &upstream_protocol) {
         let upstream = hyper::upgrade::on(&mut response);
-        tokio::spawn(tunnel(client, upstream, limits.idle_timeout));
+        shared
+            .tunnels
+            .spawn(tunnel(client, upstream, limits.idle_timeout));
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);

@@ -848,6 +848,37 @@ async fn a_quiet_websocket_tunnel_is_closed_after_the_idle_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_an_open_websocket_tunnel_within_the_grace_period() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut fx, _) = start_with_faulty_upstream("").await;
+    let (mut tls, head) = websocket(&fx).await;
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    let done = tokio::spawn(fx.gw.take().unwrap().shutdown());
+    // Shutdown has begun (no new connections), and the tunnel still carries messages.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        tls.write_all(b"still here").await.unwrap();
+        let mut back = [0u8; 10];
+        tokio::time::timeout(Duration::from_secs(2), tls.read_exact(&mut back))
+            .await
+            .expect("echo during shutdown")
+            .unwrap();
+        assert_eq!(&back, b"still here");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!done.is_finished(), "shutdown ended with a tunnel open");
+    // The client ends the WebSocket; shutdown completes, drained, well inside its 5 s grace.
+    let t = Instant::now();
+    tls.shutdown().await.unwrap();
+    let drained = tokio::time::timeout(Duration::from_secs(4), done)
+        .await
+        .expect("shutdown once the tunnel closed")
+        .unwrap();
+    assert!(drained, "shutdown reported the tunnel as cut");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_is_redirected_to_the_tls_listener() {
     let fx = start("", "http_redirect = \"127.0.0.1:0\"").await;
     let plain = fx
