@@ -4,7 +4,8 @@
 use serde::Serialize;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 
@@ -38,40 +39,67 @@ pub struct AccessRecord {
 
 #[derive(Clone)]
 pub struct AccessLog {
-    tx: Option<SyncSender<AccessRecord>>,
+    tx: Option<SyncSender<Entry>>,
     dropped: Arc<AtomicU64>,
+    /// Set by [`AccessLog::reopen`] for a file log; the writer reopens before its next write.
+    reopen: Option<Arc<AtomicBool>>,
+}
+
+/// What the writer thread receives: a record, or a wake-up to reopen the file.
+enum Entry {
+    Record(Box<AccessRecord>),
+    Reopen,
+}
+
+fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 impl AccessLog {
     /// `target`: `stdout`, `off`, or a file path (appended to).
     pub fn open(target: &str) -> std::io::Result<Self> {
-        let sink: Box<dyn Write + Send> = match target {
+        let (sink, path): (Box<dyn Write + Send>, Option<PathBuf>) = match target {
             "off" => {
                 return Ok(AccessLog {
                     tx: None,
                     dropped: Default::default(),
+                    reopen: None,
                 })
             }
-            "stdout" => Box::new(std::io::stdout()),
-            path => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
+            "stdout" => (Box::new(std::io::stdout()), None),
+            path => (Box::new(open_append(Path::new(path))?), Some(path.into())),
         };
-        let (tx, rx) = sync_channel::<AccessRecord>(8192);
+        let reopen = path.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
+        let (tx, rx) = sync_channel::<Entry>(8192);
+        let flag = reopen.clone();
         std::thread::Builder::new()
             .name("rampart-access-log".into())
             .spawn(move || {
                 let mut w = std::io::BufWriter::new(sink);
-                while let Ok(rec) = rx.recv() {
-                    let _ = serde_json::to_writer(&mut w, &rec);
-                    let _ = w.write_all(b"\n");
-                    // Drain what is queued, then flush once.
-                    while let Ok(rec) = rx.try_recv() {
-                        let _ = serde_json::to_writer(&mut w, &rec);
+                let write = |w: &mut std::io::BufWriter<Box<dyn Write + Send>>, e: Entry| {
+                    if let Entry::Record(rec) = e {
+                        let _ = serde_json::to_writer(&mut *w, &rec);
                         let _ = w.write_all(b"\n");
+                    }
+                };
+                while let Ok(first) = rx.recv() {
+                    if let (Some(flag), Some(path)) = (&flag, &path) {
+                        if flag.swap(false, Ordering::AcqRel) {
+                            let _ = w.flush();
+                            match open_append(path) {
+                                Ok(f) => w = std::io::BufWriter::new(Box::new(f)),
+                                Err(e) => tracing::error!(path = %path.display(), error = %e,
+                                    "access log: cannot reopen; still writing to the file open before"),
+                            }
+                        }
+                    }
+                    write(&mut w, first);
+                    // Drain what is queued, then flush once.
+                    while let Ok(e) = rx.try_recv() {
+                        write(&mut w, e);
                     }
                     let _ = w.flush();
                 }
@@ -79,14 +107,29 @@ impl AccessLog {
         Ok(AccessLog {
             tx: Some(tx),
             dropped: Default::default(),
+            reopen,
         })
+    }
+
+    /// Reopens a file log by its path (after logrotate renamed it; nginx's SIGUSR1): the
+    /// writer flushes what it holds to the file open before, then writes every later line to
+    /// the file at the path, created if missing (lines queued around the call land in one file
+    /// or the other; none is lost). Returns false for `stdout` or `off`.
+    pub fn reopen(&self) -> bool {
+        let (Some(flag), Some(tx)) = (&self.reopen, &self.tx) else {
+            return false;
+        };
+        flag.store(true, Ordering::Release);
+        // Wakes an idle writer; with a full queue the flag is seen at the next record.
+        let _ = tx.try_send(Entry::Reopen);
+        true
     }
 
     /// Queues a record; if the writer is behind by 8,192 lines the record is dropped and
     /// counted rather than stalling a request.
     pub fn write(&self, rec: AccessRecord) {
         if let Some(tx) = &self.tx {
-            if let Err(TrySendError::Full(_)) = tx.try_send(rec) {
+            if let Err(TrySendError::Full(_)) = tx.try_send(Entry::Record(Box::new(rec))) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }

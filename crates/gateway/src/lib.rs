@@ -61,6 +61,7 @@ pub struct Running {
     listener_configs: Vec<config::ListenerConfig>,
     /// Whether a `gpu` engine runs (it prepares reloaded RSA keys ahead).
     gpu_engine: bool,
+    access_log: access_log::AccessLog,
     stop: watch::Sender<bool>,
     workers_done: Vec<tokio::sync::oneshot::Receiver<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -530,6 +531,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         certs,
         listener_configs: cfg.listeners.clone(),
         gpu_engine: cfg.key_engine.engines.contains(&EngineKind::Gpu),
+        access_log,
         stop,
         workers_done,
         tasks,
@@ -592,6 +594,12 @@ impl Running {
             c.install(p);
         }
         Ok(())
+    }
+
+    /// Reopens the access log file by its path (SIGUSR1 in the binary, after logrotate renamed
+    /// it). False when the log goes to stdout or is off.
+    pub fn reopen_access_log(&self) -> bool {
+        self.access_log.reopen()
     }
 
     /// Stops accepting, lets in-flight requests finish within the grace period, then returns.

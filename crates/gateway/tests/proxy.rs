@@ -292,6 +292,29 @@ async fn h2c_upstream_cluster_and_least_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_file_is_reopened_after_logrotate_renames_it() {
+    let fx = start_logged("").await;
+    let status = curl_status(&fx, &["--http1.1", &fx.url("/bytes/1")]).await;
+    assert_eq!(status, "200");
+    assert_eq!(access_log(&fx, 1).await[0]["path"], "/bytes/1");
+    let log = fx.dir.path().join("access.log");
+    let rotated = fx.dir.path().join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    assert!(fx.gw().reopen_access_log());
+    let status = curl_status(&fx, &["--http1.1", &fx.url("/bytes/2")]).await;
+    assert_eq!(status, "200");
+    let fresh = access_log(&fx, 1).await;
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    assert_eq!(fresh[0]["path"], "/bytes/2");
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert_eq!(old.lines().count(), 1, "{old}");
+    assert!(old.contains("\"/bytes/1\""), "{old}");
+    // Nothing to reopen when the log is off.
+    let off = start("", "").await;
+    assert!(!off.gw().reopen_access_log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_writes_one_json_line_per_request() {
     let fx = start_logged("").await;
     let _ = run(curl(

@@ -90,10 +90,16 @@ async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
+            _ = usr1.recv() => {
+                if running.reopen_access_log() {
+                    tracing::info!("access log reopened");
+                }
+            }
             _ = hup.recv() => match running.reload_certificates() {
                 Ok(()) => tracing::info!("certificates reloaded"),
                 Err(e) => tracing::error!(
