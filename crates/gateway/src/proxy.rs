@@ -362,6 +362,15 @@ async fn forward<'a>(
     let h = &mut parts.headers;
     let accepts_trailers = accepts_trailers(h);
     strip_hop_by_hop(h);
+    // The client's `Expect: 100-continue` is the gateway's to answer (hyper sends the interim
+    // 100 on HTTP/1.1 when the body is first read), not the upstream's: the body is forwarded
+    // without waiting, so the upstream's own 100 would only be dropped, and a server that
+    // does not implement expectations would answer 417 (as Envoy and nginx, not forwarded).
+    if h.get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    {
+        h.remove(header::EXPECT);
+    }
     if accepts_trailers {
         // The one TE a request keeps (RFC 9113 §8.2.2 allows it over HTTP/2): it says only
         // that the client takes trailers, which the proxy passes, and gRPC servers require it.

@@ -640,6 +640,46 @@ async fn te_trailers_reaches_the_upstream_and_other_hop_by_hop_headers_do_not() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_is_answered_by_the_gateway_not_forwarded() {
+    let fx = start("", "").await;
+    // HTTP/1.1: the client gets the interim 100 from the gateway and sends its body.
+    let body = "x".repeat(300_000);
+    let body_file = fx.dir.path().join("upload.bin");
+    std::fs::write(&body_file, &body).unwrap();
+    let upload = format!("@{}", body_file.display());
+    let out = run(curl(
+        &fx,
+        &[
+            "--http1.1",
+            "-v",
+            "-H",
+            "Expect: 100-continue",
+            "--data-binary",
+            &upload,
+            &fx.url("/echo"),
+        ],
+    ))
+    .await;
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("HTTP/1.1 100 Continue"), "{log}");
+    assert_eq!(stdout(&out).len(), body.len());
+    // The upstream never sees the expectation, over either protocol.
+    for flag in ["--http1.1", "--http2"] {
+        let text = stdout(
+            &run(curl(
+                &fx,
+                &[flag, "-H", "Expect: 100-continue", &fx.url("/headers")],
+            ))
+            .await,
+        );
+        let h: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(h.get("expect").is_none(), "{flag}: {h}");
+        assert!(h.get("x-request-id").is_some(), "{flag}: {h}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_past_max_requests_get_503_at_once_and_slots_come_back() {
     // Two gateway workers share the cluster's two slots.
     let fx = start_edited("", |text, _| {
