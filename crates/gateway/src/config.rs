@@ -46,7 +46,7 @@ pub struct Config {
     pub clusters: Vec<ClusterConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Event-loop threads; 0 means one per CPU.
@@ -68,7 +68,7 @@ impl Default for ServerConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Address of the admin listener (`/healthz`, `/metrics`); must be loopback.
@@ -105,7 +105,7 @@ impl EngineKind {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeyEngineConfig {
     /// Engines to run; the scheduler routes each request among them.
@@ -125,7 +125,7 @@ pub struct KeyEngineConfig {
 }
 
 /// `[key_engine.batch]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BatchEngineConfig {
     /// Crypto threads cutting batches from the engine's one queue.
@@ -180,7 +180,7 @@ impl BatchEngineConfig {
 
 /// `[key_engine.gpu]`: the `gpu` engine's queue and launch shape (see `docs/benchmarks.md`
 /// for what each measured on an H200).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct GpuEngineConfig {
     /// Requests queued at most; beyond, new handshakes go to the other engines.
@@ -280,7 +280,7 @@ impl GpuEngineConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteEngineConfig {
     /// Key servers, `host:port`.
@@ -325,7 +325,7 @@ fn default_breaker_cooldown() -> Duration {
     Duration::from_secs(2)
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PinConfig {
     pub rsa: Option<EngineKind>,
@@ -354,7 +354,7 @@ pub enum TlsVersion {
     Tls13,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     pub name: String,
@@ -379,7 +379,7 @@ pub struct ListenerConfig {
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuicConfig {
     /// Serve HTTP/3 and advertise it with `Alt-Svc` on TCP responses.
@@ -468,7 +468,7 @@ pub enum RetryPolicy {
 
 /// QUIC-LB (draft-ietf-quic-load-balancers-21) connection-ID configuration, shared with the
 /// L4 balancers in front.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct QuicLbConfig {
     /// Config rotation id, 0..=6.
@@ -516,7 +516,7 @@ fn hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// Enabled versions: any of "1.2", "1.3".
@@ -556,7 +556,7 @@ impl Default for TlsConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateConfig {
     /// Names this certificate serves (exact, or `*.example.com`). The first certificate of a
@@ -566,7 +566,7 @@ pub struct CertificateConfig {
     pub ecdsa: Option<CertKeyPair>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CertKeyPair {
     /// PEM certificate chain, leaf first.
@@ -576,7 +576,7 @@ pub struct CertKeyPair {
     pub key: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Total bytes of request headers (names + values); more gets 431.
@@ -739,7 +739,7 @@ pub enum UpstreamProtocol {
 }
 
 /// `[clusters.tls]`: TLS to the cluster's endpoints.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTlsConfig {
     /// The name sent (SNI) and verified in the endpoints' certificates.
@@ -751,7 +751,7 @@ pub struct UpstreamTlsConfig {
     pub client_key: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     pub name: String,
@@ -791,7 +791,7 @@ pub struct ClusterConfig {
 
 /// `[clusters.health_check]`: each endpoint is asked for `path` every `interval`; one that
 /// fails `unhealthy_after` checks in a row gets no requests until it passes `healthy_after`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
     /// The path asked for (GET); a 2xx or 3xx answer within `timeout` passes.

@@ -19,6 +19,7 @@ pub mod quic_workers;
 pub mod ratelimit;
 mod recv_buffer;
 pub mod redirect;
+pub mod reload;
 pub mod router;
 mod send_coalescer;
 pub mod server;
@@ -45,6 +46,12 @@ pub struct StartOptions {
     pub engines: Option<Vec<Arc<dyn Engine>>>,
 }
 
+/// The configuration a running gateway has in force, and its clusters.
+struct InForce {
+    config: Config,
+    clusters: Vec<reload::ClusterEntry>,
+}
+
 /// A running gateway.
 pub struct Running {
     /// (listener name, bound address), in config order.
@@ -55,12 +62,12 @@ pub struct Running {
     pub metrics: metrics::Metrics,
     pub engine: Arc<KeyEngine>,
     tickets: Vec<(String, Arc<tls::tickets::TicketKeys>)>,
-    /// Every listener's certificate stores, for [`Running::reload_certificates`].
+    /// Every listener's certificate stores, for [`Running::reload`].
     certs: Vec<tls::ListenerCerts>,
-    /// The listeners' certificate settings, to read their files again.
-    listener_configs: Vec<config::ListenerConfig>,
-    /// Whether a `gpu` engine runs (it prepares reloaded RSA keys ahead).
-    gpu_engine: bool,
+    /// Every worker's routes and clusters, swapped by [`Running::reload`].
+    routing: Vec<proxy::RoutingSlot>,
+    /// The configuration in force and its clusters (reloads are serialized by this lock).
+    in_force: std::sync::Mutex<InForce>,
     access_log: access_log::AccessLog,
     stop: watch::Sender<bool>,
     workers_done: Vec<tokio::sync::oneshot::Receiver<bool>>,
@@ -338,12 +345,6 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let router = Arc::new(router::Router::new(&cfg.routes, |name| {
-        cfg.clusters
-            .iter()
-            .position(|c| c.name == name)
-            .expect("validated")
-    }));
     let mut plans: Vec<WorkerPlan> = (0..workers)
         .map(|index| WorkerPlan {
             index,
@@ -354,36 +355,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         .collect();
     // Each worker gets its own upstream pools; a cluster's max_requests and its endpoints'
     // health marks hold over all of them.
-    let mut shared_state = Vec::new();
-    for (i, c) in cfg.clusters.iter().enumerate() {
-        let tls = c
-            .tls
-            .as_ref()
-            .map(|t| upstream_tls::UpstreamTls::new(t, c.protocol).map(Arc::new))
-            .transpose()
-            .with_context(|| format!("clusters[{i}].tls ({})", c.name))?;
-        shared_state.push((
-            upstream::RequestSlots::new(c, &metrics),
-            health::Health::new(c, &metrics),
-            tls,
-        ));
-    }
-    let worker_clusters: Vec<Vec<Arc<upstream::Cluster>>> = (0..workers)
-        .map(|_| {
-            cfg.clusters
-                .iter()
-                .zip(&shared_state)
-                .map(|(c, (slots, health, tls))| {
-                    Arc::new(upstream::Cluster::new(
-                        c,
-                        &metrics,
-                        slots.clone(),
-                        health.clone(),
-                        tls.clone(),
-                    ))
-                })
-                .collect()
-        })
+    let mut clusters = reload::build_clusters(&cfg, &metrics, workers, &[])?;
+    let routing: Vec<proxy::RoutingSlot> = reload::routings(&cfg, &clusters, workers)
+        .into_iter()
+        .map(proxy::RoutingSlot::new)
         .collect();
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
@@ -435,7 +410,6 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             None
         };
         certs.push(tls::ListenerCerts::new(
-            l,
             &tls.tickets,
             &tls.certs,
             quic.as_ref().map(|(_, qtls, _, _)| qtls),
@@ -446,8 +420,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
             let shared = Arc::new(proxy::ProxyShared {
                 listener: l.name.clone(),
-                router: router.clone(),
-                clusters: worker_clusters[w].clone(),
+                routing: routing[w].clone(),
                 limits: l.limits.clone(),
                 metrics: metrics.clone(),
                 access_log: access_log.clone(),
@@ -483,9 +456,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         bound.push((l.name.clone(), addr));
     }
     let (stop, stop_rx) = watch::channel(false);
-    for (c, (_, health, tls)) in cfg.clusters.iter().zip(&shared_state) {
-        health.spawn_checks(c, tls.clone(), stop_rx.clone());
-    }
+    reload::start_checks(&mut clusters);
     let mut tasks = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let Some(at) = l.http_redirect else { continue };
@@ -529,8 +500,11 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         engine,
         tickets,
         certs,
-        listener_configs: cfg.listeners.clone(),
-        gpu_engine: cfg.key_engine.engines.contains(&EngineKind::Gpu),
+        routing,
+        in_force: std::sync::Mutex::new(InForce {
+            config: cfg,
+            clusters,
+        }),
         access_log,
         stop,
         workers_done,
@@ -555,26 +529,82 @@ impl Running {
             .map(|(_, t)| t.clone())
     }
 
-    /// Reads every listener's certificate and key files again (the paths of the
-    /// configuration the gateway started with) and puts them in force, over TCP and QUIC at
-    /// once: new handshakes get the new certificates, connections already open keep theirs,
-    /// and session tickets issued before stay valid. Everything is loaded and checked before
-    /// anything is swapped, so on error (a missing file, a key that does not match its
-    /// certificate) the certificates in force are kept and the error says which field failed.
-    /// Counted in `rampart_certificate_reloads_total`.
+    /// Reads every listener's certificate and key files again (the configuration in force)
+    /// and puts them in force: [`Running::reload`] with the same configuration.
     pub fn reload_certificates(&self) -> anyhow::Result<()> {
-        let result = self.try_reload_certificates();
-        let label = if result.is_ok() { "ok" } else { "error" };
-        self.metrics
-            .certificate_reloads
-            .with_label_values(&[label])
-            .inc();
+        let cfg = self.lock_in_force().config.clone();
+        self.reload(cfg).map(|_| ())
+    }
+
+    /// Loads the configuration file at `path` (validated as at start) and puts it in force
+    /// ([`Running::reload`]); a file that does not load is an error that changes nothing.
+    /// What SIGHUP does.
+    pub fn reload_file(&self, path: &std::path::Path) -> anyhow::Result<reload::ReloadReport> {
+        match Config::load(path) {
+            Ok(cfg) => self.reload(cfg),
+            Err(e) => {
+                self.count_reload(false);
+                Err(anyhow::anyhow!("{e}"))
+            }
+        }
+    }
+
+    /// Puts `new` in force without dropping a connection: its routes, its clusters (those
+    /// unchanged keep their connection pools and health marks; requests in flight finish
+    /// on the clusters they started on) and every listener's certificates and keys, read
+    /// again from their files, over TCP and QUIC at once (new handshakes get them; session
+    /// tickets stay valid). Everything is loaded and checked before anything is swapped, so on
+    /// error the configuration in force is kept whole and the error names the field. Settings
+    /// that take a restart (`[server]`, `[admin]`, `[key_engine]`, listener settings other
+    /// than certificates) are not applied and are listed in the report. Counted in
+    /// `rampart_config_reloads_total`.
+    pub fn reload(&self, new: Config) -> anyhow::Result<reload::ReloadReport> {
+        let mut in_force = self.lock_in_force();
+        let result = self.reload_locked(&mut in_force, new);
+        self.count_reload(result.is_ok());
         result
     }
 
-    fn try_reload_certificates(&self) -> anyhow::Result<()> {
-        let (registry, key_files) = load_keys(&self.listener_configs)?;
-        let rsa_keys = if self.gpu_engine {
+    fn lock_in_force(&self) -> std::sync::MutexGuard<'_, InForce> {
+        self.in_force.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count_reload(&self, ok: bool) {
+        let label = if ok { "ok" } else { "error" };
+        self.metrics
+            .config_reloads
+            .with_label_values(&[label])
+            .inc();
+    }
+
+    fn reload_locked(
+        &self,
+        in_force: &mut InForce,
+        new: Config,
+    ) -> anyhow::Result<reload::ReloadReport> {
+        let old = &in_force.config;
+        let needs_restart = reload::needing_restart(old, &new);
+        // Certificates come from the new file where its listeners match the running ones;
+        // every other listener setting stays as running.
+        let listeners: Vec<config::ListenerConfig> = if old
+            .listeners
+            .iter()
+            .map(|l| &l.name)
+            .eq(new.listeners.iter().map(|l| &l.name))
+        {
+            old.listeners
+                .iter()
+                .zip(&new.listeners)
+                .map(|(o, n)| config::ListenerConfig {
+                    certificates: n.certificates.clone(),
+                    ..o.clone()
+                })
+                .collect()
+        } else {
+            old.listeners.clone()
+        };
+        let (registry, key_files) = load_keys(&listeners)?;
+        let rsa_keys = if old.key_engine.engines.contains(&EngineKind::Gpu) {
             rsa_key_ders(&key_files)?
         } else {
             Vec::new()
@@ -582,18 +612,45 @@ impl Running {
         let prepared = self
             .certs
             .iter()
-            .zip(&self.listener_configs)
+            .zip(&listeners)
             .enumerate()
             .map(|(i, (c, l))| {
-                c.prepare(&registry, &self.engine)
+                c.prepare(l, &registry, &self.engine)
                     .with_context(|| format!("listeners[{i}] ({})", l.name))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let workers = self.routing.len();
+        let mut clusters =
+            reload::build_clusters(&new, &self.metrics, workers, &in_force.clusters)?;
+
+        // Everything loaded: put it in force.
         self.engine.replace_keys(registry, &rsa_keys);
         for (c, p) in self.certs.iter().zip(prepared) {
             c.install(p);
         }
-        Ok(())
+        for (slot, routing) in self
+            .routing
+            .iter()
+            .zip(reload::routings(&new, &clusters, workers))
+        {
+            slot.replace(routing);
+        }
+        let built = clusters.iter().filter(|c| c.is_fresh()).count();
+        reload::start_checks(&mut clusters);
+        reload::retire(&in_force.clusters, &clusters, &self.metrics);
+        let report = reload::ReloadReport {
+            clusters_kept: clusters.len() - built,
+            clusters_built: built,
+            needs_restart,
+        };
+        in_force.clusters = clusters;
+        in_force.config = Config {
+            listeners,
+            routes: new.routes,
+            clusters: new.clusters,
+            ..in_force.config.clone()
+        };
+        Ok(report)
     }
 
     /// Reopens the access log file by its path (SIGUSR1 in the binary, after logrotate renamed
@@ -606,6 +663,7 @@ impl Running {
     /// Returns false if the grace period ran out with requests still in flight.
     pub async fn shutdown(self) -> bool {
         let _ = self.stop.send(true);
+        reload::stop_checks(&self.lock_in_force().clusters);
         for t in self.tasks {
             let _ = t.await;
         }

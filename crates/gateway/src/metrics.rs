@@ -22,8 +22,9 @@ pub struct Metrics {
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
-    /// Certificate reloads (SIGHUP), by result: `ok` or `error` (the old ones kept).
-    pub certificate_reloads: IntCounterVec,
+    /// Configuration reloads (SIGHUP), by result: `ok` or `error` (the configuration in
+    /// force kept whole).
+    pub config_reloads: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
     pub quic_connections: IntCounterVec,
@@ -183,9 +184,9 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
-            certificate_reloads: IntCounterVec::new(
+            config_reloads: IntCounterVec::new(
                 Opts::new(
-                    "rampart_certificate_reloads_total",
+                    "rampart_config_reloads_total",
                     "Certificate and key reloads (SIGHUP) by result; on error the certificates in force are kept",
                 ),
                 &["result"],
@@ -302,7 +303,7 @@ impl Metrics {
             &m.upstream_errors,
             &m.responses_abandoned,
             &m.denied_connections,
-            &m.certificate_reloads,
+            &m.config_reloads,
             &m.rejected_connections,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
@@ -454,7 +455,7 @@ mod tests {
         m.quic_open_streams.with_label_values(&["l"]).inc();
         m.responses_abandoned.with_label_values(&["l"]).inc();
         m.denied_connections.with_label_values(&["l"]).inc();
-        m.certificate_reloads.with_label_values(&["ok"]).inc();
+        m.config_reloads.with_label_values(&["ok"]).inc();
         m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
         m.watch_retry_gate("l", RetryGate::always());

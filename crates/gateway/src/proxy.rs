@@ -19,11 +19,35 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+/// What a request is routed by: the routes, and one worker's copies of the clusters they
+/// name. A configuration reload replaces it whole; a request keeps the one it started with.
+pub struct Routing {
+    pub router: Arc<Router>,
+    pub clusters: Vec<Arc<Cluster>>,
+}
+
+/// A worker's [`Routing`], shared by its listeners and swapped by a reload.
+#[derive(Clone)]
+pub struct RoutingSlot(Arc<std::sync::RwLock<Arc<Routing>>>);
+
+impl RoutingSlot {
+    pub fn new(routing: Routing) -> Self {
+        RoutingSlot(Arc::new(std::sync::RwLock::new(Arc::new(routing))))
+    }
+
+    pub fn current(&self) -> Arc<Routing> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn replace(&self, routing: Routing) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(routing);
+    }
+}
+
 /// What every request on a listener shares.
 pub struct ProxyShared {
     pub listener: String,
-    pub router: Arc<Router>,
-    pub clusters: Vec<Arc<Cluster>>,
+    pub routing: RoutingSlot,
     pub limits: LimitsConfig,
     pub metrics: Metrics,
     pub access_log: AccessLog,
@@ -162,6 +186,7 @@ pub async fn handle(
     mut req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let start = Instant::now();
+    let routing = shared.routing.current();
     let early_data = req.extensions().get::<InEarlyData>().is_some();
     let is_h3 = req.version() == Version::HTTP_3;
     let request_id = req
@@ -228,7 +253,18 @@ pub async fn handle(
         );
         (None, too_early, None)
     } else {
-        match forward(&shared, &conn, req, &host, &request_id, &progress, &mut rec).await {
+        match forward(
+            &shared,
+            &routing,
+            &conn,
+            req,
+            &host,
+            &request_id,
+            &progress,
+            &mut rec,
+        )
+        .await
+        {
             Ok((route, resp, t)) => (route, resp, Some(t)),
             Err((route, resp)) => (route, resp, None),
         }
@@ -271,8 +307,10 @@ pub async fn handle(
 
 type Routed<'a> = (Option<&'a Route>, Response<ResponseBody>);
 
+#[allow(clippy::too_many_arguments)]
 async fn forward<'a>(
-    shared: &'a ProxyShared,
+    shared: &ProxyShared,
+    routing: &'a Routing,
     conn: &ConnInfo,
     req: Request<ClientBody>,
     host: &str,
@@ -314,7 +352,7 @@ async fn forward<'a>(
     }
 
     // Phase: route.
-    let Some(route) = shared.router.route(host, req.uri().path()) else {
+    let Some(route) = routing.router.route(host, req.uri().path()) else {
         return Err((
             None,
             local(StatusCode::NOT_FOUND, "no route for this host and path\n"),
@@ -347,7 +385,7 @@ async fn forward<'a>(
             refuse_unread(req.into_body(), progress, resp).await,
         ));
     }
-    let cluster = &shared.clusters[route.cluster];
+    let cluster = &routing.clusters[route.cluster];
 
     // Phase: rewrite headers.
     // An HTTP/1.1 `Upgrade` (a WebSocket handshake) keeps its upgrade headers and, once the

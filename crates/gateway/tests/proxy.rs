@@ -942,6 +942,94 @@ async fn shutdown_waits_for_an_open_websocket_tunnel_within_the_grace_period() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_swaps_routes_and_clusters_and_requests_in_flight_finish() {
+    let (one, _) = spawn_switchable_upstream("one").await;
+    let (two, _) = spawn_switchable_upstream("two").await;
+    let slow = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    // `app` (every path) goes to `one`; `/delay` to the demo upstream, with a health check.
+    let slow_route = format!(
+        "[[routes]]\npath_prefix = \"/delay\"\ncluster = \"slow\"\n\n\
+         [[clusters]]\nname = \"slow\"\nendpoints = [\"{slow}\"]\n\
+         health_check = {{ path = \"/\", interval = \"200ms\" }}\n"
+    );
+    let first = config_text(&[one], "", "") + &slow_route;
+    let fx = start_with(&first, dir, one, None).await;
+    let body = |path: &'static str| {
+        let cmd = curl(&fx, &["--http2", &fx.url(path)]);
+        async move { stdout(&run(cmd).await) }
+    };
+    assert_eq!(body("/").await, "one\n");
+
+    // A request in flight on `slow` when the reload lands.
+    let in_flight = tokio::spawn(run(curl(
+        &fx,
+        &["-w", " %{http_code}", &fx.url("/delay/1500")],
+    )));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The new file: `app` now goes to `two`, a new route `/v2` to `one`, `slow` unchanged.
+    let second = config_text(&[two], "", "").replace(
+        "[[routes]]\ncluster = \"app\"",
+        "[[routes]]\ncluster = \"app\"\n\n[[routes]]\npath_prefix = \"/v2\"\ncluster = \"v2\"",
+    ) + &slow_route
+        + &format!("\n[[clusters]]\nname = \"v2\"\nendpoints = [\"{one}\"]\n");
+    let path = fx.dir.path().join("rampart.toml");
+    std::fs::write(&path, &second).unwrap();
+    let report = fx.gw().reload_file(&path).unwrap();
+    assert_eq!(report.clusters_kept, 1, "{report:?}"); // `slow`
+    assert_eq!(report.clusters_built, 2, "{report:?}"); // `app` changed, `v2` new
+    assert!(report.needs_restart.is_empty(), "{report:?}");
+    assert_eq!(body("/").await, "two\n");
+    assert_eq!(body("/v2/x").await, "one\n");
+    assert_eq!(
+        stdout(&in_flight.await.unwrap()),
+        "slept 1500 ms\n 200",
+        "the request in flight finished on the cluster it started on"
+    );
+    // The endpoint `app` no longer has is gone from the health gauges; `slow` kept its check.
+    let m = fx.gw().metrics.render();
+    let app_one = format!("cluster=\"app\",endpoint=\"{one}\"");
+    assert!(!m.contains(&app_one), "{m}");
+    assert!(m.contains(&format!("endpoint=\"{slow}\"")), "{m}");
+
+    // A file that does not load changes nothing, and the error names file and field.
+    std::fs::write(
+        &path,
+        second.replace("cluster = \"v2\"", "cluster = \"nope\""),
+    )
+    .unwrap();
+    let err = format!("{:#}", fx.gw().reload_file(&path).unwrap_err());
+    assert!(
+        err.contains("rampart.toml") && err.contains("routes[1].cluster"),
+        "{err}"
+    );
+    assert_eq!(body("/v2/x").await, "one\n");
+    // A listener setting is reported as needing a restart, and not applied.
+    let limits = second.replace(
+        "name = \"https\"\nlisten = \"127.0.0.1:0\"",
+        "name = \"https\"\nlisten = \"127.0.0.1:0\"\nlimits.max_headers = 1",
+    );
+    std::fs::write(&path, limits).unwrap();
+    let report = fx.gw().reload_file(&path).unwrap();
+    assert_eq!(report.needs_restart, vec!["listeners[0] (https)"]);
+    assert_eq!(report.clusters_kept, 3, "{report:?}");
+    assert_eq!(body("/").await, "two\n");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_config_reloads_total", &["result=\"ok\""]),
+        2.0
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_config_reloads_total", &["result=\"error\""]),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_is_redirected_to_the_tls_listener() {
     let fx = start("", "http_redirect = \"127.0.0.1:0\"").await;
     let plain = fx

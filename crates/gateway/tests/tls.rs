@@ -305,15 +305,11 @@ async fn certificates_reload_in_place_over_tcp_and_quic_and_a_bad_reload_keeps_t
 
     let m = fx.gw().metrics.render();
     assert_eq!(
-        metric_sum(&m, "rampart_certificate_reloads_total", &["result=\"ok\""]),
+        metric_sum(&m, "rampart_config_reloads_total", &["result=\"ok\""]),
         1.0
     );
     assert_eq!(
-        metric_sum(
-            &m,
-            "rampart_certificate_reloads_total",
-            &["result=\"error\""]
-        ),
+        metric_sum(&m, "rampart_config_reloads_total", &["result=\"error\""]),
         2.0
     );
 }

@@ -84,7 +84,9 @@ fn load(path: &Path) -> anyhow::Result<Config> {
     Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
+/// Runs the gateway from the configuration file at `path` (already loaded as `cfg`) until
+/// SIGTERM or SIGINT; SIGHUP reloads the file, SIGUSR1 reopens the access log.
+async fn serve_until_signal(cfg: Config, path: &Path) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let running = gateway::start(cfg, Default::default()).await?;
     let mut term = signal(SignalKind::terminate())?;
@@ -100,11 +102,23 @@ async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
                     tracing::info!("access log reopened");
                 }
             }
-            _ = hup.recv() => match running.reload_certificates() {
-                Ok(()) => tracing::info!("certificates reloaded"),
+            _ = hup.recv() => match running.reload_file(path) {
+                Ok(report) => {
+                    tracing::info!(
+                        kept = report.clusters_kept,
+                        rebuilt = report.clusters_built,
+                        "configuration reloaded: routes, clusters and certificates"
+                    );
+                    if !report.needs_restart.is_empty() {
+                        tracing::warn!(
+                            settings = report.needs_restart.join(", "),
+                            "changed settings that take a restart were not applied"
+                        );
+                    }
+                }
                 Err(e) => tracing::error!(
                     error = format!("{e:#}"),
-                    "certificate reload failed; the certificates in force are kept"
+                    "configuration reload failed; the configuration in force is kept"
                 ),
             },
         }
@@ -213,7 +227,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Run { config } => {
             let cfg = load(&config)?;
-            control_runtime()?.block_on(serve_until_signal(cfg))
+            control_runtime()?.block_on(serve_until_signal(cfg, &config))
         }
         Command::Upstream {
             listen,
@@ -234,7 +248,7 @@ fn main() -> anyhow::Result<()> {
                 certs = state_dir.join("certs").display(),
                 cfg_path = path.display(),
             );
-            serve_until_signal(cfg).await
+            serve_until_signal(cfg, &path).await
         }),
         Command::Keyserver { config } => {
             let cfg = gateway::config::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -371,7 +371,8 @@ fn admin_metric(admin: u16, series: &str) -> f64 {
 }
 
 /// A renewed certificate written over the demo's files, then `kill -HUP`: the running gateway
-/// presents it to the next handshake (README's "Certificate renewal").
+/// presents it to the next handshake (README's "Reloading the configuration"); a broken file
+/// then changes nothing.
 #[test]
 fn sighup_reloads_renewed_certificates() {
     let dir = tempfile::tempdir().unwrap();
@@ -415,10 +416,27 @@ fn sighup_reloads_renewed_certificates() {
         .status()
         .unwrap();
     assert!(hup.success());
-    let series = "rampart_certificate_reloads_total{result=\"ok\"}";
+    let series = "rampart_config_reloads_total{result=\"ok\"}";
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while admin_metric(admin, series) < 1.0 {
         assert!(std::time::Instant::now() < deadline, "no reload counted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(presented_ecdsa_certificate(gw), renewed);
+
+    // A configuration file that no longer loads: counted, logged, and nothing changes.
+    let cfg = dir.path().join("demo.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("[[routes]]", "[[routes]]\nbogus = 1")).unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &demo.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let series = "rampart_config_reloads_total{result=\"error\"}";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while admin_metric(admin, series) < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "no failed reload counted");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_eq!(presented_ecdsa_certificate(gw), renewed);

@@ -410,7 +410,6 @@ impl QuicTls {
 /// What reloading one listener's certificates replaces: the store its TCP acceptor selects
 /// from and, with HTTP/3, the QUIC one. Ticket keys and every other setting stay.
 pub struct ListenerCerts {
-    listener: ListenerConfig,
     tickets: Arc<TicketKeys>,
     tcp: CertSlot,
     quic: Option<QuicTls>,
@@ -424,30 +423,26 @@ pub struct PreparedCerts {
 
 impl ListenerCerts {
     /// `tickets` and `tcp` are the listener's [`ListenerTls`] parts.
-    pub fn new(
-        listener: &ListenerConfig,
-        tickets: &Arc<TicketKeys>,
-        tcp: &CertSlot,
-        quic: Option<&QuicTls>,
-    ) -> Self {
+    pub fn new(tickets: &Arc<TicketKeys>, tcp: &CertSlot, quic: Option<&QuicTls>) -> Self {
         ListenerCerts {
-            listener: listener.clone(),
             tickets: tickets.clone(),
             tcp: tcp.clone(),
             quic: quic.cloned(),
         }
     }
 
-    /// Reads the listener's certificate files again and builds its stores, checked against
-    /// `keys` (the keys about to be put in force) and signing through `engine`. Swaps nothing,
-    /// so an error leaves the listener as it was.
+    /// Reads the certificate files of `listener` (this listener's settings, its certificates
+    /// perhaps new) and builds its stores, checked against `keys` (the keys about to be put
+    /// in force) and signing through `engine`. Swaps nothing, so an error leaves the listener
+    /// as it was.
     pub fn prepare(
         &self,
+        listener: &ListenerConfig,
         keys: &KeyRegistry,
         engine: &Arc<KeyEngine>,
     ) -> anyhow::Result<PreparedCerts> {
         let signer = Signer { keys, engine };
-        let l = &self.listener;
+        let l = listener;
         let tcp = build_store(
             l,
             &signer,

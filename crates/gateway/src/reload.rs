@@ -1,0 +1,254 @@
+//! Configuration reload (SIGHUP): which settings a running gateway can take in place (routes,
+//! clusters, certificates) and the clusters of each generation. A cluster whose settings are
+//! unchanged is carried over whole (every worker's connection pools, its request slots, its
+//! health marks and checks); a new or changed one starts afresh, and a retired one's health
+//! checks stop once the new generation is in force.
+
+use crate::config::{ClusterConfig, Config};
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::proxy::Routing;
+use crate::router::Router;
+use crate::upstream::{Cluster, RequestSlots};
+use crate::upstream_tls::UpstreamTls;
+use anyhow::Context as _;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// One cluster of a generation: its settings, every worker's copy of it, and the switch that
+/// stops its active health checks.
+pub(crate) struct ClusterEntry {
+    cfg: ClusterConfig,
+    per_worker: Vec<Arc<Cluster>>,
+    health: Arc<Health>,
+    tls: Option<Arc<UpstreamTls>>,
+    checks: Arc<watch::Sender<bool>>,
+    /// Built by this generation (its checks not started yet), not carried over.
+    fresh: bool,
+}
+
+impl ClusterEntry {
+    /// Built by this generation rather than carried over.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+}
+
+/// The clusters of `cfg` for `workers` workers: those of `previous` whose settings are
+/// unchanged are carried over (except clusters with upstream TLS, rebuilt so that their
+/// certificate files are read again), the others built. Nothing is started: an error leaves
+/// `previous` in force.
+pub(crate) fn build_clusters(
+    cfg: &Config,
+    metrics: &Metrics,
+    workers: usize,
+    previous: &[ClusterEntry],
+) -> anyhow::Result<Vec<ClusterEntry>> {
+    // Upstream TLS first: the one step that reads files and can fail.
+    let mut tls = Vec::with_capacity(cfg.clusters.len());
+    for (i, c) in cfg.clusters.iter().enumerate() {
+        let t = c
+            .tls
+            .as_ref()
+            .map(|t| UpstreamTls::new(t, c.protocol).map(Arc::new))
+            .transpose()
+            .with_context(|| format!("clusters[{i}].tls ({})", c.name))?;
+        tls.push(t);
+    }
+    Ok(cfg
+        .clusters
+        .iter()
+        .zip(tls)
+        .map(|(c, tls)| {
+            let same = previous
+                .iter()
+                .find(|e| e.cfg == *c && c.tls.is_none() && e.per_worker.len() == workers);
+            match same {
+                Some(e) => ClusterEntry {
+                    cfg: c.clone(),
+                    per_worker: e.per_worker.clone(),
+                    health: e.health.clone(),
+                    tls: e.tls.clone(),
+                    checks: e.checks.clone(),
+                    fresh: false,
+                },
+                None => {
+                    let slots = RequestSlots::new(c, metrics);
+                    let health = Health::new(c, metrics);
+                    let per_worker = (0..workers)
+                        .map(|_| {
+                            Arc::new(Cluster::new(
+                                c,
+                                metrics,
+                                slots.clone(),
+                                health.clone(),
+                                tls.clone(),
+                            ))
+                        })
+                        .collect();
+                    ClusterEntry {
+                        cfg: c.clone(),
+                        per_worker,
+                        health,
+                        tls,
+                        checks: Arc::new(watch::channel(false).0),
+                        fresh: true,
+                    }
+                }
+            }
+        })
+        .collect())
+}
+
+/// Every worker's routing over `clusters`, with the routes of `cfg`.
+pub(crate) fn routings(cfg: &Config, clusters: &[ClusterEntry], workers: usize) -> Vec<Routing> {
+    let router = Arc::new(Router::new(&cfg.routes, |name| {
+        clusters
+            .iter()
+            .position(|c| c.cfg.name == name)
+            .expect("validated")
+    }));
+    (0..workers)
+        .map(|w| Routing {
+            router: router.clone(),
+            clusters: clusters.iter().map(|c| c.per_worker[w].clone()).collect(),
+        })
+        .collect()
+}
+
+/// Starts the active health checks of the clusters this generation built. Must run inside
+/// the control runtime.
+pub(crate) fn start_checks(clusters: &mut [ClusterEntry]) {
+    for c in clusters.iter_mut().filter(|c| c.fresh) {
+        c.health
+            .spawn_checks(&c.cfg, c.tls.clone(), c.checks.subscribe());
+        c.fresh = false;
+    }
+}
+
+/// Stops the health checks of the clusters of `old` that `new` does not carry over, and drops
+/// the health gauges of endpoints no cluster of that name has any more.
+pub(crate) fn retire(old: &[ClusterEntry], new: &[ClusterEntry], metrics: &Metrics) {
+    for e in old {
+        if new.iter().any(|n| Arc::ptr_eq(&n.checks, &e.checks)) {
+            continue;
+        }
+        let _ = e.checks.send(true);
+        for a in &e.cfg.endpoints {
+            let kept = new
+                .iter()
+                .any(|n| n.cfg.name == e.cfg.name && n.cfg.endpoints.contains(a));
+            if !kept {
+                let _ = metrics
+                    .upstream_healthy
+                    .remove_label_values(&[&e.cfg.name, &a.to_string()]);
+            }
+        }
+    }
+}
+
+/// Stops every cluster's health checks (shutdown).
+pub(crate) fn stop_checks(clusters: &[ClusterEntry]) {
+    for c in clusters {
+        let _ = c.checks.send(true);
+    }
+}
+
+/// The settings of `new` that differ from those in force (`old`) and take a restart: the
+/// `[server]`, `[admin]` and `[key_engine]` tables, and every listener setting but its
+/// certificates (a listener added, removed or renamed among them).
+pub(crate) fn needing_restart(old: &Config, new: &Config) -> Vec<String> {
+    let mut differ = Vec::new();
+    if old.server != new.server {
+        differ.push("[server]".to_string());
+    }
+    if old.admin != new.admin {
+        differ.push("[admin]".to_string());
+    }
+    if old.key_engine != new.key_engine {
+        differ.push("[key_engine]".to_string());
+    }
+    let names = |c: &Config| {
+        c.listeners
+            .iter()
+            .map(|l| l.name.clone())
+            .collect::<Vec<_>>()
+    };
+    if names(old) != names(new) {
+        differ.push("[[listeners]] (added, removed or renamed)".to_string());
+        return differ;
+    }
+    for (i, (o, n)) in old.listeners.iter().zip(&new.listeners).enumerate() {
+        let mut n = n.clone();
+        n.certificates = o.certificates.clone();
+        if *o != n {
+            differ.push(format!("listeners[{i}] ({})", o.name));
+        }
+    }
+    differ
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Clusters carried over with their connections and health marks.
+    pub clusters_kept: usize,
+    /// Clusters built afresh (new, changed, or with upstream TLS).
+    pub clusters_built: usize,
+    /// Settings that changed but take a restart; the running ones stay in force.
+    pub needs_restart: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra_listener: &str, extra_server: &str) -> Config {
+        let text = format!(
+            r#"
+[server]
+access_log = "off"
+{extra_server}
+
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:8443"
+{extra_listener}
+
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = {{ cert = "a.crt", key = "a.key" }}
+
+[[routes]]
+cluster = "app"
+
+[[clusters]]
+name = "app"
+endpoints = ["127.0.0.1:8080"]
+"#
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn restart_is_needed_for_listener_and_server_settings_not_for_certificates() {
+        let base = config("", "");
+        assert!(needing_restart(&base, &base).is_empty());
+        let mut certs = base.clone();
+        certs.listeners[0].certificates[0].server_names = vec!["example.com".into()];
+        assert!(needing_restart(&base, &certs).is_empty());
+        let limits = config("limits.max_headers = 10", "");
+        assert_eq!(
+            needing_restart(&base, &limits),
+            vec!["listeners[0] (https)"]
+        );
+        let server = config("", "worker_threads = 3");
+        assert_eq!(needing_restart(&base, &server), vec!["[server]"]);
+        let mut renamed = base.clone();
+        renamed.listeners[0].name = "other".into();
+        assert_eq!(
+            needing_restart(&base, &renamed),
+            vec!["[[listeners]] (added, removed or renamed)"]
+        );
+    }
+}
