@@ -290,23 +290,7 @@ fn keyless_examples_run_end_to_end() {
 #[test]
 fn demo_takes_an_h3_upload_sent_in_gso_buffers() {
     let dir = tempfile::tempdir().unwrap();
-    let (gw, admin) = (free_port(), free_port());
-    let _demo = Proc(
-        rampart()
-            .args(["demo", "--state-dir"])
-            .arg(dir.path())
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{gw}"),
-                "--admin",
-                &format!("127.0.0.1:{admin}"),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(gw);
+    let (_demo, gw, _) = spawn_demo(dir.path());
     let out = rampart()
         .args([
             "bench",
@@ -370,29 +354,52 @@ fn admin_metric(admin: u16, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A renewed certificate written over the demo's files, then `kill -HUP`: the running gateway
-/// presents it to the next handshake (README's "Reloading the configuration"); a broken file
-/// then changes nothing.
-#[test]
-fn sighup_reloads_renewed_certificates() {
-    let dir = tempfile::tempdir().unwrap();
+/// `rampart demo` in `state`, on free ports, once it listens: (the process, gateway port,
+/// admin port).
+fn spawn_demo(state: &Path) -> (Proc, u16, u16) {
     let (gw, admin) = (free_port(), free_port());
     let demo = Proc(
         rampart()
             .args(["demo", "--state-dir"])
-            .arg(dir.path())
+            .arg(state)
             .args([
                 "--listen",
                 &format!("127.0.0.1:{gw}"),
                 "--admin",
                 &format!("127.0.0.1:{admin}"),
             ])
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap(),
     );
     wait_port(gw);
     wait_port(admin);
+    (demo, gw, admin)
+}
+
+/// Sends SIGHUP to `proc` and waits (up to 10 s) until the admin metric `series` counts one.
+fn hup_until_counted(proc: &Proc, admin: u16, series: &str) {
+    let before = admin_metric(admin, series);
+    let hup = Command::new("kill")
+        .args(["-HUP", &proc.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while admin_metric(admin, series) < before + 1.0 {
+        assert!(std::time::Instant::now() < deadline, "{series} not counted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A renewed certificate written over the demo's files, then `kill -HUP`: the running gateway
+/// presents it to the next handshake (README's "Reloading the configuration"); a broken file
+/// then changes nothing.
+#[test]
+fn sighup_reloads_renewed_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (demo, gw, admin) = spawn_demo(dir.path());
     let certs = dir.path().join("certs");
     let read = |p: &Path| first_certificate(&std::fs::read_to_string(p).unwrap());
     let old = read(&certs.join("localhost-ecdsa.crt"));
@@ -411,33 +418,17 @@ fn sighup_reloads_renewed_certificates() {
     let renewed = read(&certs.join("localhost-ecdsa.crt"));
     assert_ne!(renewed, old);
 
-    let hup = Command::new("kill")
-        .args(["-HUP", &demo.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    let series = "rampart_config_reloads_total{result=\"ok\"}";
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while admin_metric(admin, series) < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "no reload counted");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    hup_until_counted(&demo, admin, "rampart_config_reloads_total{result=\"ok\"}");
     assert_eq!(presented_ecdsa_certificate(gw), renewed);
 
     // A configuration file that no longer loads: counted, logged, and nothing changes.
     let cfg = dir.path().join("demo.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, text.replace("[[routes]]", "[[routes]]\nbogus = 1")).unwrap();
-    let hup = Command::new("kill")
-        .args(["-HUP", &demo.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    let series = "rampart_config_reloads_total{result=\"error\"}";
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while admin_metric(admin, series) < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "no failed reload counted");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    hup_until_counted(
+        &demo,
+        admin,
+        "rampart_config_reloads_total{result=\"error\"}",
+    );
     assert_eq!(presented_ecdsa_certificate(gw), renewed);
 }
