@@ -557,7 +557,8 @@ impl Running {
     /// error the configuration in force is kept whole and the error names the field. Settings
     /// that take a restart (`[server]`, `[admin]`, `[key_engine]`, listener settings other
     /// than certificates) are not applied and are listed in the report. Counted in
-    /// `rampart_config_reloads_total`.
+    /// `rampart_config_reloads_total`. Call it within a Tokio runtime: new clusters' health
+    /// checks are spawned on it (the binary's control runtime).
     pub fn reload(&self, new: Config) -> anyhow::Result<reload::ReloadReport> {
         let mut in_force = self.lock_in_force();
         let result = self.reload_locked(&mut in_force, new);
