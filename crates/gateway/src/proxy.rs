@@ -351,6 +351,19 @@ async fn forward<'a>(
         return Err((None, refuse_unread(req.into_body(), progress, resp).await));
     }
 
+    // A reverse proxy tunnels no CONNECT but HTTP/2's WebSocket one (RFC 8441).
+    if req.method() == Method::CONNECT && extended_connect_protocol(&req).is_none() {
+        let mut resp = local(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "CONNECT is not served here\n",
+        );
+        resp.headers_mut().insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+        return Err((None, resp));
+    }
+
     // Phase: route.
     let Some(route) = routing.router.route(host, req.uri().path()) else {
         return Err((
@@ -393,7 +406,11 @@ async fn forward<'a>(
     let mut req = req;
     let gzip_for =
         (route.compress && compress::accepts_gzip(req.headers())).then(|| req.method().clone());
-    let upgrade = upgrade_protocol(&req);
+    // RFC 8441: a WebSocket over an HTTP/2 stream (an extended CONNECT naming `:protocol`)
+    // goes upstream as an HTTP/1.1 upgrade (RFC 6455), and the upstream's 101 becomes the
+    // stream's 200.
+    let h2_websocket = extended_connect_protocol(&req);
+    let upgrade = upgrade_protocol(&req).or_else(|| h2_websocket.clone());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let via = format!("{} rampart", version_label(parts.version));
@@ -418,6 +435,12 @@ async fn forward<'a>(
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, protocol.clone());
     }
+    let websocket_key = h2_websocket.is_some().then(|| {
+        parts.method = Method::GET;
+        let key = websocket_key();
+        h.insert(header::SEC_WEBSOCKET_KEY, key.clone());
+        key
+    });
     if !h.contains_key(header::HOST) {
         if let Some(a) = parts.uri.authority() {
             if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -516,6 +539,20 @@ async fn forward<'a>(
     let mut response = exchange.response;
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream_protocol = response.headers().get(header::UPGRADE).cloned();
+    if let (true, Some(key)) = (switched, &websocket_key) {
+        // Only the gateway saw the key it sent, so only it can check the upstream's answer.
+        let accept = response.headers().get(header::SEC_WEBSOCKET_ACCEPT);
+        if accept != Some(&websocket_accept(key)) {
+            tracing::debug!(cluster = %cluster.name, "upstream answered a WebSocket upgrade without the matching Sec-WebSocket-Accept");
+            return Err((
+                matched,
+                local(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream WebSocket handshake failed\n",
+                ),
+            ));
+        }
+    }
     if let (true, Some(client), Some(_)) = (switched, client_upgrade, &upstream_protocol) {
         let upstream = hyper::upgrade::on(&mut response);
         shared
@@ -524,15 +561,24 @@ async fn forward<'a>(
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let gzip = gzip_for.is_some_and(|m| compress::worth_it(&m, parts.status, &parts.headers));
+    let gzip =
+        !switched && gzip_for.is_some_and(|m| compress::worth_it(&m, parts.status, &parts.headers));
     if gzip {
         compress::mark(&mut parts.headers);
     }
-    if let (true, Some(protocol)) = (switched, upstream_protocol) {
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        parts.headers.insert(header::UPGRADE, protocol);
+    match (switched, upstream_protocol) {
+        // HTTP/2: the stream itself is the tunnel once answered 200 (RFC 8441 §5).
+        (true, Some(_)) if websocket_key.is_some() => {
+            parts.status = StatusCode::OK;
+            parts.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+        }
+        (true, Some(protocol)) => {
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, protocol);
+        }
+        _ => {}
     }
     if let Ok(v) = HeaderValue::from_str(&via) {
         parts.headers.append(header::VIA, v);
@@ -557,6 +603,36 @@ async fn forward<'a>(
         }),
         upstream_time,
     ))
+}
+
+/// The protocol an HTTP/2 extended CONNECT names (`:protocol`, RFC 8441), if the request is
+/// one. Only `websocket` is taken: it is the one such protocol an HTTP/1.1 upstream can be
+/// asked for by `Upgrade`.
+fn extended_connect_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
+    let protocol = req.extensions().get::<hyper::ext::Protocol>()?;
+    (req.method() == Method::CONNECT
+        && req.version() == Version::HTTP_2
+        && protocol.as_str().eq_ignore_ascii_case("websocket"))
+    .then(|| HeaderValue::from_static("websocket"))
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64 (RFC 6455 §4.1).
+fn websocket_key() -> HeaderValue {
+    use base64::Engine as _;
+    let mut nonce = [0u8; 16];
+    fastrand::fill(&mut nonce);
+    HeaderValue::from_str(&base64::engine::general_purpose::STANDARD.encode(nonce))
+        .expect("base64 is a valid header value")
+}
+
+/// The `Sec-WebSocket-Accept` a server answers `key` with (RFC 6455 §4.2.2).
+fn websocket_accept(key: &HeaderValue) -> HeaderValue {
+    use base64::Engine as _;
+    let mut input = key.as_bytes().to_vec();
+    input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let digest = boring::sha::sha1(&input);
+    HeaderValue::from_str(&base64::engine::general_purpose::STANDARD.encode(digest))
+        .expect("base64 is a valid header value")
 }
 
 /// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` and `Upgrade`).

@@ -190,7 +190,9 @@ async fn serve_connection(
             .max_concurrent_streams(limits.max_concurrent_streams)
             .max_header_list_size((limits.max_header_bytes * 2) as u32)
             .keep_alive_interval(Some(limits.idle_timeout))
-            .keep_alive_timeout(Duration::from_secs(20));
+            .keep_alive_timeout(Duration::from_secs(20))
+            // WebSockets over HTTP/2 (RFC 8441), tunnelled to HTTP/1.1 upstreams by the proxy.
+            .enable_connect_protocol();
         send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)))
             .await
             .map_err(|e| e.to_string())

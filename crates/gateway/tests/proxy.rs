@@ -882,6 +882,107 @@ async fn a_websocket_upgrade_becomes_a_tunnel_to_the_upstream() {
     assert_eq!(curl_status(&fx, &[&fx.url(UPGRADE_PATH)]).await, "426");
 }
 
+/// An HTTP/2 connection to the fixture (ALPN h2) whose server has offered extended CONNECT.
+async fn h2_client(fx: &Fixture) -> h2::client::SendRequest<bytes::Bytes> {
+    let tls = tls_to(fx, b"\x02h2").await;
+    let (send, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let send = send.ready().await.unwrap();
+    // The server's SETTINGS arrive after the handshake, read by the connection task.
+    for _ in 0..100 {
+        if send.is_extended_connect_protocol_enabled() {
+            return send;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("SETTINGS_ENABLE_CONNECT_PROTOCOL never offered")
+}
+
+/// An RFC 8441 WebSocket request (extended CONNECT) for `path`.
+fn h2_websocket_request(path: &str) -> http::Request<()> {
+    let mut req = http::Request::builder()
+        .method(http::Method::CONNECT)
+        .uri(format!("https://localhost{path}"))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .unwrap();
+    req.extensions_mut()
+        .insert(h2::ext::Protocol::from("websocket"));
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_over_http2_becomes_a_tunnel_to_an_http1_upstream() {
+    let (fx, _) = start_with_faulty_upstream("").await;
+    let mut send = h2_client(&fx).await;
+    let (response, mut out) = send
+        .send_request(h2_websocket_request(UPGRADE_PATH), false)
+        .unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200, "{response:?}");
+    assert!(response.headers().get("sec-websocket-accept").is_none());
+    // The upstream got an HTTP/1.1 upgrade with a key the gateway made (and whose accept the
+    // gateway checked).
+    let key = response.headers()["x-seen-key"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(key.len(), 24, "{key}");
+    let mut back = response.into_body();
+    for msg in [b"ping-over-h2".to_vec(), vec![b'w'; 100_000]] {
+        out.send_data(bytes::Bytes::from(msg.clone()), false)
+            .unwrap();
+        let mut got = Vec::new();
+        while got.len() < msg.len() {
+            let chunk = tokio::time::timeout(Duration::from_secs(5), back.data())
+                .await
+                .expect("echo in time")
+                .expect("stream open")
+                .unwrap();
+            let _ = back.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        assert!(got == msg, "echoed bytes differ");
+    }
+    // Ending the stream ends the tunnel: the upstream closes and the stream ends.
+    out.send_data(bytes::Bytes::new(), true).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match back.data().await {
+                Some(Ok(b)) if b.is_empty() => continue, // END_STREAM on an empty frame
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("ends in time");
+    assert!(!matches!(ended, Some(Ok(_))), "{ended:?}");
+
+    // Other CONNECTs are refused: a plain one, and an extended one for another protocol.
+    let mut send = h2_client(&fx).await;
+    let plain = http::Request::builder()
+        .method(http::Method::CONNECT)
+        .uri("localhost:443")
+        .body(())
+        .unwrap();
+    let (response, _out) = send.send_request(plain, false).unwrap();
+    assert_eq!(response.await.unwrap().status(), 405);
+    let mut udp = h2_websocket_request(UPGRADE_PATH);
+    udp.extensions_mut()
+        .insert(h2::ext::Protocol::from("connect-udp"));
+    let (response, _out) = send.send_request(udp, false).unwrap();
+    assert_eq!(response.await.unwrap().status(), 405);
+
+    // An upstream that answers the upgrade with the wrong accept value is not trusted.
+    let mut send = h2_client(&fx).await;
+    let (response, _out) = send
+        .send_request(h2_websocket_request(UPGRADE_BAD_ACCEPT_PATH), false)
+        .unwrap();
+    assert_eq!(response.await.unwrap().status(), 502);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_websocket_tunnel_is_closed_after_the_idle_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

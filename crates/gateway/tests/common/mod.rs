@@ -434,6 +434,15 @@ pub const UPLOAD_PATH: &str = "/fault/upload";
 /// Answers an `Upgrade: websocket` request with 101 (echoing its `sec-websocket-key` as
 /// `x-seen-key`), then echoes every byte; anything else gets 426.
 pub const UPGRADE_PATH: &str = "/fault/ws";
+/// A WebSocket upgrade the upstream answers with the wrong `Sec-WebSocket-Accept`.
+pub const UPGRADE_BAD_ACCEPT_PATH: &str = "/fault/ws-bad-accept";
+
+/// The `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2).
+pub fn websocket_accept(key: &str) -> String {
+    use base64::Engine as _;
+    let digest = boring::sha::sha1(format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(digest)
+}
 /// The length `CUT_PATH`'s headers promise, and how much of it is sent before the close.
 pub const CUT_PROMISED: usize = 1_000_000;
 pub const CUT_SENT: usize = 100_000;
@@ -539,13 +548,23 @@ async fn serve_faulty(
             }
         }
         let _ = report.send(FaultReport::EndlessClosed);
-    } else if path == UPGRADE_PATH {
-        let key = head
+    } else if path == UPGRADE_PATH || path == UPGRADE_BAD_ACCEPT_PATH {
+        // The key as sent (the head above is lowercased), and the accept value it calls for
+        // (RFC 6455 §4.2.2); UPGRADE_BAD_ACCEPT_PATH answers a wrong one.
+        let raw = String::from_utf8_lossy(&data[..head_end]).into_owned();
+        let key = raw
             .lines()
-            .find_map(|l| l.strip_prefix("sec-websocket-key:"))
-            .map(str::trim)
-            .unwrap_or("")
-            .to_string();
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("sec-websocket-key")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_default();
+        let accept = if path == UPGRADE_PATH {
+            websocket_accept(&key)
+        } else {
+            websocket_accept("another key")
+        };
         if !head.contains("upgrade: websocket") || !head.contains("connection: upgrade") {
             let _ = s
                 .write_all(b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 0\r\n\r\n")
@@ -553,7 +572,8 @@ async fn serve_faulty(
             return;
         }
         let resp = format!(
-            "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\nx-seen-key: {key}\r\n\r\n"
+            "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\
+             x-seen-key: {key}\r\nsec-websocket-accept: {accept}\r\n\r\n"
         );
         if s.write_all(resp.as_bytes()).await.is_err() {
             return;
