@@ -376,6 +376,12 @@ pub struct ListenerConfig {
     /// Client addresses turned away, checked before `allow`.
     #[serde(default)]
     pub deny: Vec<crate::access::Cidr>,
+    /// Every TCP connection starts with a PROXY protocol header (version 1 or 2) from the
+    /// layer-4 balancer in front, whose client address then stands for the connection's peer
+    /// (access lists, rate limits, `X-Forwarded-For`, the access log). A connection without
+    /// one is closed. QUIC is unaffected.
+    #[serde(default)]
+    pub proxy_protocol: bool,
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.

@@ -14,6 +14,7 @@ pub mod health;
 pub mod keyserver;
 pub mod metrics;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod quic;
 pub mod quic_workers;
 pub mod ratelimit;
@@ -427,6 +428,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 alt_svc: alt_svc.clone(),
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
                 access: access::AccessList::new(&l.allow, &l.deny),
+                proxy_protocol: l.proxy_protocol,
                 tunnels: plan.tunnels.clone(),
             });
             plan.listeners.push((

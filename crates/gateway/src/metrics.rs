@@ -393,10 +393,23 @@ impl ConnectionCap {
     /// Whether a new connection from `client` must be refused: the listener's access list
     /// turns it away, or the cap is reached. Counted either way.
     pub fn refuse(&self, client: std::net::IpAddr) -> bool {
+        if self.deny(client) {
+            return true;
+        }
+        self.full()
+    }
+
+    /// Whether the listener's access list turns `client` away (counted).
+    pub fn deny(&self, client: std::net::IpAddr) -> bool {
         if !self.access.permits(client) {
             self.denied.inc();
             return true;
         }
+        false
+    }
+
+    /// Whether the cap is reached (counted).
+    pub fn full(&self) -> bool {
         let full = self.open.get() >= self.max;
         if full {
             self.rejected.inc();

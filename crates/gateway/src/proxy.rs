@@ -57,6 +57,8 @@ pub struct ProxyShared {
     pub abandoned_responses: prometheus::IntCounter,
     /// Which clients the listener serves (checked when a connection arrives).
     pub access: crate::access::AccessList,
+    /// TCP connections begin with a PROXY protocol header naming the client.
+    pub proxy_protocol: bool,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
     /// connection they came from: shutdown waits for them within its grace period.
     pub tunnels: tokio_util::task::TaskTracker,

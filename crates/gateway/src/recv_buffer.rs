@@ -38,6 +38,15 @@ impl<S> RecvBuffer<S> {
         Self::with_capacity(CAPACITY, inner)
     }
 
+    /// A buffer already holding `received`: bytes read off the socket before it was wrapped
+    /// (those after a PROXY protocol header), served first.
+    pub fn with_received(inner: S, received: Vec<u8>) -> Self {
+        Self {
+            buf: received,
+            ..Self::new(inner)
+        }
+    }
+
     pub fn with_capacity(capacity: usize, inner: S) -> Self {
         Self {
             inner,

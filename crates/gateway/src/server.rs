@@ -4,6 +4,7 @@
 use crate::body::client_body;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
+use crate::proxy_protocol;
 use crate::recv_buffer::{ReadAvailable, RecvBuffer};
 use crate::send_coalescer;
 use crate::tls::handshake_info;
@@ -73,7 +74,14 @@ impl TcpListenerTask {
             };
             match accepted {
                 Ok((tcp, peer)) => {
-                    if cap.refuse(peer.ip()) {
+                    // Behind a PROXY-protocol balancer the peer is the balancer: the access
+                    // list waits for the client address the header carries.
+                    let refused = if self.shared.proxy_protocol {
+                        cap.full()
+                    } else {
+                        cap.refuse(peer.ip())
+                    };
+                    if refused {
                         drop(tcp);
                         continue;
                     }
@@ -82,7 +90,12 @@ impl TcpListenerTask {
                     let open = cap.open();
                     let _ = tcp.set_nodelay(true);
                     tokio::spawn(serve_connection(
-                        Accepted { tcp, peer, open },
+                        Accepted {
+                            tcp,
+                            peer,
+                            open,
+                            cap: cap.clone(),
+                        },
                         self.acceptor.clone(),
                         self.shared.clone(),
                         self.handshake_timeout,
@@ -105,13 +118,16 @@ struct Accepted {
     tcp: TcpStream,
     peer: SocketAddr,
     open: GaugeGuard,
+    /// The listener's cap and access list (checked here once a PROXY header names the client).
+    cap: ConnectionCap,
 }
 
 async fn serve_connection(
     Accepted {
-        tcp,
-        peer,
+        mut tcp,
+        mut peer,
         open: _open,
+        cap,
     }: Accepted,
     acceptor: Arc<SslAcceptor>,
     shared: Arc<ProxyShared>,
@@ -122,12 +138,43 @@ async fn serve_connection(
     let m = &shared.metrics;
     let listener = shared.listener.as_str();
     let start = Instant::now();
+    // The PROXY header first, within the handshake's time; what follows it is the handshake.
+    let mut received = Vec::new();
+    if shared.proxy_protocol {
+        let header = tokio::select! {
+            r = tokio::time::timeout(handshake_timeout, proxy_protocol::read_header(&mut tcp)) => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match header {
+            Ok(Ok((client, rest))) => {
+                peer = client.unwrap_or(peer);
+                received = rest;
+            }
+            Ok(Err(e)) => {
+                m.handshake_errors
+                    .with_label_values(&[listener, "proxy_protocol"])
+                    .inc();
+                tracing::debug!(%peer, error = %e, "no valid PROXY protocol header");
+                return;
+            }
+            Err(_) => {
+                m.handshake_errors
+                    .with_label_values(&[listener, "timeout"])
+                    .inc();
+                return;
+            }
+        }
+        if cap.deny(peer.ip()) {
+            return;
+        }
+    }
     // Under the TLS stream: reads of up to 64 KiB served from a buffer held only while data
     // flows (`RecvBuffer`), and writes held until the task's poll ends
     // (`send_coalescer::CoalescingSocket`), so several TLS records share a syscall each way.
     let (socket, send) = send_coalescer::coalescing(tcp);
+    let socket = RecvBuffer::with_received(socket, received);
     let handshake = tokio::select! {
-        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, RecvBuffer::new(socket))) => r,
+        r = tokio::time::timeout(handshake_timeout, tokio_boring::accept(&acceptor, socket)) => r,
         _ = stop.wait_for(|s| *s) => return,
     };
     let stream = match handshake {

@@ -525,13 +525,101 @@ async fn a_client_leaving_mid_download_frees_its_upstream_connection() {
 
 /// A TLS connection to the fixture offering ALPN `alpn`.
 async fn tls_to(fx: &Fixture, alpn: &[u8]) -> tokio_boring::SslStream<tokio::net::TcpStream> {
+    tls_after(fx, alpn, b"").await.unwrap()
+}
+
+/// A TLS connection to the fixture whose TCP stream first carries `preface` (a PROXY
+/// protocol header); the handshake's error if the gateway refuses it.
+async fn tls_after(
+    fx: &Fixture,
+    alpn: &[u8],
+    preface: &[u8],
+) -> Result<tokio_boring::SslStream<tokio::net::TcpStream>, String> {
     use boring::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    use tokio::io::AsyncWriteExt;
     let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
     b.set_verify(SslVerifyMode::NONE);
     b.set_alpn_protos(alpn).unwrap();
     let cfg = b.build().configure().unwrap();
-    let tcp = tokio::net::TcpStream::connect(fx.addr()).await.unwrap();
-    tokio_boring::connect(cfg, "localhost", tcp).await.unwrap()
+    let mut tcp = tokio::net::TcpStream::connect(fx.addr()).await.unwrap();
+    tcp.write_all(preface).await.unwrap();
+    tokio_boring::connect(cfg, "localhost", tcp)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// `GET /headers` over a fresh connection that starts with `preface`: the headers the
+/// upstream saw, or the error.
+async fn headers_after(fx: &Fixture, preface: &[u8]) -> Result<serde_json::Value, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tls = tls_after(fx, b"\x08http/1.1", preface).await?;
+    tls.write_all(b"GET /headers HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .ok_or(format!("no response: {text}"))?;
+    serde_json::from_str(body).map_err(|e| format!("{e}: {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_protocol_header_names_the_client_behind_a_balancer() {
+    let fx = start_logged("proxy_protocol = true\ndeny = [\"192.0.2.0/24\"]").await;
+    // Version 1, as curl sends it (the real addresses of the connection).
+    let out = run(curl(
+        &fx,
+        &["--haproxy-protocol", "--http2", &fx.url("/headers")],
+    ))
+    .await;
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1", "{h}");
+    // Version 1 naming another client, then version 2 (TCP over IPv6, with a TLV).
+    let h = headers_after(&fx, b"PROXY TCP4 198.51.100.7 127.0.0.1 40000 443\r\n")
+        .await
+        .unwrap();
+    assert_eq!(h["x-forwarded-for"], "198.51.100.7", "{h}");
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n\x21\x21\x00\x28".to_vec();
+    v2.extend_from_slice(
+        &"2001:db8::42"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    v2.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    v2.extend_from_slice(&[0x9c, 0x40, 0x01, 0xbb, 0x04, 0x00, 0x01, 0xaa]);
+    let h = headers_after(&fx, &v2).await.unwrap();
+    assert_eq!(h["x-forwarded-for"], "2001:db8::42", "{h}");
+    let log = access_log(&fx, 3).await;
+    assert_eq!(log[1]["client"], "198.51.100.7:40000", "{log:?}");
+
+    // The listener's access list applies to the client the header names.
+    let denied = headers_after(&fx, b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 443\r\n").await;
+    assert!(denied.is_err(), "{denied:?}");
+    // A connection without the header (a client bypassing the balancer) is closed.
+    let bare = headers_after(&fx, b"").await;
+    assert!(bare.is_err(), "{bare:?}");
+    let garbled = headers_after(&fx, b"PROXY TCP4 not-an-address\r\n").await;
+    assert!(garbled.is_err(), "{garbled:?}");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_connections_denied_total", &[]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_tls_handshake_errors_total",
+            &["reason=\"proxy_protocol\""]
+        ),
+        2.0,
+        "{m}"
+    );
 }
 
 /// An HTTP/1.1 upload that stops midway: the request head, part of a chunk, then the
