@@ -67,6 +67,8 @@ pub struct Running {
     certs: Vec<tls::ListenerCerts>,
     /// Every worker's routes and clusters, swapped by [`Running::reload`].
     routing: Vec<proxy::RoutingSlot>,
+    /// Every listener's `allow`/`deny`, replaced by [`Running::reload`].
+    access_lists: Vec<access::SharedAccessList>,
     /// The configuration in force and its clusters (reloads are serialized by this lock).
     in_force: std::sync::Mutex<InForce>,
     access_log: access_log::AccessLog,
@@ -364,6 +366,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
     let mut certs = Vec::new();
+    let mut access_lists = Vec::new();
     let mut quic_bound = Vec::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
@@ -415,6 +418,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             &tls.certs,
             quic.as_ref().map(|(_, qtls, _, _)| qtls),
         ));
+        // One access list for every worker's copy of the listener, TCP and QUIC.
+        let listener_access =
+            access::SharedAccessList::new(access::AccessList::new(&l.allow, &l.deny));
+        access_lists.push(listener_access.clone());
         let alt_svc = quic.as_ref().and_then(|(_, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
@@ -427,7 +434,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 access_log: access_log.clone(),
                 alt_svc: alt_svc.clone(),
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
-                access: access::AccessList::new(&l.allow, &l.deny),
+                access: listener_access.clone(),
                 proxy_protocol: l.proxy_protocol,
                 tunnels: plan.tunnels.clone(),
             });
@@ -502,6 +509,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         engine,
         tickets,
         certs,
+        access_lists,
         routing,
         in_force: std::sync::Mutex::new(InForce {
             config: cfg,
@@ -587,8 +595,8 @@ impl Running {
     ) -> anyhow::Result<reload::ReloadReport> {
         let old = &in_force.config;
         let needs_restart = reload::needing_restart(old, &new);
-        // Certificates come from the new file where its listeners match the running ones;
-        // every other listener setting stays as running.
+        // Certificates and access lists come from the new file where its listeners match the
+        // running ones; every other listener setting stays as running.
         let listeners: Vec<config::ListenerConfig> = if old
             .listeners
             .iter()
@@ -600,6 +608,8 @@ impl Running {
                 .zip(&new.listeners)
                 .map(|(o, n)| config::ListenerConfig {
                     certificates: n.certificates.clone(),
+                    allow: n.allow.clone(),
+                    deny: n.deny.clone(),
                     ..o.clone()
                 })
                 .collect()
@@ -630,6 +640,9 @@ impl Running {
         self.engine.replace_keys(registry, &rsa_keys);
         for (c, p) in self.certs.iter().zip(prepared) {
             c.install(p);
+        }
+        for (list, l) in self.access_lists.iter().zip(&listeners) {
+            list.replace(access::AccessList::new(&l.allow, &l.deny));
         }
         for (slot, routing) in self
             .routing

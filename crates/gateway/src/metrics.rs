@@ -375,12 +375,17 @@ pub struct ConnectionCap {
     open: prometheus::IntGauge,
     rejected: prometheus::IntCounter,
     max: i64,
-    access: crate::access::AccessList,
+    access: crate::access::SharedAccessList,
     denied: prometheus::IntCounter,
 }
 
 impl ConnectionCap {
-    pub fn new(m: &Metrics, label: &str, max: usize, access: crate::access::AccessList) -> Self {
+    pub fn new(
+        m: &Metrics,
+        label: &str,
+        max: usize,
+        access: crate::access::SharedAccessList,
+    ) -> Self {
         ConnectionCap {
             open: m.open_connections.with_label_values(&[label]),
             rejected: m.rejected_connections.with_label_values(&[label]),

@@ -55,8 +55,8 @@ pub struct ProxyShared {
     pub alt_svc: Option<HeaderValue>,
     /// This listener's `rampart_http_responses_abandoned_total`.
     pub abandoned_responses: prometheus::IntCounter,
-    /// Which clients the listener serves (checked when a connection arrives).
-    pub access: crate::access::AccessList,
+    /// Which clients the listener serves (checked when a connection arrives; reloadable).
+    pub access: crate::access::SharedAccessList,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP

@@ -156,7 +156,7 @@ pub(crate) fn stop_checks(clusters: &[ClusterEntry]) {
 
 /// The settings of `new` that differ from those in force (`old`) and take a restart: the
 /// `[server]`, `[admin]` and `[key_engine]` tables, and every listener setting but its
-/// certificates (a listener added, removed or renamed among them).
+/// certificates and access lists (a listener added, removed or renamed among them).
 pub(crate) fn needing_restart(old: &Config, new: &Config) -> Vec<String> {
     let mut differ = Vec::new();
     if old.server != new.server {
@@ -181,6 +181,8 @@ pub(crate) fn needing_restart(old: &Config, new: &Config) -> Vec<String> {
     for (i, (o, n)) in old.listeners.iter().zip(&new.listeners).enumerate() {
         let mut n = n.clone();
         n.certificates = o.certificates.clone();
+        n.allow = o.allow.clone();
+        n.deny = o.deny.clone();
         if *o != n {
             differ.push(format!("listeners[{i}] ({})", o.name));
         }
@@ -236,6 +238,7 @@ endpoints = ["127.0.0.1:8080"]
         assert!(needing_restart(&base, &base).is_empty());
         let mut certs = base.clone();
         certs.listeners[0].certificates[0].server_names = vec!["example.com".into()];
+        certs.listeners[0].deny = vec!["192.0.2.0/24".parse().unwrap()];
         assert!(needing_restart(&base, &certs).is_empty());
         let limits = config("limits.max_headers = 10", "");
         assert_eq!(

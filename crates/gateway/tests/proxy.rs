@@ -1219,6 +1219,46 @@ async fn a_reload_swaps_routes_and_clusters_and_requests_in_flight_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_listener_access_list_for_new_connections() {
+    let quic = "[listeners.quic]\nenabled = true";
+    let fx = start("", quic).await;
+    let udp = fx.gw().quic_listeners[0].1;
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    // An open keep-alive connection, made before the deny.
+    let mut kept = tls_to(&fx, b"\x08http/1.1").await;
+    let path = fx.dir.path().join("rampart.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let denying = text.replace(quic, &format!("deny = [\"127.0.0.0/8\"]\n{quic}"));
+    std::fs::write(&path, &denying).unwrap();
+    let report = fx.gw().reload_file(&path).unwrap();
+    assert!(report.needs_restart.is_empty(), "{report:?}");
+    // New connections from loopback are turned away, over TCP and QUIC...
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "000");
+    assert!(quic_handshake(udp).await.is_err());
+    // ...while the connection already open is served.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        kept.write_all(b"GET /bytes/3 HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        let _ = kept.read_to_end(&mut raw).await;
+        let text = String::from_utf8_lossy(&raw);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(&m, "rampart_connections_denied_total", &[]) >= 2.0,
+        "{m}"
+    );
+    // And lifted again.
+    std::fs::write(&path, &text).unwrap();
+    fx.gw().reload_file(&path).unwrap();
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    assert!(quic_handshake(udp).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_is_redirected_to_the_tls_listener() {
     let fx = start("", "http_redirect = \"127.0.0.1:0\"").await;
     let plain = fx
