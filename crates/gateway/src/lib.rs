@@ -359,7 +359,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     // Each worker gets its own upstream pools; a cluster's max_requests and its endpoints'
     // health marks hold over all of them.
     let mut clusters = reload::build_clusters(&cfg, &metrics, workers, &[])?;
-    let routing: Vec<proxy::RoutingSlot> = reload::routings(&cfg, &clusters, workers)
+    let routing: Vec<proxy::RoutingSlot> = reload::routings(&cfg, &clusters, workers, None)
         .into_iter()
         .map(proxy::RoutingSlot::new)
         .collect();
@@ -644,11 +644,13 @@ impl Running {
         for (list, l) in self.access_lists.iter().zip(&listeners) {
             list.replace(access::AccessList::new(&l.allow, &l.deny));
         }
-        for (slot, routing) in self
-            .routing
-            .iter()
-            .zip(reload::routings(&new, &clusters, workers))
-        {
+        let previous = self.routing[0].current();
+        for (slot, routing) in self.routing.iter().zip(reload::routings(
+            &new,
+            &clusters,
+            workers,
+            Some(&previous.router),
+        )) {
             slot.replace(routing);
         }
         let built = clusters.iter().filter(|c| c.is_fresh()).count();

@@ -70,6 +70,12 @@ impl RateLimiter {
         }
     }
 
+    /// Whether this limiter enforces `per_second` and `burst` (a reload keeps such a one,
+    /// buckets and all).
+    pub fn enforces(&self, per_second: f64, burst: u32) -> bool {
+        self.per_second == per_second && self.burst == f64::from(burst)
+    }
+
     /// Takes a token for a request from `client`: `Ok`, or `Err` with how long until the
     /// next token.
     pub fn take(&self, client: IpAddr) -> Result<(), Duration> {

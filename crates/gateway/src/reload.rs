@@ -20,6 +20,7 @@ use tokio::sync::watch;
 pub(crate) struct ClusterEntry {
     cfg: ClusterConfig,
     per_worker: Vec<Arc<Cluster>>,
+    slots: Arc<RequestSlots>,
     health: Arc<Health>,
     tls: Option<Arc<UpstreamTls>>,
     checks: Arc<watch::Sender<bool>>,
@@ -67,13 +68,19 @@ pub(crate) fn build_clusters(
                 Some(e) => ClusterEntry {
                     cfg: c.clone(),
                     per_worker: e.per_worker.clone(),
+                    slots: e.slots.clone(),
                     health: e.health.clone(),
                     tls: e.tls.clone(),
                     checks: e.checks.clone(),
                     fresh: false,
                 },
                 None => {
-                    let slots = RequestSlots::new(c, metrics);
+                    // A changed cluster keeps counting its requests in flight against
+                    // `max_requests` (the new value), so a reload admits no extra ones.
+                    let slots = match previous.iter().find(|e| e.cfg.name == c.name) {
+                        Some(e) => e.slots.reuse(c),
+                        None => RequestSlots::new(c, metrics),
+                    };
                     let health = Health::new(c, metrics);
                     let per_worker = (0..workers)
                         .map(|_| {
@@ -89,6 +96,7 @@ pub(crate) fn build_clusters(
                     ClusterEntry {
                         cfg: c.clone(),
                         per_worker,
+                        slots,
                         health,
                         tls,
                         checks: Arc::new(watch::channel(false).0),
@@ -100,14 +108,24 @@ pub(crate) fn build_clusters(
         .collect())
 }
 
-/// Every worker's routing over `clusters`, with the routes of `cfg`.
-pub(crate) fn routings(cfg: &Config, clusters: &[ClusterEntry], workers: usize) -> Vec<Routing> {
-    let router = Arc::new(Router::new(&cfg.routes, |name| {
-        clusters
-            .iter()
-            .position(|c| c.cfg.name == name)
-            .expect("validated")
-    }));
+/// Every worker's routing over `clusters`, with the routes of `cfg` (replacing `previous`'s,
+/// whose unchanged rate limiters are kept).
+pub(crate) fn routings(
+    cfg: &Config,
+    clusters: &[ClusterEntry],
+    workers: usize,
+    previous: Option<&Router>,
+) -> Vec<Routing> {
+    let router = Arc::new(Router::after(
+        &cfg.routes,
+        |name| {
+            clusters
+                .iter()
+                .position(|c| c.cfg.name == name)
+                .expect("validated")
+        },
+        previous,
+    ));
     (0..workers)
         .map(|w| Routing {
             router: router.clone(),
@@ -230,6 +248,38 @@ endpoints = ["127.0.0.1:8080"]
 "#
         );
         toml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn unchanged_clusters_are_carried_over_and_changed_ones_keep_counting_requests() {
+        let metrics = Metrics::new();
+        let base = config("", "");
+        let first = build_clusters(&base, &metrics, 2, &[]).unwrap();
+        assert!(first[0].is_fresh());
+
+        // The same settings: the same clusters, every worker's copy.
+        let same = build_clusters(&base, &metrics, 2, &first).unwrap();
+        assert!(!same[0].is_fresh());
+        assert!(Arc::ptr_eq(&same[0].per_worker[1], &first[0].per_worker[1]));
+
+        // A changed setting: new copies, but the same request slots, with the new bound.
+        let mut changed = base.clone();
+        changed.clusters[0].max_requests = 7;
+        let next = build_clusters(&changed, &metrics, 2, &same).unwrap();
+        assert!(next[0].is_fresh());
+        assert!(!Arc::ptr_eq(&next[0].per_worker[0], &same[0].per_worker[0]));
+        assert!(Arc::ptr_eq(&next[0].slots, &first[0].slots));
+        assert_eq!(
+            next[0].slots.max.load(std::sync::atomic::Ordering::Relaxed),
+            7
+        );
+
+        // Another name: its own slots.
+        let mut renamed = changed.clone();
+        renamed.clusters[0].name = "other".into();
+        renamed.routes[0].cluster = "other".into();
+        let other = build_clusters(&renamed, &metrics, 2, &next).unwrap();
+        assert!(!Arc::ptr_eq(&other[0].slots, &first[0].slots));
     }
 
     #[test]

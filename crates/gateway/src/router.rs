@@ -79,15 +79,43 @@ pub struct Router {
 impl Router {
     /// `cluster_index` maps a cluster name to its index (validated by config loading).
     pub fn new(routes: &[RouteConfig], cluster_index: impl Fn(&str) -> usize) -> Self {
+        Self::after(routes, cluster_index, None)
+    }
+
+    /// [`Router::new`] replacing `previous` (a reload): a route of the same name whose rate
+    /// limit is unchanged keeps its limiter, so its clients' buckets are not refilled.
+    pub fn after(
+        routes: &[RouteConfig],
+        cluster_index: impl Fn(&str) -> usize,
+        previous: Option<&Router>,
+    ) -> Self {
         let routes = routes
             .iter()
             .map(|r| {
                 let host = r.host.to_ascii_lowercase();
-                Route {
-                    name: r
-                        .name
+                let name = r
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}{}", r.host, r.path_prefix));
+                let kept_limiter = |rl: &crate::config::RateLimitConfig| {
+                    previous?
+                        .routes
+                        .iter()
+                        .find(|p| p.name == name)?
+                        .rate_limit
                         .clone()
-                        .unwrap_or_else(|| format!("{}{}", r.host, r.path_prefix)),
+                        .filter(|l| l.enforces(rl.per_second, rl.burst()))
+                };
+                Route {
+                    rate_limit: r.rate_limit.map(|rl| {
+                        kept_limiter(&rl).unwrap_or_else(|| {
+                            std::sync::Arc::new(crate::ratelimit::RateLimiter::new(
+                                rl.per_second,
+                                rl.burst(),
+                            ))
+                        })
+                    }),
+                    name,
                     host: if host == "*" {
                         HostMatch::Any
                     } else if let Some(s) = host.strip_prefix("*.") {
@@ -98,12 +126,6 @@ impl Router {
                     prefix: r.path_prefix.clone(),
                     cluster: cluster_index(&r.cluster),
                     access: AccessList::new(&r.allow, &r.deny),
-                    rate_limit: r.rate_limit.map(|rl| {
-                        std::sync::Arc::new(crate::ratelimit::RateLimiter::new(
-                            rl.per_second,
-                            rl.burst(),
-                        ))
-                    }),
                     request_headers: HeaderRewrite::new(&r.request_headers),
                     response_headers: HeaderRewrite::new(&r.response_headers),
                     compress: r.compress,
@@ -142,6 +164,30 @@ mod tests {
             response_headers: Default::default(),
             compress: false,
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_an_unchanged_rate_limiter_and_replaces_a_changed_one() {
+        use crate::config::RateLimitConfig;
+        let limited = |name: &str, per_second: f64| RouteConfig {
+            name: Some(name.into()),
+            rate_limit: Some(RateLimitConfig {
+                per_second,
+                burst: Some(2),
+            }),
+            ..r("*", "/", "c")
+        };
+        let first = Router::new(&[limited("api", 5.0)], |_| 0);
+        let limiter = |router: &Router| router.routes[0].rate_limit.clone().unwrap();
+        let same = Router::after(&[limited("api", 5.0)], |_| 0, Some(&first));
+        assert!(std::sync::Arc::ptr_eq(&limiter(&same), &limiter(&first)));
+        let faster = Router::after(&[limited("api", 10.0)], |_| 0, Some(&same));
+        assert!(!std::sync::Arc::ptr_eq(&limiter(&faster), &limiter(&first)));
+        let renamed = Router::after(&[limited("web", 10.0)], |_| 0, Some(&faster));
+        assert!(!std::sync::Arc::ptr_eq(
+            &limiter(&renamed),
+            &limiter(&faster)
+        ));
     }
 
     #[test]

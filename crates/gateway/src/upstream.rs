@@ -84,7 +84,8 @@ impl PooledConn {
 /// by its `max_requests`; `rampart_upstream_requests_in_flight{cluster}` follows the count.
 pub struct RequestSlots {
     in_flight: AtomicUsize,
-    max: usize,
+    /// `max_requests`; a reload that changes it keeps the count of requests in flight.
+    pub(crate) max: AtomicUsize,
     gauge: prometheus::IntGauge,
 }
 
@@ -92,14 +93,20 @@ impl RequestSlots {
     pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Arc<Self> {
         Arc::new(RequestSlots {
             in_flight: AtomicUsize::new(0),
-            max: cfg.max_requests,
+            max: AtomicUsize::new(cfg.max_requests),
             gauge: metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
         })
     }
 
+    /// The same slots, counting on, with `cfg`'s `max_requests` (a reload).
+    pub fn reuse(self: &Arc<Self>, cfg: &ClusterConfig) -> Arc<Self> {
+        self.max.store(cfg.max_requests, Ordering::Relaxed);
+        self.clone()
+    }
+
     /// A place for one more request, or `None` when all are taken.
     fn take(self: &Arc<Self>) -> Option<RequestSlot> {
-        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= self.max {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= self.max.load(Ordering::Relaxed) {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
@@ -254,7 +261,7 @@ impl Cluster {
     ) -> Result<Exchange, SendFailure> {
         let Some(slot) = self.slots.take() else {
             return Err(SendFailure::with_body(
-                UpstreamError::Overflow(self.slots.max),
+                UpstreamError::Overflow(self.slots.max.load(Ordering::Relaxed)),
                 req,
             ));
         };
