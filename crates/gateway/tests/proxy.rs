@@ -1048,6 +1048,13 @@ async fn a_websocket_over_http2_becomes_a_tunnel_to_an_http1_upstream() {
     .expect("ends in time");
     assert!(!matches!(ended, Some(Ok(_))), "{ended:?}");
 
+    // The switched response was not an abandoned one.
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_http_responses_abandoned_total", &[]),
+        0.0,
+        "{m}"
+    );
     // Other CONNECTs are refused: a plain one, and an extended one for another protocol.
     let mut send = h2_client(&fx).await;
     let plain = http::Request::builder()
