@@ -1,8 +1,9 @@
 //! Configuration reload (SIGHUP): which settings a running gateway can take in place (routes,
 //! clusters, certificates) and the clusters of each generation. A cluster whose settings are
 //! unchanged is carried over whole (every worker's connection pools, its request slots, its
-//! health marks and checks); a new or changed one starts afresh, and a retired one's health
-//! checks stop once the new generation is in force.
+//! health marks and checks); a new or changed one starts afresh (a changed one keeping only
+//! its request slots, so that requests in flight still count against `max_requests`), and a
+//! retired one's health checks stop once the new generation is in force.
 
 use crate::config::{ClusterConfig, Config};
 use crate::health::Health;

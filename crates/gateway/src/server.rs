@@ -138,6 +138,11 @@ async fn serve_connection(
     let m = &shared.metrics;
     let listener = shared.listener.as_str();
     let start = Instant::now();
+    let failed = |reason: &str| {
+        m.handshake_errors
+            .with_label_values(&[listener, reason])
+            .inc()
+    };
     // The PROXY header first, within the handshake's time; what follows it is the handshake.
     let mut received = Vec::new();
     if shared.proxy_protocol {
@@ -151,18 +156,11 @@ async fn serve_connection(
                 received = rest;
             }
             Ok(Err(e)) => {
-                m.handshake_errors
-                    .with_label_values(&[listener, "proxy_protocol"])
-                    .inc();
+                failed("proxy_protocol");
                 tracing::debug!(%peer, error = %e, "no valid PROXY protocol header");
                 return;
             }
-            Err(_) => {
-                m.handshake_errors
-                    .with_label_values(&[listener, "timeout"])
-                    .inc();
-                return;
-            }
+            Err(_) => return failed("timeout"),
         }
         if cap.deny(peer.ip()) {
             return;
@@ -185,18 +183,11 @@ async fn serve_connection(
             } else {
                 "tls"
             };
-            m.handshake_errors
-                .with_label_values(&[listener, reason])
-                .inc();
+            failed(reason);
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
             return;
         }
-        Err(_) => {
-            m.handshake_errors
-                .with_label_values(&[listener, "timeout"])
-                .inc();
-            return;
-        }
+        Err(_) => return failed("timeout"),
     };
     let ssl = stream.ssl();
     let resumed = ssl.session_reused();
