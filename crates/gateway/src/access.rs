@@ -8,7 +8,6 @@ use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::sync::{Arc, RwLock};
 
 /// An address block: `10.0.0.0/8`, `2001:db8::/32`, or one address (`192.0.2.7`, `::1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,23 +132,7 @@ impl AccessList {
 /// A listener's access list, shared by every worker's copy of the listener (TCP and QUIC)
 /// and replaced whole by a configuration reload: a connection is checked against the list in
 /// force when it arrives.
-#[derive(Debug, Clone, Default)]
-pub struct SharedAccessList(Arc<RwLock<Arc<AccessList>>>);
-
-impl SharedAccessList {
-    pub fn new(list: AccessList) -> Self {
-        SharedAccessList(Arc::new(RwLock::new(Arc::new(list))))
-    }
-
-    /// Whether a client at `ip` is served by the list in force.
-    pub fn permits(&self, ip: IpAddr) -> bool {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).permits(ip)
-    }
-
-    pub fn replace(&self, list: AccessList) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(list);
-    }
-}
+pub type SharedAccessList = crate::swappable::Swappable<AccessList>;
 
 #[cfg(test)]
 mod tests {

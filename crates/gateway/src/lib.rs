@@ -24,6 +24,7 @@ pub mod reload;
 pub mod router;
 mod send_coalescer;
 pub mod server;
+pub mod swappable;
 pub mod tls;
 pub mod upstream;
 pub mod upstream_tls;

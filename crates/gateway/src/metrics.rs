@@ -406,7 +406,7 @@ impl ConnectionCap {
 
     /// Whether the listener's access list turns `client` away (counted).
     pub fn deny(&self, client: std::net::IpAddr) -> bool {
-        if !self.access.permits(client) {
+        if !self.access.current().permits(client) {
             self.denied.inc();
             return true;
         }

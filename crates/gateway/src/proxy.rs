@@ -27,22 +27,7 @@ pub struct Routing {
 }
 
 /// A worker's [`Routing`], shared by its listeners and swapped by a reload.
-#[derive(Clone)]
-pub struct RoutingSlot(Arc<std::sync::RwLock<Arc<Routing>>>);
-
-impl RoutingSlot {
-    pub fn new(routing: Routing) -> Self {
-        RoutingSlot(Arc::new(std::sync::RwLock::new(Arc::new(routing))))
-    }
-
-    pub fn current(&self) -> Arc<Routing> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    pub fn replace(&self, routing: Routing) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(routing);
-    }
-}
+pub type RoutingSlot = crate::swappable::Swappable<Routing>;
 
 /// What every request on a listener shares.
 pub struct ProxyShared {

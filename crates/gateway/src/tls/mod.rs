@@ -19,7 +19,7 @@ use boring::x509::X509;
 use key_method::EngineKeyMethod;
 use keyengine::{KeyEngine, KeyId, KeyKind, KeyRegistry, PublicKey};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use tickets::TicketKeys;
 
 /// ALPN protocols offered on TCP, in preference order (wire format).
@@ -84,7 +84,7 @@ struct CertEntry {
 }
 
 /// Certificates by server name: exact names, then `*.suffix` wildcards, then the default.
-struct CertStore {
+pub struct CertStore {
     entries: Vec<CertEntry>,
     exact: HashMap<String, usize>,
     wildcard: HashMap<String, usize>,
@@ -94,22 +94,7 @@ struct CertStore {
 /// A listener's certificate store, replaced whole when certificates are reloaded: each
 /// handshake selects from the store in force when its ClientHello arrives, and keeps the
 /// context it selected.
-#[derive(Clone)]
-pub struct CertSlot(Arc<RwLock<Arc<CertStore>>>);
-
-impl CertSlot {
-    fn new(store: Arc<CertStore>) -> Self {
-        CertSlot(Arc::new(RwLock::new(store)))
-    }
-
-    fn current(&self) -> Arc<CertStore> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn replace(&self, store: Arc<CertStore>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = store;
-    }
-}
+pub type CertSlot = crate::swappable::Swappable<CertStore>;
 
 impl CertStore {
     fn lookup(&self, sni: Option<&str>) -> &CertEntry {
@@ -237,7 +222,7 @@ fn build_store(
     alpn: &'static [u8],
     tls13: bool,
     quic: Option<&QuicContextOptions>,
-) -> anyhow::Result<Arc<CertStore>> {
+) -> anyhow::Result<CertStore> {
     let tls = &listener.tls;
     let mut store = CertStore {
         entries: vec![],
@@ -268,7 +253,7 @@ fn build_store(
             };
         }
     }
-    Ok(Arc::new(store))
+    Ok(store)
 }
 
 /// Installs SNI + signature-algorithm certificate selection on a front context.
@@ -417,8 +402,8 @@ pub struct ListenerCerts {
 
 /// A listener's stores built afresh, not yet in force.
 pub struct PreparedCerts {
-    tcp: Arc<CertStore>,
-    quic: Option<Arc<CertStore>>,
+    tcp: CertStore,
+    quic: Option<CertStore>,
 }
 
 impl ListenerCerts {
