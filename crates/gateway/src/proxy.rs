@@ -338,8 +338,11 @@ async fn forward<'a>(
         return Err((None, refuse_unread(req.into_body(), progress, resp).await));
     }
 
-    // A reverse proxy tunnels no CONNECT but HTTP/2's WebSocket one (RFC 8441).
-    if req.method() == Method::CONNECT && extended_connect_protocol(&req).is_none() {
+    // RFC 8441: a WebSocket over an HTTP/2 stream (an extended CONNECT naming `:protocol`)
+    // goes upstream as an HTTP/1.1 upgrade (RFC 6455), and the upstream's 101 becomes the
+    // stream's 200. A reverse proxy tunnels no other CONNECT.
+    let h2_websocket = extended_connect_protocol(&req);
+    if req.method() == Method::CONNECT && h2_websocket.is_none() {
         let mut resp = local(
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not served here\n",
@@ -393,10 +396,6 @@ async fn forward<'a>(
     let mut req = req;
     let gzip_for =
         (route.compress && compress::accepts_gzip(req.headers())).then(|| req.method().clone());
-    // RFC 8441: a WebSocket over an HTTP/2 stream (an extended CONNECT naming `:protocol`)
-    // goes upstream as an HTTP/1.1 upgrade (RFC 6455), and the upstream's 101 becomes the
-    // stream's 200.
-    let h2_websocket = extended_connect_protocol(&req);
     let upgrade = upgrade_protocol(&req).or_else(|| h2_websocket.clone());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();

@@ -62,9 +62,7 @@ pub(crate) fn build_clusters(
         .iter()
         .zip(tls)
         .map(|(c, tls)| {
-            let same = previous
-                .iter()
-                .find(|e| e.cfg == *c && c.tls.is_none() && e.per_worker.len() == workers);
+            let same = previous.iter().find(|e| e.cfg == *c && c.tls.is_none());
             match same {
                 Some(e) => ClusterEntry {
                     cfg: c.clone(),
