@@ -7,6 +7,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,37 @@ pub enum RequestBodyError {
     TooLarge(u64),
     #[error("reading the request body: {0}")]
     Client(BoxError),
+    #[error("no request body bytes for {0:?}")]
+    Idle(std::time::Duration),
+}
+
+/// An idle timer over a body stream: it fires when no frame has come for its duration, and
+/// restarts at each frame. Armed only while the stream is waited on.
+struct IdleTimer {
+    limit: std::time::Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl IdleTimer {
+    fn new(limit: std::time::Duration) -> Self {
+        IdleTimer { limit, sleep: None }
+    }
+
+    /// A frame came: the next wait starts afresh.
+    fn reset(&mut self) {
+        if let Some(s) = self.sleep.as_mut() {
+            s.as_mut().reset(tokio::time::Instant::now() + self.limit);
+        }
+    }
+
+    /// After the stream said Pending: whether the wait has lasted past the limit.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let limit = self.limit;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        sleep.as_mut().poll(cx).is_ready()
+    }
 }
 
 /// Progress of a request body, shared with the request handler.
@@ -45,6 +77,8 @@ pub struct BodyProgress {
     /// The client's body stream failed (the client reset the stream or closed the connection
     /// mid-body): a failed upstream exchange is then the client's doing.
     pub client_failed: AtomicBool,
+    /// The client sent no body bytes for `limits.body_timeout` (with `client_failed`).
+    pub timed_out: AtomicBool,
     /// The client's body stream, parked here when the limit tripped, so the handler can read
     /// and discard a little more of it before answering 413 (a client still uploading would
     /// otherwise see its connection reset instead of the response).
@@ -57,6 +91,9 @@ pub struct RequestBody {
     limit: u64,
     seen: u64,
     progress: Arc<BodyProgress>,
+    /// The client's `limits.body_timeout`: a body that stalls longer fails, so a slow client
+    /// cannot hold an upstream connection and slot.
+    idle: Option<IdleTimer>,
 }
 
 impl RequestBody {
@@ -67,6 +104,7 @@ impl RequestBody {
             limit,
             seen: 0,
             progress,
+            idle: None,
         }
     }
 
@@ -76,7 +114,14 @@ impl RequestBody {
             limit: 0,
             seen: 0,
             progress: Default::default(),
+            idle: None,
         }
+    }
+
+    /// Fails the body when the client sends nothing for `limit` while it is read.
+    pub fn idle_timeout(mut self, limit: std::time::Duration) -> Self {
+        self.idle = Some(IdleTimer::new(limit));
+        self
     }
 
     /// True if the body is known to carry nothing (so the request can be replayed).
@@ -97,7 +142,20 @@ impl Body for RequestBody {
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
-        match Pin::new(inner).poll_frame(cx) {
+        let polled = Pin::new(inner).poll_frame(cx);
+        if let Some(idle) = this.idle.as_mut() {
+            match polled {
+                Poll::Pending if idle.poll_expired(cx) => {
+                    this.progress.client_failed.store(true, Ordering::Relaxed);
+                    this.progress.timed_out.store(true, Ordering::Relaxed);
+                    this.inner = None;
+                    return Poll::Ready(Some(Err(RequestBodyError::Idle(idle.limit))));
+                }
+                Poll::Pending => {}
+                _ => idle.reset(),
+            }
+        }
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
                     this.seen += d.len() as u64;
@@ -193,6 +251,10 @@ pub struct ResponseBody {
     _held: Option<RequestBody>,
     /// Compressing the body as it passes ([`ResponseBody::gzip`]).
     gzip: Option<Box<Gzipping>>,
+    /// The cluster's `body_timeout` over the upstream's body.
+    upstream_idle: Option<IdleTimer>,
+    /// The request counted in flight on its client connection until this body is done.
+    _active: Option<crate::conn_timers::Active>,
 }
 
 /// A gzipped body's state: the stream, and the trailers held back until its last bytes are out.
@@ -219,6 +281,8 @@ impl ResponseBody {
             slot,
             gzip: None,
             _held: None,
+            upstream_idle: None,
+            _active: None,
         }
     }
 
@@ -233,7 +297,22 @@ impl ResponseBody {
             gzip: None,
             conn: None,
             _held: None,
+            upstream_idle: None,
+            _active: None,
         }
+    }
+
+    /// Cuts the upstream's body (ending as an upstream failure) when it sends nothing for
+    /// `limit` while the client waits for it.
+    pub fn idle_timeout(mut self, limit: std::time::Duration) -> Self {
+        self.upstream_idle = Some(IdleTimer::new(limit));
+        self
+    }
+
+    /// Keeps the request counted in flight on its connection until this body is done.
+    pub fn while_active(mut self, active: crate::conn_timers::Active) -> Self {
+        self._active = Some(active);
+        self
     }
 
     /// Keeps `body` alive until this response body is finished or dropped.
@@ -290,7 +369,7 @@ impl Drop for ResponseBody {
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
@@ -299,7 +378,24 @@ impl Body for ResponseBody {
         let this = &mut *self;
         let r = loop {
             let r = match &mut this.source {
-                Source::Upstream(b) => Pin::new(b).poll_frame(cx),
+                Source::Upstream(b) => {
+                    let r = Pin::new(b).poll_frame(cx).map_err(BoxError::from);
+                    match (r.is_pending(), this.upstream_idle.as_mut()) {
+                        (_, None) => r,
+                        (true, Some(idle)) => {
+                            if idle.poll_expired(cx) {
+                                let e = format!("no upstream body bytes for {:?}", idle.limit);
+                                Poll::Ready(Some(Err(e.into())))
+                            } else {
+                                r
+                            }
+                        }
+                        (false, Some(idle)) => {
+                            idle.reset();
+                            r
+                        }
+                    }
+                }
                 Source::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
             };
             let Some(gz) = this.gzip.as_mut() else {

@@ -382,6 +382,9 @@ pub struct ListenerConfig {
     /// one is closed. QUIC is unaffected.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// How request paths are normalized before routing (`[listeners.paths]`).
+    #[serde(default)]
+    pub paths: crate::request_target::PathPolicy,
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.
@@ -451,7 +454,7 @@ impl Default for QuicConfig {
             initial_max_stream_data: 1 << 20,
             max_concurrent_streams: 100,
             udp_buffer_bytes: 4 << 20,
-            retry: RetryPolicy::Never,
+            retry: RetryPolicy::WhenBusy,
             retry_pending_above: 256,
             lb: None,
             early_data: false,
@@ -591,9 +594,29 @@ pub struct LimitsConfig {
     pub max_headers: usize,
     /// Request body bytes; more gets 413.
     pub max_body_bytes: u64,
-    /// Close a client connection idle this long between requests.
+    /// Close a client connection idle this long between requests (no request in flight,
+    /// whatever else arrives: HTTP/2 PINGs keep no connection open).
     #[serde(deserialize_with = "duration")]
     pub idle_timeout: Duration,
+    /// Close a connection that sends no request this long after its TLS handshake.
+    #[serde(deserialize_with = "duration")]
+    pub first_request_timeout: Duration,
+    /// While the listener holds more than 3/4 of `max_connections`, idle connections are
+    /// closed after this instead of `idle_timeout`, so descriptors go back to new clients.
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout_under_pressure: Duration,
+    /// Longest wait for the next bytes of a request body (nginx's `client_body_timeout`);
+    /// past it the request fails with 408 and its upstream slot is freed.
+    #[serde(deserialize_with = "duration")]
+    pub body_timeout: Duration,
+    /// Longest time sent bytes may stay unacknowledged by a client that stopped reading
+    /// (nginx's `send_timeout`, kept by the kernel as `TCP_USER_TIMEOUT`); past it the
+    /// connection is closed and its requests' upstream slots freed.
+    #[serde(deserialize_with = "duration")]
+    pub send_timeout: Duration,
+    /// HTTP/2 SETTINGS, PING and PRIORITY frames a client may send per second, on average
+    /// (with a burst of ten seconds' worth); past it the connection is closed as a flood.
+    pub max_control_frames_per_second: u32,
     /// Concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
     /// Open client connections on this listener (all workers); beyond it new connections are
@@ -608,6 +631,11 @@ impl Default for LimitsConfig {
             max_headers: 100,
             max_body_bytes: 1 << 30,
             idle_timeout: Duration::from_secs(60),
+            first_request_timeout: Duration::from_secs(20),
+            idle_timeout_under_pressure: Duration::from_secs(2),
+            body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            max_control_frames_per_second: 100,
             max_concurrent_streams: 256,
             max_connections: 100_000,
         }
@@ -638,6 +666,12 @@ pub struct RouteConfig {
     /// Gzip text-like responses for clients that accept it.
     #[serde(default)]
     pub compress: bool,
+    /// HTTP/1.1 `Upgrade` protocols passed to the upstream (which may then switch the
+    /// connection to a tunnel); a request asking for any other is forwarded as a plain
+    /// request without its upgrade. `h2c` is never accepted: inside its tunnel, requests would
+    /// pass no rule.
+    #[serde(default = "default_upgrades")]
+    pub upgrade_protocols: Vec<String>,
     /// Headers removed from, then set on, requests before they go upstream.
     #[serde(default)]
     pub request_headers: HeaderRewriteConfig,
@@ -718,6 +752,10 @@ impl RateLimitConfig {
     }
 }
 
+fn default_upgrades() -> Vec<String> {
+    vec!["websocket".to_string()]
+}
+
 fn any_host() -> String {
     "*".into()
 }
@@ -783,6 +821,14 @@ pub struct ClusterConfig {
     /// slow upstream.
     #[serde(default = "default_max_requests")]
     pub max_requests: usize,
+    /// Requests in flight to the cluster from one client address; past it that client gets
+    /// 429, so one client cannot take every slot (default: a quarter of `max_requests`, and
+    /// at least 8 or `max_requests`). Read it with [`ClusterConfig::max_requests_per_client`].
+    pub max_requests_per_client: Option<usize>,
+    /// Longest wait for the next bytes of an upstream's response body once its headers are
+    /// in (nginx's `proxy_read_timeout`); past it the response is cut and the slot freed.
+    #[serde(default = "default_body_timeout", deserialize_with = "duration")]
+    pub body_timeout: Duration,
     /// TLS to the endpoints; none: cleartext.
     pub tls: Option<UpstreamTlsConfig>,
     /// Active health checks of the endpoints; none when absent.
@@ -793,6 +839,16 @@ pub struct ClusterConfig {
     pub max_fails: u32,
     #[serde(default = "default_fail_timeout", deserialize_with = "duration")]
     pub fail_timeout: Duration,
+}
+
+impl ClusterConfig {
+    /// `max_requests_per_client`, or its default: a quarter of `max_requests`, and at least
+    /// 8 (or `max_requests`, if fewer), never more than `max_requests`.
+    pub fn max_requests_per_client(&self) -> usize {
+        self.max_requests_per_client
+            .unwrap_or((self.max_requests / 4).max(self.max_requests.min(8)))
+            .min(self.max_requests)
+    }
 }
 
 /// `[clusters.health_check]`: each endpoint is asked for `path` every `interval`; one that
@@ -838,6 +894,9 @@ fn default_idle_timeout() -> Duration {
 }
 fn default_pool_size() -> usize {
     64
+}
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 fn default_max_requests() -> usize {
     1024
@@ -1182,6 +1241,12 @@ impl Config {
             if c.max_requests == 0 {
                 return err(format!("clusters[{i}].max_requests"), "at least 1".into());
             }
+            if c.max_requests_per_client == Some(0) {
+                return err(
+                    format!("clusters[{i}].max_requests_per_client"),
+                    "at least 1".into(),
+                );
+            }
             if c.max_fails > 0 && c.fail_timeout.is_zero() {
                 return err(
                     format!("clusters[{i}].fail_timeout"),
@@ -1249,6 +1314,42 @@ impl Config {
                     format!("routes[{i}].path_prefix"),
                     format!("{:?} must start with '/'", r.path_prefix),
                 );
+            }
+            // Requests are matched by their normalized path, so a prefix in any other form
+            // would never match.
+            let keep = crate::request_target::PathPolicy {
+                encoded_slash: crate::request_target::SeparatorAction::Keep,
+                backslash: crate::request_target::SeparatorAction::Keep,
+                ..Default::default()
+            };
+            match crate::request_target::normalize_path(r.path_prefix.as_bytes(), &keep) {
+                Ok(n) if n == r.path_prefix => {}
+                Ok(n) => {
+                    return err(
+                        format!("routes[{i}].path_prefix"),
+                        format!(
+                            "{:?} in normal form, as requests are matched: {n:?}",
+                            r.path_prefix
+                        ),
+                    )
+                }
+                Err(e) => {
+                    return err(
+                        format!("routes[{i}].path_prefix"),
+                        format!("a path ({:?}: {e})", r.path_prefix),
+                    )
+                }
+            }
+            for (j, p) in r.upgrade_protocols.iter().enumerate() {
+                let token = !p.is_empty()
+                    && p.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/".contains(&b));
+                if !token || p.eq_ignore_ascii_case("h2c") {
+                    return err(
+                        format!("routes[{i}].upgrade_protocols[{j}]"),
+                        format!("an upgrade protocol token other than h2c, not {p:?}"),
+                    );
+                }
             }
             if r.host != "*" && !valid_server_name(&r.host) {
                 return err(

@@ -9,7 +9,9 @@ pub mod admin;
 pub mod body;
 pub mod compress;
 pub mod config;
+mod conn_timers;
 pub mod demo;
+pub mod h2_flood;
 pub mod health;
 pub mod keyserver;
 pub mod metrics;
@@ -21,6 +23,7 @@ pub mod ratelimit;
 mod recv_buffer;
 pub mod redirect;
 pub mod reload;
+pub mod request_target;
 pub mod router;
 mod send_coalescer;
 pub mod server;
@@ -437,6 +440,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
                 access: listener_access.clone(),
                 proxy_protocol: l.proxy_protocol,
+                paths: l.paths.clone(),
                 tunnels: plan.tunnels.clone(),
             });
             plan.listeners.push((

@@ -27,6 +27,9 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     pub open_connections: IntGaugeVec,
     pub rejected_connections: IntCounterVec,
+    /// Connections the gateway closed for what the client did or did not do (`reason`:
+    /// `no_request`, `idle`, `control_flood`).
+    pub closed_connections: IntCounterVec,
     pub quic_connections: IntCounterVec,
     pub early_data_accepted: prometheus::IntCounter,
     pub early_data_rejected: prometheus::IntCounter,
@@ -216,6 +219,15 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            closed_connections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_connections_closed_total",
+                    "Client connections the gateway closed: no request after the handshake, \
+                     idle past the idle limit, or an HTTP/2 control-frame flood",
+                ),
+                &["listener", "reason"],
+            )
+            .unwrap(),
             quic_connections: IntCounterVec::new(
                 Opts::new(
                     "rampart_quic_connections_total",
@@ -305,6 +317,7 @@ impl Metrics {
             &m.denied_connections,
             &m.config_reloads,
             &m.rejected_connections,
+            &m.closed_connections,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
@@ -422,6 +435,12 @@ impl ConnectionCap {
         full
     }
 
+    /// Whether the listener holds more than 3/4 of its cap: idle connections then get the
+    /// shorter `idle_timeout_under_pressure`.
+    pub fn under_pressure(&self) -> bool {
+        self.open.get() * 4 > self.max * 3
+    }
+
     /// Counts one open connection until the guard drops.
     pub fn open(&self) -> GaugeGuard {
         GaugeGuard::new(self.open.clone())
@@ -462,6 +481,7 @@ mod tests {
         m.upstream_errors.with_label_values(&["c", "connect"]).inc();
         m.open_connections.with_label_values(&["l"]).inc();
         m.rejected_connections.with_label_values(&["l"]).inc();
+        m.closed_connections.with_label_values(&["l", "idle"]).inc();
         m.early_data_accepted.inc();
         m.quic_connections.with_label_values(&["l", "0"]).inc();
         m.quic_handshakes

@@ -9,6 +9,7 @@ use crate::body::{
 use crate::compress;
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
+use crate::request_target::Target;
 use crate::router::{Route, Router};
 use crate::upstream::{Cluster, UpstreamError};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -44,6 +45,8 @@ pub struct ProxyShared {
     pub access: crate::access::SharedAccessList,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
+    /// How request paths are normalized before routing.
+    pub paths: crate::request_target::PathPolicy,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
     /// connection they came from: shutdown waits for them within its grace period.
     pub tunnels: tokio_util::task::TaskTracker,
@@ -182,22 +185,9 @@ pub async fn handle(
         .filter(|v| valid_request_id(v))
         .and_then(|v| v.to_str().ok())
         .map_or_else(new_request_id, str::to_string);
-    let host = req
-        .uri()
-        .authority()
-        .map(|a| a.host().to_string())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(|h| {
-                    h.rsplit_once(':')
-                        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-                        .map_or(h, |(h, _)| h)
-                        .to_string()
-                })
-        })
-        .unwrap_or_default();
+    // Phase: canonical target, first, so that every rule below sees the same host and path.
+    let target = canonical_target(&shared.paths, &req);
+    let host = target.as_ref().map_or("", |t| t.host.as_str()).to_string();
     // The access record is only built when a log will be written.
     let logging = shared.access_log.enabled();
     let mut rec = if logging {
@@ -232,20 +222,22 @@ pub async fn handle(
         req.headers_mut()
             .insert(&EARLY_DATA, HeaderValue::from_static("1"));
     }
-    let (status_route, mut resp, upstream_start) = if early_data && !replay_safe {
-        shared.metrics.early_data_rejected.inc();
-        let too_early = local(
-            StatusCode::TOO_EARLY,
-            "too early: retry after the handshake\n",
-        );
-        (None, too_early, None)
-    } else {
-        match forward(
+    let (status_route, mut resp, upstream_start) = match target {
+        Err(e) => (None, bad_target(e), None),
+        Ok(_) if early_data && !replay_safe => {
+            shared.metrics.early_data_rejected.inc();
+            let too_early = local(
+                StatusCode::TOO_EARLY,
+                "too early: retry after the handshake\n",
+            );
+            (None, too_early, None)
+        }
+        Ok(target) => match forward(
             &shared,
             &routing,
             &conn,
             req,
-            &host,
+            &target,
             &request_id,
             &progress,
             &mut rec,
@@ -254,7 +246,7 @@ pub async fn handle(
         {
             Ok((route, resp, t)) => (route, resp, Some(t)),
             Err((route, resp)) => (route, resp, None),
-        }
+        },
     };
     if let Some(t) = upstream_start {
         rec.upstream_ms = Some(t.as_secs_f64() * 1e3);
@@ -300,7 +292,7 @@ async fn forward<'a>(
     routing: &'a Routing,
     conn: &ConnInfo,
     req: Request<ClientBody>,
-    host: &str,
+    target: &Target,
     request_id: &str,
     progress: &Arc<BodyProgress>,
     rec: &mut AccessRecord,
@@ -338,6 +330,23 @@ async fn forward<'a>(
         return Err((None, refuse_unread(req.into_body(), progress, resp).await));
     }
 
+    // TRACE would echo the request, credentials included, from wherever it ends (as nginx).
+    if req.method() == Method::TRACE {
+        let mut resp = local(StatusCode::METHOD_NOT_ALLOWED, "TRACE is not served\n");
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(ALLOWED));
+        return Err((None, refuse_unread(req.into_body(), progress, resp).await));
+    }
+    // A transfer coding other than chunked (which hyper decodes) would reach the upstream
+    // still applied but no longer declared: RFC 9112 §6.1 answers 501.
+    if !only_chunked(req.headers()) {
+        let resp = local(
+            StatusCode::NOT_IMPLEMENTED,
+            "transfer coding not supported\n",
+        );
+        return Err((None, resp));
+    }
+
     // RFC 8441: a WebSocket over an HTTP/2 stream (an extended CONNECT naming `:protocol`)
     // goes upstream as an HTTP/1.1 upgrade (RFC 6455), and the upstream's 101 becomes the
     // stream's 200. A reverse proxy tunnels no other CONNECT.
@@ -347,15 +356,17 @@ async fn forward<'a>(
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not served here\n",
         );
-        resp.headers_mut().insert(
-            header::ALLOW,
-            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
-        );
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(ALLOWED));
         return Err((None, resp));
     }
 
     // Phase: route.
-    let Some(route) = routing.router.route(host, req.uri().path()) else {
+    let Some(route) = routing.router.route(
+        &target.host,
+        &target.path,
+        shared.paths.case_insensitive_routes,
+    ) else {
         return Err((
             None,
             local(StatusCode::NOT_FOUND, "no route for this host and path\n"),
@@ -396,7 +407,9 @@ async fn forward<'a>(
     let mut req = req;
     let gzip_for =
         (route.compress && compress::accepts_gzip(req.headers())).then(|| req.method().clone());
-    let upgrade = upgrade_protocol(&req).or_else(|| h2_websocket.clone());
+    let upgrade = upgrade_protocol(&req)
+        .filter(|p| route.upgrades(p))
+        .or_else(|| h2_websocket.clone());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let via = format!("{} rampart", version_label(parts.version));
@@ -427,12 +440,13 @@ async fn forward<'a>(
         h.insert(header::SEC_WEBSOCKET_KEY, key.clone());
         key
     });
-    if !h.contains_key(header::HOST) {
-        if let Some(a) = parts.uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                h.insert(header::HOST, v);
-            }
-        }
+    // One Host upstream, the canonical one (replacing the client's, which may have named
+    // something else in an absolute-form request or been listed in `Connection`).
+    if let Some(v) = crate::request_target::host_header(&target.authority) {
+        h.insert(header::HOST, v);
+    }
+    if shared.paths.forward_normalized {
+        forward_path(&mut parts.uri, &target.path);
     }
     let client_ip = conn.client.ip().to_string();
     let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -443,7 +457,7 @@ async fn forward<'a>(
         h.insert(&X_FORWARDED_FOR, v);
     }
     h.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-    if let Ok(v) = HeaderValue::from_str(host) {
+    if let Ok(v) = HeaderValue::from_str(&target.host) {
         h.insert(&X_FORWARDED_HOST, v);
     }
     if let Ok(v) = HeaderValue::from_str(&via) {
@@ -453,12 +467,13 @@ async fn forward<'a>(
         h.insert(&X_REQUEST_ID, v);
     }
     route.request_headers.apply(h);
-    let body = RequestBody::new(body, limits.max_body_bytes, progress.clone());
+    let body = RequestBody::new(body, limits.max_body_bytes, progress.clone())
+        .idle_timeout(limits.body_timeout);
     let req = Request::from_parts(parts, body);
 
     // Phase: forward.
     let sent = Instant::now();
-    let result = cluster.send(req, upgrade.is_some()).await;
+    let result = cluster.send(req, upgrade.is_some(), conn.client.ip()).await;
     let upstream_time = sent.elapsed();
     let metrics = &shared.metrics;
     let exchange = match result {
@@ -467,6 +482,11 @@ async fn forward<'a>(
             let e = failure.error;
             // An exchange the client's body broke (over the limit, or the client gone
             // midway) is not the upstream's failure.
+            if progress.timed_out.load(Ordering::Relaxed) {
+                tracing::debug!(cluster = %cluster.name, error = %e, "request body stalled");
+                let resp = local(StatusCode::REQUEST_TIMEOUT, "request body timed out\n");
+                return Err((matched, resp));
+            }
             if progress.client_failed.load(Ordering::Relaxed) {
                 tracing::debug!(cluster = %cluster.name, error = %e, "request body ended early");
                 let resp = local(StatusCode::BAD_REQUEST, "request body ended early\n");
@@ -502,6 +522,10 @@ async fn forward<'a>(
                 UpstreamError::Overflow(_) => {
                     local(StatusCode::SERVICE_UNAVAILABLE, "upstream busy\n")
                 }
+                UpstreamError::ClientShare(_) => local(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many requests in flight from this client\n",
+                ),
             };
             // Read and discard a small unread request body first (as nginx does): answering
             // an HTTP/2 stream whose upload is unfinished ends it with RST_STREAM, which some
@@ -525,6 +549,39 @@ async fn forward<'a>(
     let mut response = exchange.response;
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream_protocol = response.headers().get(header::UPGRADE).cloned();
+    // A switch only to what was asked for: any other 101 would turn the connection into a
+    // tunnel no rule sees.
+    let asked = |p: &HeaderValue| {
+        upgrade
+            .as_ref()
+            .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(p.as_bytes()))
+    };
+    if switched && !upstream_protocol.as_ref().is_some_and(asked) {
+        tracing::debug!(cluster = %cluster.name, "upstream switched protocols unasked");
+        return Err((
+            matched,
+            local(
+                StatusCode::BAD_GATEWAY,
+                "upstream switched protocols unasked\n",
+            ),
+        ));
+    }
+    // An upstream's transfer coding other than chunked would reach the client undeclared
+    // once hyper has removed the chunking.
+    if !only_chunked(response.headers()) {
+        tracing::debug!(cluster = %cluster.name, "upstream used a transfer coding other than chunked");
+        return Err((
+            matched,
+            local(
+                StatusCode::BAD_GATEWAY,
+                "upstream transfer coding not supported\n",
+            ),
+        ));
+    }
+    // RFC 9112 §6.3: with Transfer-Encoding, a Content-Length is wrong and must not be passed.
+    if response.headers().contains_key(header::TRANSFER_ENCODING) {
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
     if let (true, Some(key)) = (switched, &websocket_key) {
         // Only the gateway saw the key it sent, so only it can check the upstream's answer.
         let accept = response.headers().get(header::SEC_WEBSOCKET_ACCEPT);
@@ -580,7 +637,8 @@ async fn forward<'a>(
                     upstream_failed: cluster.body_errors.clone(),
                     abandoned: shared.abandoned_responses.clone(),
                 },
-            );
+            )
+            .idle_timeout(cluster.body_timeout);
             if gzip {
                 body.gzip()
             } else {
@@ -589,6 +647,45 @@ async fn forward<'a>(
         }),
         upstream_time,
     ))
+}
+
+/// The methods a 405 from the gateway offers.
+const ALLOWED: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+/// Whether every `Transfer-Encoding` a message lists is `chunked` (or it has none).
+fn only_chunked(h: &HeaderMap) -> bool {
+    list_elements(h, &header::TRANSFER_ENCODING).all(|c| c.eq_ignore_ascii_case("chunked"))
+}
+
+/// Phase: the canonical target ([`crate::request_target`]). A malformed host or path ends the
+/// request with 400 saying which ([`bad_target`]).
+fn canonical_target(
+    policy: &crate::request_target::PathPolicy,
+    req: &Request<ClientBody>,
+) -> Result<Target, crate::request_target::TargetError> {
+    crate::request_target::normalize(req.version(), req.uri(), req.headers(), policy)
+}
+
+/// The 400 for a malformed target.
+fn bad_target(e: crate::request_target::TargetError) -> Response<ResponseBody> {
+    let mut resp = local(StatusCode::BAD_REQUEST, "");
+    *resp.body_mut() = ResponseBody::local(format!("bad request: {e}\n"));
+    resp
+}
+
+/// Replaces the path of `uri` with `path`, keeping its query (and dropping any scheme and
+/// authority: upstream requests are origin-form).
+fn forward_path(uri: &mut http::Uri, path: &str) {
+    if uri.path() == path && uri.scheme().is_none() {
+        return;
+    }
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    if let Ok(pq) = http::uri::PathAndQuery::try_from(pq) {
+        *uri = http::Uri::from(pq);
+    }
 }
 
 /// The protocol an HTTP/2 extended CONNECT names (`:protocol`, RFC 8441), if the request is

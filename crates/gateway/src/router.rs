@@ -50,6 +50,29 @@ pub struct Route {
     pub response_headers: HeaderRewrite,
     /// Gzip text-like responses for clients that accept it.
     pub compress: bool,
+    /// `Upgrade` protocols passed upstream (lowercase).
+    upgrades: Vec<String>,
+}
+
+impl Route {
+    /// Whether a request's `Upgrade` names exactly one protocol this route passes upstream.
+    pub fn upgrades(&self, protocol: &HeaderValue) -> bool {
+        let Ok(p) = protocol.to_str() else {
+            return false;
+        };
+        let p = p.trim();
+        !p.contains(',') && self.upgrades.iter().any(|u| u.eq_ignore_ascii_case(p))
+    }
+
+    fn matches_path(&self, path: &str, case_insensitive: bool) -> bool {
+        let n = self.prefix.len();
+        path.len() >= n
+            && if case_insensitive {
+                path.as_bytes()[..n].eq_ignore_ascii_case(self.prefix.as_bytes())
+            } else {
+                path.as_bytes()[..n] == *self.prefix.as_bytes()
+            }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,18 +152,19 @@ impl Router {
                     request_headers: HeaderRewrite::new(&r.request_headers),
                     response_headers: HeaderRewrite::new(&r.response_headers),
                     compress: r.compress,
+                    upgrades: r.upgrade_protocols.clone(),
                 }
             })
             .collect();
         Router { routes }
     }
 
-    /// `host` without port, any case.
-    pub fn route(&self, host: &str, path: &str) -> Option<&Route> {
+    /// `host` without port, any case; `path` normalized (see [`crate::request_target`]).
+    pub fn route(&self, host: &str, path: &str, case_insensitive: bool) -> Option<&Route> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         self.routes
             .iter()
-            .filter(|r| path.starts_with(&r.prefix))
+            .filter(|r| r.matches_path(path, case_insensitive))
             .filter_map(|r| r.host.score(&host).map(|s| ((s, r.prefix.len()), r)))
             .max_by_key(|(k, _)| *k)
             .map(|(_, r)| r)
@@ -163,6 +187,7 @@ mod tests {
             request_headers: Default::default(),
             response_headers: Default::default(),
             compress: false,
+            upgrade_protocols: vec!["websocket".into()],
         }
     }
 
@@ -200,7 +225,7 @@ mod tests {
         ];
         let idx = |n: &str| ["a", "b", "c", "d"].iter().position(|x| *x == n).unwrap();
         let router = Router::new(&routes, idx);
-        let c = |h, p| router.route(h, p).map(|r| r.cluster);
+        let c = |h, p| router.route(h, p, false).map(|r| r.cluster);
         assert_eq!(c("API.example.com", "/v2/x"), Some(3));
         assert_eq!(c("api.example.com", "/v1"), Some(2));
         assert_eq!(c("www.example.com", "/v2/x"), Some(1));
@@ -209,9 +234,30 @@ mod tests {
     }
 
     #[test]
+    fn prefixes_match_without_case_when_asked() {
+        let router = Router::new(&[r("*", "/Admin", "a")], |_| 0);
+        assert!(router.route("x", "/admin/1", false).is_none());
+        assert!(router.route("x", "/ADMIN/1", true).is_some());
+        assert!(router.route("x", "/Admin/1", false).is_some());
+        assert!(router.route("x", "/Adm", true).is_none());
+    }
+
+    #[test]
+    fn only_listed_upgrades_pass() {
+        let router = Router::new(&[r("*", "/", "a")], |_| 0);
+        let route = router.route("x", "/", false).unwrap();
+        let up = |v: &'static str| route.upgrades(&HeaderValue::from_static(v));
+        assert!(up("websocket"));
+        assert!(up("WebSocket"));
+        assert!(!up("h2c"));
+        assert!(!up("websocket, h2c"));
+        assert!(!up("foo"));
+    }
+
+    #[test]
     fn no_match_is_none() {
         let router = Router::new(&[r("a.test", "/x", "a")], |_| 0);
-        assert!(router.route("a.test", "/y").is_none());
-        assert!(router.route("b.test", "/x").is_none());
+        assert!(router.route("a.test", "/y", false).is_none());
+        assert!(router.route("b.test", "/x", false).is_none());
     }
 }

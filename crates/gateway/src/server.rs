@@ -2,6 +2,8 @@
 //! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
 
 use crate::body::client_body;
+use crate::conn_timers::{Activity, IdleLimits};
+use crate::h2_flood;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
 use crate::proxy_protocol;
@@ -89,6 +91,10 @@ impl TcpListenerTask {
                     // of accepts cannot overshoot the cap.
                     let open = cap.open();
                     let _ = tcp.set_nodelay(true);
+                    // The send timeout, kept by the kernel: a client that stops reading (its
+                    // window shut, our bytes unacknowledged) loses the connection after it.
+                    let _ = socket2::SockRef::from(&tcp)
+                        .set_tcp_user_timeout(Some(self.shared.limits.send_timeout));
                     tokio::spawn(serve_connection(
                         Accepted {
                             tcp,
@@ -104,7 +110,9 @@ impl TcpListenerTask {
                     ));
                 }
                 Err(e) => {
-                    // EMFILE and friends: back off briefly instead of spinning.
+                    // EMFILE and friends: back off briefly instead of spinning. The connection
+                    // cap is kept below the descriptor limit (`fd_budget`), and idle
+                    // connections are reaped early near the cap, so this is rare.
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -215,14 +223,37 @@ async fn serve_connection(
         resumed,
     });
     let limits = &shared.limits;
+    let activity = Activity::new();
     let svc = {
         let shared = shared.clone();
+        let activity = activity.clone();
         service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            proxy::handle(shared.clone(), info.clone(), req.map(client_body))
+            let active = activity.begin();
+            let handled = proxy::handle(shared.clone(), info.clone(), req.map(client_body));
+            async move {
+                let resp = handled.await?;
+                Ok::<_, std::convert::Infallible>(resp.map(|b| b.while_active(active)))
+            }
         })
     };
-    let io = TokioIo::new(ReadAvailable(stream));
+    let idle = IdleLimits {
+        first_request: limits.first_request_timeout,
+        idle: limits.idle_timeout,
+        idle_under_pressure: limits.idle_timeout_under_pressure,
+    };
+    let expired = activity.expired(idle, || cap.under_pressure());
+    let closed = |why: &str| {
+        m.closed_connections
+            .with_label_values(&[listener, why])
+            .inc()
+    };
     let result = if h2 {
+        let io = TokioIo::new(h2_flood::Counted::new(
+            ReadAvailable(stream),
+            limits.max_control_frames_per_second,
+            m.closed_connections
+                .with_label_values(&[listener, "control_flood"]),
+        ));
         let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         b.timer(TokioTimer::new())
             .max_concurrent_streams(limits.max_concurrent_streams)
@@ -231,10 +262,13 @@ async fn serve_connection(
             .keep_alive_timeout(Duration::from_secs(20))
             // WebSockets over HTTP/2 (RFC 8441), tunnelled to HTTP/1.1 upstreams by the proxy.
             .enable_connect_protocol();
-        send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)))
-            .await
-            .map_err(|e| e.to_string())
+        let conn = send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)));
+        tokio::select! {
+            r = conn => r.map_err(|e| e.to_string()),
+            why = expired => return closed(why.as_str()),
+        }
     } else {
+        let io = TokioIo::new(ReadAvailable(stream));
         // HTTP/1.1 only (ALPN said so), with upgrades: a 101 hands the connection to the
         // proxy's tunnel (WebSocket). hyper-util's builder, as its connection with upgrades
         // can be watched for graceful shutdown.
@@ -244,9 +278,11 @@ async fn serve_connection(
             .header_read_timeout(limits.idle_timeout)
             .max_headers(limits.max_headers)
             .max_buf_size((limits.max_header_bytes + 1024).max(8192));
-        send.flush_at_yield(watcher.watch(b.serve_connection_with_upgrades(io, svc)))
-            .await
-            .map_err(|e| e.to_string())
+        let conn = send.flush_at_yield(watcher.watch(b.serve_connection_with_upgrades(io, svc)));
+        tokio::select! {
+            r = conn => r.map_err(|e| e.to_string()),
+            why = expired => return closed(why.as_str()),
+        }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");

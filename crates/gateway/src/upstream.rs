@@ -13,7 +13,7 @@ use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +29,8 @@ pub enum UpstreamError {
     Exchange(SocketAddr, String),
     #[error("{0} requests already in flight (max_requests)")]
     Overflow(usize),
+    #[error("{0} requests already in flight from this client (max_requests_per_client)")]
+    ClientShare(usize),
 }
 
 impl UpstreamError {
@@ -38,6 +40,7 @@ impl UpstreamError {
             UpstreamError::Timeout(..) => "timeout",
             UpstreamError::Exchange(..) => "exchange",
             UpstreamError::Overflow(_) => "overflow",
+            UpstreamError::ClientShare(_) => "client_share",
         }
     }
 }
@@ -54,6 +57,55 @@ struct Endpoint {
     h2: Mutex<Option<http2::SendRequest<RequestBody>>>,
     max_idle: usize,
     idle_timeout: Duration,
+    /// A task closes idle connections past `idle_timeout` while any are pooled.
+    reaping: std::sync::atomic::AtomicBool,
+}
+
+impl Endpoint {
+    /// Starts the endpoint's reaper unless it runs: it closes pooled connections on time
+    /// (not only at the next checkout) and ends once the pool is empty.
+    fn reap_idle(ep: &Arc<Endpoint>) {
+        if ep.reaping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            ep.reaping.store(false, Ordering::Release);
+            return;
+        };
+        let ep = ep.clone();
+        rt.spawn(async move {
+            loop {
+                let oldest = ep
+                    .idle
+                    .lock()
+                    .expect("pool lock")
+                    .iter()
+                    .map(|i| i.since)
+                    .min();
+                let Some(oldest) = oldest else {
+                    ep.reaping.store(false, Ordering::Release);
+                    // A connection pooled between the look and the store starts a new reaper.
+                    if ep.idle.lock().expect("pool lock").is_empty()
+                        || ep.reaping.swap(true, Ordering::AcqRel)
+                    {
+                        return;
+                    }
+                    continue;
+                };
+                tokio::time::sleep_until((oldest + ep.idle_timeout).into()).await;
+                // Dropped outside the lock: closing a connection is not done holding it.
+                let expired: Vec<Idle> = {
+                    let mut idle = ep.idle.lock().expect("pool lock");
+                    let (old, kept) = std::mem::take(&mut *idle).into_iter().partition(|i| {
+                        i.since.elapsed() >= ep.idle_timeout || i.sender.is_closed()
+                    });
+                    *idle = kept;
+                    old
+                };
+                drop(expired);
+            }
+        });
+    }
 }
 
 /// An HTTP/1.1 upstream connection lent to one exchange; give it back with [`release`]
@@ -76,6 +128,8 @@ impl PooledConn {
                 sender: self.sender,
                 since: Instant::now(),
             });
+            drop(idle);
+            Endpoint::reap_idle(&self.endpoint);
         }
     }
 }
@@ -86,7 +140,30 @@ pub struct RequestSlots {
     in_flight: AtomicUsize,
     /// `max_requests`; a reload that changes it keeps the count of requests in flight.
     pub(crate) max: AtomicUsize,
+    /// `max_requests_per_client` in force.
+    max_per_client: AtomicUsize,
+    /// Requests in flight per client address (entries removed at zero), so that one client
+    /// cannot hold every slot.
+    per_client: Mutex<std::collections::HashMap<IpAddr, usize>>,
     gauge: prometheus::IntGauge,
+}
+
+/// Why no slot was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoSlot {
+    /// All `max_requests` are taken.
+    Full(usize),
+    /// This client holds its `max_requests_per_client`.
+    ClientShare(usize),
+}
+
+impl From<NoSlot> for UpstreamError {
+    fn from(n: NoSlot) -> Self {
+        match n {
+            NoSlot::Full(max) => UpstreamError::Overflow(max),
+            NoSlot::ClientShare(max) => UpstreamError::ClientShare(max),
+        }
+    }
 }
 
 impl RequestSlots {
@@ -94,6 +171,8 @@ impl RequestSlots {
         Arc::new(RequestSlots {
             in_flight: AtomicUsize::new(0),
             max: AtomicUsize::new(cfg.max_requests),
+            max_per_client: AtomicUsize::new(cfg.max_requests_per_client()),
+            per_client: Mutex::new(Default::default()),
             gauge: metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
         })
     }
@@ -101,28 +180,63 @@ impl RequestSlots {
     /// The same slots, counting on, with `cfg`'s `max_requests` (a reload).
     pub fn reuse(self: &Arc<Self>, cfg: &ClusterConfig) -> Arc<Self> {
         self.max.store(cfg.max_requests, Ordering::Relaxed);
+        self.max_per_client
+            .store(cfg.max_requests_per_client(), Ordering::Relaxed);
         self.clone()
     }
 
-    /// A place for one more request, or `None` when all are taken.
-    fn take(self: &Arc<Self>) -> Option<RequestSlot> {
-        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= self.max.load(Ordering::Relaxed) {
+    /// A place for one more request from `client`, unless all are taken or the client holds
+    /// its share.
+    fn take(self: &Arc<Self>, client: IpAddr) -> Result<RequestSlot, NoSlot> {
+        let max = self.max.load(Ordering::Relaxed);
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= max {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
-            return None;
+            return Err(NoSlot::Full(max));
+        }
+        let share = self.max_per_client.load(Ordering::Relaxed);
+        {
+            let mut per_client = self.per_client.lock().expect("slots lock");
+            let held = per_client.entry(client).or_insert(0);
+            if *held >= share {
+                if *held == 0 {
+                    per_client.remove(&client);
+                }
+                drop(per_client);
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                return Err(NoSlot::ClientShare(share));
+            }
+            *held += 1;
         }
         self.gauge.inc();
-        Some(RequestSlot(self.clone()))
+        Ok(RequestSlot {
+            slots: self.clone(),
+            client,
+        })
     }
 }
 
 /// One request's place among its cluster's `max_requests`, given back when dropped (with the
 /// response body, or at once if the exchange fails).
-pub struct RequestSlot(Arc<RequestSlots>);
+pub struct RequestSlot {
+    slots: Arc<RequestSlots>,
+    client: IpAddr,
+}
 
 impl Drop for RequestSlot {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.gauge.dec();
+        let s = &self.slots;
+        if let Ok(mut per_client) = s.per_client.lock() {
+            if let std::collections::hash_map::Entry::Occupied(mut e) =
+                per_client.entry(self.client)
+            {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+        s.in_flight.fetch_sub(1, Ordering::Relaxed);
+        s.gauge.dec();
     }
 }
 
@@ -151,6 +265,8 @@ pub struct Cluster {
     next: AtomicUsize,
     connect_timeout: Duration,
     read_timeout: Duration,
+    /// `body_timeout`: the longest wait for the next bytes of a response body.
+    pub body_timeout: Duration,
     protocol: UpstreamProtocol,
 }
 
@@ -213,6 +329,7 @@ impl Cluster {
                         h2: Mutex::new(None),
                         max_idle: cfg.max_idle_per_endpoint,
                         idle_timeout: cfg.idle_timeout,
+                        reaping: Default::default(),
                     })
                 })
                 .collect(),
@@ -220,6 +337,7 @@ impl Cluster {
             next: AtomicUsize::new(0),
             connect_timeout: cfg.connect_timeout,
             read_timeout: cfg.read_timeout,
+            body_timeout: cfg.body_timeout,
             protocol: cfg.protocol,
         }
     }
@@ -258,12 +376,11 @@ impl Cluster {
         &self,
         req: Request<RequestBody>,
         upgrade: bool,
+        client: IpAddr,
     ) -> Result<Exchange, SendFailure> {
-        let Some(slot) = self.slots.take() else {
-            return Err(SendFailure::with_body(
-                UpstreamError::Overflow(self.slots.max.load(Ordering::Relaxed)),
-                req,
-            ));
+        let slot = match self.slots.take(client) {
+            Ok(s) => s,
+            Err(no) => return Err(SendFailure::with_body(no.into(), req)),
         };
         let first = self.pick(None);
         let (idx, conn) = match self.acquire_at(first, upgrade).await {
@@ -539,6 +656,8 @@ mod tests {
             idle_timeout: Duration::from_secs(1),
             max_idle_per_endpoint: 1,
             max_requests: 2,
+            max_requests_per_client: None,
+            body_timeout: Duration::from_secs(60),
             health_check: None,
             tls: None,
             max_fails: 1,
@@ -547,7 +666,11 @@ mod tests {
     }
 
     fn cluster(lb: LbPolicy, n: u16) -> Cluster {
-        let cfg = config(lb, n);
+        cluster_of(&config(lb, n))
+    }
+
+    fn cluster_of(cfg: &ClusterConfig) -> Cluster {
+        let cfg = cfg.clone();
         let metrics = crate::metrics::Metrics::new();
         let (slots, health) = (
             RequestSlots::new(&cfg, &metrics),
@@ -561,22 +684,97 @@ mod tests {
         let cfg = config(LbPolicy::RoundRobin, 1);
         let metrics = crate::metrics::Metrics::new();
         let slots = RequestSlots::new(&cfg, &metrics);
-        let a = slots.take().expect("first");
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let a = slots.take(ip).expect("first");
         let b = slots
             .clone()
-            .take()
+            .take(ip)
             .expect("second, through another worker's handle");
-        assert!(slots.take().is_none(), "a third past max_requests = 2");
+        assert_eq!(
+            slots.take(IpAddr::from([10, 0, 0, 1])).err(),
+            Some(NoSlot::Full(2)),
+            "a third past max_requests = 2"
+        );
         assert!(metrics
             .render()
             .contains("rampart_upstream_requests_in_flight{cluster=\"t\"} 2"));
         drop(a);
-        let c = slots.take().expect("a slot given back is taken again");
+        let c = slots.take(ip).expect("a slot given back is taken again");
         drop((b, c));
         assert_eq!(slots.in_flight.load(Ordering::Relaxed), 0);
         assert!(metrics
             .render()
             .contains("rampart_upstream_requests_in_flight{cluster=\"t\"} 0"));
+    }
+
+    #[test]
+    fn one_client_takes_no_more_than_its_share() {
+        let cfg = ClusterConfig {
+            max_requests: 10,
+            max_requests_per_client: Some(3),
+            ..config(LbPolicy::RoundRobin, 1)
+        };
+        let slots = RequestSlots::new(&cfg, &crate::metrics::Metrics::new());
+        let (greedy, other) = (IpAddr::from([192, 0, 2, 1]), IpAddr::from([192, 0, 2, 2]));
+        let held: Vec<_> = (0..3).map(|_| slots.take(greedy).unwrap()).collect();
+        assert_eq!(slots.take(greedy).err(), Some(NoSlot::ClientShare(3)));
+        assert_eq!(
+            slots.in_flight.load(Ordering::Relaxed),
+            3,
+            "a refusal holds nothing"
+        );
+        let others: Vec<_> = (0..3).map(|_| slots.take(other).unwrap()).collect();
+        drop(held);
+        assert!(slots.take(greedy).is_ok(), "given back, taken again");
+        drop(others);
+        assert!(
+            slots.per_client.lock().unwrap().is_empty(),
+            "no entry kept at zero"
+        );
+        // The default: a quarter of max_requests, but never fewer than 8 (or max_requests).
+        let share = |max, per| {
+            ClusterConfig {
+                max_requests: max,
+                max_requests_per_client: per,
+                ..config(LbPolicy::RoundRobin, 1)
+            }
+            .max_requests_per_client()
+        };
+        assert_eq!(share(1024, None), 256);
+        assert_eq!(share(20, None), 8);
+        assert_eq!(share(2, None), 2);
+        assert_eq!(share(1024, Some(1024)), 1024);
+    }
+
+    #[tokio::test]
+    async fn pooled_connections_are_closed_when_their_idle_timeout_passes() {
+        // A real HTTP/1.1 connection to a listener that answers nothing: only the pool's
+        // sender matters here.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accept = tokio::spawn(async move { listener.accept().await.unwrap().0 });
+        let cfg = ClusterConfig {
+            endpoints: vec![addr],
+            ..config(LbPolicy::RoundRobin, 1)
+        };
+        let c = cluster_of(&cfg);
+        let sender = c.new_h1(&c.endpoints[0], false).await.unwrap();
+        let _server_side = accept.await.unwrap();
+        PooledConn {
+            endpoint: c.endpoints[0].clone(),
+            sender,
+        }
+        .release();
+        assert_eq!(c.endpoints[0].idle.lock().unwrap().len(), 1);
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        assert!(
+            c.endpoints[0].idle.lock().unwrap().is_empty(),
+            "closed on time, not at the next checkout"
+        );
+        assert!(
+            !c.endpoints[0].reaping.load(Ordering::Relaxed),
+            "the reaper ended"
+        );
     }
 
     #[tokio::test]

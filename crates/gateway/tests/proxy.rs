@@ -523,31 +523,6 @@ async fn a_client_leaving_mid_download_frees_its_upstream_connection() {
     }
 }
 
-/// A TLS connection to the fixture offering ALPN `alpn`.
-async fn tls_to(fx: &Fixture, alpn: &[u8]) -> tokio_boring::SslStream<tokio::net::TcpStream> {
-    tls_after(fx, alpn, b"").await.unwrap()
-}
-
-/// A TLS connection to the fixture whose TCP stream first carries `preface` (a PROXY
-/// protocol header); the handshake's error if the gateway refuses it.
-async fn tls_after(
-    fx: &Fixture,
-    alpn: &[u8],
-    preface: &[u8],
-) -> Result<tokio_boring::SslStream<tokio::net::TcpStream>, String> {
-    use boring::ssl::{SslConnector, SslMethod, SslVerifyMode};
-    use tokio::io::AsyncWriteExt;
-    let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
-    b.set_verify(SslVerifyMode::NONE);
-    b.set_alpn_protos(alpn).unwrap();
-    let cfg = b.build().configure().unwrap();
-    let mut tcp = tokio::net::TcpStream::connect(fx.addr()).await.unwrap();
-    tcp.write_all(preface).await.unwrap();
-    tokio_boring::connect(cfg, "localhost", tcp)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 /// `GET /headers` over a fresh connection that starts with `preface`: the headers the
 /// upstream saw, or the error.
 async fn headers_after(fx: &Fixture, preface: &[u8]) -> Result<serde_json::Value, String> {

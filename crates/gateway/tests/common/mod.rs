@@ -695,3 +695,28 @@ pub async fn spawn_switchable_upstream(
     });
     (addr, up)
 }
+
+/// A TLS connection to the fixture offering ALPN `alpn`.
+pub async fn tls_to(fx: &Fixture, alpn: &[u8]) -> tokio_boring::SslStream<tokio::net::TcpStream> {
+    tls_after(fx, alpn, b"").await.unwrap()
+}
+
+/// A TLS connection to the fixture whose TCP stream first carries `preface` (a PROXY
+/// protocol header); the handshake's error if the gateway refuses it.
+pub async fn tls_after(
+    fx: &Fixture,
+    alpn: &[u8],
+    preface: &[u8],
+) -> Result<tokio_boring::SslStream<tokio::net::TcpStream>, String> {
+    use boring::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    use tokio::io::AsyncWriteExt;
+    let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    b.set_alpn_protos(alpn).unwrap();
+    let cfg = b.build().configure().unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(fx.addr()).await.unwrap();
+    tcp.write_all(preface).await.unwrap();
+    tokio_boring::connect(cfg, "localhost", tcp)
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,192 @@
+//! The timers a client connection lives under once its TLS handshake is done, kept by the
+//! listener that owns the connection:
+//!
+//! - **first request**: a connection that sends no request within `limits.header_timeout` of
+//!   its handshake is closed (nginx's `client_header_timeout`; an HTTP/1.1 connection waits in
+//!   hyper's version sniff before any header timer of hyper's runs);
+//! - **idle**: a connection with no request in flight for `limits.idle_timeout` is closed,
+//!   whatever else arrives on it (HTTP/2 PINGs and SETTINGS keep no connection open);
+//! - **under pressure**: while the listener holds more than 3/4 of its `max_connections`,
+//!   idle connections are closed after `limits.idle_timeout_under_pressure` instead, so held
+//!   descriptors go back to new clients.
+//!
+//! A request counts as in flight from its headers until its response body is finished or
+//! dropped ([`Active`]).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One connection's requests in flight and when it last had none.
+pub struct Activity {
+    in_flight: AtomicUsize,
+    /// Milliseconds after `start` when the last request finished (0: none yet).
+    idle_since_ms: AtomicU64,
+    /// Whether any request has begun.
+    served: AtomicUsize,
+    start: Instant,
+}
+
+/// One request in flight on a connection, until dropped.
+pub struct Active(Arc<Activity>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let a = &self.0;
+        a.idle_since_ms
+            .store(a.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        a.in_flight.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// The idle limits of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct IdleLimits {
+    pub first_request: Duration,
+    pub idle: Duration,
+    pub idle_under_pressure: Duration,
+}
+
+/// Why a connection's timer ended it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// No request within the first-request limit.
+    NoRequest,
+    /// Idle past the idle limit in force.
+    Idle,
+}
+
+impl Expiry {
+    /// The `reason` label of `rampart_connections_timed_out_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Expiry::NoRequest => "no_request",
+            Expiry::Idle => "idle",
+        }
+    }
+}
+
+impl Activity {
+    /// A connection that has just finished its handshake.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Activity {
+            in_flight: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            served: AtomicUsize::new(0),
+            start: Instant::now(),
+        })
+    }
+
+    /// Counts a request in flight until the returned guard drops.
+    pub fn begin(self: &Arc<Self>) -> Active {
+        self.in_flight.fetch_add(1, Ordering::Acquire);
+        self.served.store(1, Ordering::Relaxed);
+        Active(self.clone())
+    }
+
+    /// How long the connection has been without a request in flight, with the limit that
+    /// applies to it; `None` while a request is in flight.
+    fn quiet(
+        &self,
+        limits: &IdleLimits,
+        under_pressure: bool,
+    ) -> Option<(Duration, Duration, Expiry)> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let now = self.start.elapsed();
+        let idle_limit = if under_pressure {
+            limits.idle.min(limits.idle_under_pressure)
+        } else {
+            limits.idle
+        };
+        if self.served.load(Ordering::Relaxed) == 0 {
+            return Some((now, limits.first_request.min(idle_limit), Expiry::NoRequest));
+        }
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        Some((now.saturating_sub(since), idle_limit, Expiry::Idle))
+    }
+
+    /// Resolves when the connection has been quiet past its limit. Sleeps at most
+    /// [`RECHECK`] at a time, so pressure (asked at each wake) takes effect within it.
+    pub async fn expired(&self, limits: IdleLimits, under_pressure: impl Fn() -> bool) -> Expiry {
+        loop {
+            let wait = match self.quiet(&limits, under_pressure()) {
+                // A quiet period can end no sooner than one limit after the request does.
+                None => limits.idle.min(limits.idle_under_pressure),
+                Some((quiet, limit, why)) if quiet >= limit => return why,
+                Some((quiet, limit, _)) => limit - quiet,
+            };
+            tokio::time::sleep(wait.clamp(Duration::from_millis(10), RECHECK)).await;
+        }
+    }
+}
+
+/// The longest a connection's timer sleeps: how late pressure can be noticed (one wake per
+/// idle connection this often, about a microsecond each).
+const RECHECK: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(first_ms: u64, idle_ms: u64) -> IdleLimits {
+        IdleLimits {
+            first_request: Duration::from_millis(first_ms),
+            idle: Duration::from_millis(idle_ms),
+            idle_under_pressure: Duration::from_millis(idle_ms / 10),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_without_a_request_expires_at_the_first_request_limit() {
+        let a = Activity::new();
+        let t = Instant::now();
+        assert_eq!(
+            a.expired(limits(2_000, 60_000), || false).await,
+            Expiry::NoRequest
+        );
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(4),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_holds_the_connection_and_idleness_counts_from_its_end() {
+        let a = Activity::new();
+        let req = a.begin();
+        let t = Instant::now();
+        let held = tokio::time::timeout(
+            Duration::from_secs(30),
+            a.expired(limits(1_000, 5_000), || false),
+        )
+        .await;
+        assert!(held.is_err(), "expired with a request in flight");
+        drop(req);
+        let ended = t.elapsed();
+        assert_eq!(
+            a.expired(limits(1_000, 5_000), || false).await,
+            Expiry::Idle
+        );
+        let idle = t.elapsed() - ended;
+        assert!(
+            idle >= Duration::from_secs(5) && idle < Duration::from_secs(7),
+            "{idle:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pressure_shortens_the_idle_limit() {
+        let a = Activity::new();
+        drop(a.begin());
+        let t = Instant::now();
+        assert_eq!(
+            a.expired(limits(1_000, 60_000), || true).await,
+            Expiry::Idle
+        );
+        assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    }
+}
