@@ -463,6 +463,46 @@ mod tests {
         }
     }
 
+    /// The fuzz target's properties over seeded random inputs drawn from path-like bytes.
+    #[test]
+    fn random_paths_normalize_to_fixed_points() {
+        let mut rng = fastrand::Rng::with_seed(32);
+        let alphabet = b"/./%2e%2E%2f%5c\\aZ09-_~%41%7e?#@:; \x00\xff";
+        let policies = [
+            SeparatorAction::Reject,
+            SeparatorAction::Keep,
+            SeparatorAction::Decode,
+        ];
+        for _ in 0..50_000 {
+            let len = rng.usize(0..24);
+            let mut input = vec![b'/'];
+            input.extend((0..len).map(|_| alphabet[rng.usize(..alphabet.len())]));
+            let policy = PathPolicy {
+                encoded_slash: policies[rng.usize(..3)],
+                backslash: policies[rng.usize(..3)],
+                merge_slashes: rng.bool(),
+                ..PathPolicy::default()
+            };
+            let Ok(path) = normalize_path(&input, &policy) else {
+                continue;
+            };
+            assert!(path.starts_with('/'), "{input:?} → {path:?}");
+            assert!(
+                path.split('/').all(|seg| seg != "." && seg != ".."),
+                "{path:?}"
+            );
+            assert!(!policy.merge_slashes || !path.contains("//"), "{path:?}");
+            assert_eq!(
+                normalize_path(path.as_bytes(), &policy).as_deref(),
+                Ok(path.as_str())
+            );
+            assert!(
+                http::uri::PathAndQuery::try_from(path.as_str()).is_ok(),
+                "{path:?}"
+            );
+        }
+    }
+
     fn headers(hosts: &[&str]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for v in hosts {
