@@ -81,22 +81,27 @@ async fn gateway_before(
     start_with(&text, dir, upstream, None).await
 }
 
-/// Sends `head` (a whole HTTP/1.1 request head and body) over TLS and returns the status.
-async fn raw_status(fx: &Fixture, request: &[u8]) -> u16 {
-    let mut tls = tls_to(fx, b"\x08http/1.1").await;
-    tls.write_all(request).await.unwrap();
+/// What arrives up to the end of a response head (or what did, at EOF or past `limit`).
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S, limit: Duration) -> String {
     let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+    let _ = tokio::time::timeout(limit, async {
         let mut buf = [0u8; 4096];
         while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            match tls.read(&mut buf).await {
+            match s.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got.extend_from_slice(&buf[..n]),
             }
         }
     })
     .await;
-    let text = String::from_utf8_lossy(&got);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Sends `head` (a whole HTTP/1.1 request head and body) over TLS and returns the status.
+async fn raw_status(fx: &Fixture, request: &[u8]) -> u16 {
+    let mut tls = tls_to(fx, b"\x08http/1.1").await;
+    tls.write_all(request).await.unwrap();
+    let text = read_head(&mut tls, Duration::from_secs(5)).await;
     text.split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
@@ -402,18 +407,7 @@ async fn a_stalled_request_body_times_out_and_frees_its_slot() {
         .await
         .unwrap();
     let t = Instant::now();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    let _ = tokio::time::timeout(Duration::from_secs(6), async {
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            match tls.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    let text = String::from_utf8_lossy(&got);
+    let text = read_head(&mut tls, Duration::from_secs(6)).await;
     assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     let m = fx.gw().metrics.render();
