@@ -410,6 +410,10 @@ pub struct QuicConfig {
     pub retry: RetryPolicy,
     /// With `retry = "when_busy"`: Retry while more handshakes than this are pending.
     pub retry_pending_above: usize,
+    /// Handshakes pending at once on this listener (all workers); past it new connection
+    /// attempts are refused (CONNECTION_REFUSED), Retry token or not, so a flood of Initials
+    /// holds bounded memory.
+    pub max_pending_handshakes: usize,
     /// Routable connection IDs (QUIC-LB); absent: random 20-byte IDs.
     pub lb: Option<QuicLbConfig>,
     /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
@@ -456,6 +460,7 @@ impl Default for QuicConfig {
             udp_buffer_bytes: 4 << 20,
             retry: RetryPolicy::WhenBusy,
             retry_pending_above: 256,
+            max_pending_handshakes: 1024,
             lb: None,
             early_data: false,
             pacing: true,
@@ -1159,6 +1164,12 @@ impl Config {
                         ),
                     );
                 }
+                if q.max_pending_handshakes == 0 {
+                    return err(
+                        format!("{p}.quic.max_pending_handshakes"),
+                        "at least 1".into(),
+                    );
+                }
                 if !(2..=1000).contains(&q.initial_congestion_window) {
                     return err(
                         format!("{p}.quic.initial_congestion_window"),
@@ -1188,6 +1199,12 @@ impl Config {
                         return err(format!("{p}.quic.lb"), e);
                     }
                 }
+            }
+            if l.limits.max_control_frames_per_second == 0 {
+                return err(
+                    format!("{p}.limits.max_control_frames_per_second"),
+                    "at least 1".into(),
+                );
             }
             if l.limits.max_header_bytes < 1024 || l.limits.max_headers == 0 {
                 return err(

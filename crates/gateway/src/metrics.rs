@@ -441,6 +441,13 @@ impl ConnectionCap {
         self.open.get() * 4 > self.max * 3
     }
 
+    /// Counts a connection attempt shed for another limit (pending QUIC handshakes) as
+    /// rejected; always true.
+    pub fn shed(&self) -> bool {
+        self.rejected.inc();
+        true
+    }
+
     /// Counts one open connection until the guard drops.
     pub fn open(&self) -> GaugeGuard {
         GaugeGuard::new(self.open.clone())

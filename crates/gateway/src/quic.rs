@@ -160,13 +160,14 @@ pub struct QuicWorker {
     pub retry_gate: Option<Arc<RetryGate>>,
 }
 
-/// The Retry gate `cfg` asks for, if any.
+/// The Retry gate `cfg` asks for. With `retry = "never"` it still counts the pending
+/// handshakes (and never sends a Retry), so `max_pending_handshakes` holds under every policy.
 pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
-    match cfg.retry {
-        RetryPolicy::Never => None,
-        RetryPolicy::Always => Some(RetryGate::always()),
-        RetryPolicy::WhenBusy => Some(RetryGate::when_pending_above(cfg.retry_pending_above)),
-    }
+    Some(match cfg.retry {
+        RetryPolicy::Never => RetryGate::when_pending_above(usize::MAX),
+        RetryPolicy::Always => RetryGate::always(),
+        RetryPolicy::WhenBusy => RetryGate::when_pending_above(cfg.retry_pending_above),
+    })
 }
 
 /// Bytes a connection sends before path MTU discovery probes its path: more than a handshake
@@ -254,7 +255,7 @@ pub async fn serve(
         },
         hooks,
     );
-    params.retry_gate = retry_gate;
+    params.retry_gate = retry_gate.clone();
     // Load shedding: at `limits.max_connections` open QUIC connections, or from a client the
     // listener's access list turns away, new attempts are refused at once (CONNECTION_REFUSED)
     // before any handshake work, and counted.
@@ -266,11 +267,18 @@ pub async fn serve(
     );
     // While shutting down, new attempts are refused the same way (and not counted as shed).
     let shutting_down = Arc::new(AtomicBool::new(false));
+    // Pending handshakes are bounded too (each holds a connection's state, ~90 KB, until it
+    // completes or `tls.handshake_timeout` passes): past `max_pending_handshakes` on this
+    // listener, even a client with a valid Retry token is refused, and counted as shed.
+    let pending = retry_gate.clone();
+    let max_pending = cfg.max_pending_handshakes;
     params.refuse_new_connections = Some(Arc::new({
         let cap = cap.clone();
         let shutting_down = shutting_down.clone();
         move |peer: std::net::SocketAddr| {
-            shutting_down.load(Ordering::Relaxed) || cap.refuse(peer.ip())
+            shutting_down.load(Ordering::Relaxed)
+                || cap.refuse(peer.ip())
+                || (pending.as_ref().is_some_and(|g| g.pending() >= max_pending) && cap.shed())
         }
     }));
     let mut streams =

@@ -669,6 +669,74 @@ async fn shutdown_closes_h3_connections_still_busy_after_the_grace_period() {
 
 /// A client that sends its first Initial and then goes silent holds its connection only for
 /// the listener's `tls.handshake_timeout`, as over TCP, not for the idle timeout (60 s); failed
+/// Starts a QUIC handshake with `server` (a quiche client's first flight, its connection ID
+/// filled with `id`) and says no more: the server answers and waits for the rest, which never
+/// comes. The socket is returned so the client's address stays bound.
+async fn stalled_handshake(server: std::net::SocketAddr, id: u8) -> tokio::net::UdpSocket {
+    use tokio_quiche::quiche;
+    let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
+    cfg.verify_peer(false);
+    cfg.set_application_protos(&[b"h3"]).unwrap();
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let local = sock.local_addr().unwrap();
+    let scid = quiche::ConnectionId::from_vec(vec![id; 16]);
+    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut cfg).unwrap();
+    let mut first = [0u8; 1500];
+    while let Ok((n, _)) = conn.send(&mut first) {
+        sock.send_to(&first[..n], server).await.unwrap();
+    }
+    sock
+}
+
+/// A flood of Initials holds bounded memory: past `max_pending_handshakes` new attempts are
+/// refused at once (counted as shed), whatever the Retry policy, and served again once the
+/// pending ones have timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_quic_handshakes_are_bounded() {
+    let fx = start(
+        "",
+        &format!(
+            "[listeners.tls]\nhandshake_timeout = \"2s\"\n{QUIC}\nretry = \"never\"\nmax_pending_handshakes = 2"
+        ),
+    )
+    .await;
+    let server: std::net::SocketAddr = ([127, 0, 0, 1], quic_port(&fx)).into();
+    let _held = [
+        stalled_handshake(server, 1).await,
+        stalled_handshake(server, 2).await,
+    ];
+    eventually_metric(&fx, "rampart_quic_handshakes_pending", &[], 2.0).await;
+    let t0 = std::time::Instant::now();
+    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "refused only after {:?}",
+        t0.elapsed()
+    );
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(
+            &m,
+            "rampart_connections_rejected_total",
+            &["listener=\"https/quic\""]
+        ) >= 1.0,
+        "{m}"
+    );
+    // Once the stalled ones time out, handshakes are served again.
+    let mut served = false;
+    for _ in 0..50 {
+        if quic_handshake(server).await.is_ok() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        served,
+        "no handshake served after the pending ones timed out"
+    );
+}
+
 /// QUIC handshakes are counted by reason, as TCP ones are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_quic_handshakes_end_at_the_handshake_timeout_and_are_counted() {
@@ -679,17 +747,7 @@ async fn failed_quic_handshakes_end_at_the_handshake_timeout_and_are_counted() {
     )
     .await;
     let server: std::net::SocketAddr = ([127, 0, 0, 1], quic_port(&fx)).into();
-    let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
-    cfg.verify_peer(false);
-    cfg.set_application_protos(&[b"h3"]).unwrap();
-    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let local = sock.local_addr().unwrap();
-    let scid = quiche::ConnectionId::from_ref(&[7; 16]);
-    let mut conn = quiche::connect(Some("localhost"), &scid, local, server, &mut cfg).unwrap();
-    let mut first = [0u8; 1500];
-    let (n, _) = conn.send(&mut first).unwrap();
-    sock.send_to(&first[..n], server).await.unwrap();
-    // The server answers and waits for the rest of the handshake, which never comes.
+    let _stalled = stalled_handshake(server, 7).await;
     let open = ["listener=\"https/quic\""];
     eventually_metric(&fx, "rampart_open_connections", &open, 1.0).await;
     let t0 = std::time::Instant::now();
