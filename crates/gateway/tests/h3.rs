@@ -740,7 +740,6 @@ async fn pending_quic_handshakes_are_bounded() {
 /// QUIC handshakes are counted by reason, as TCP ones are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_quic_handshakes_end_at_the_handshake_timeout_and_are_counted() {
-    use tokio_quiche::quiche;
     let fx = start(
         "",
         &format!("[listeners.tls]\nhandshake_timeout = \"1s\"\n{QUIC}"),
