@@ -444,6 +444,24 @@ pub async fn worker(
         }
     }
     match args.mode {
+        Mode::H3InitialFlood => {
+            // Each worker paces its share of the rate.
+            let every =
+                Duration::from_secs_f64(args.concurrency.max(1) as f64 / args.rate.max(1) as f64);
+            let mut next = Instant::now();
+            while rec.start_op() {
+                tokio::time::sleep_until(next.into()).await;
+                next += every;
+                let start = Instant::now();
+                match H3Conn::connect(&t, None).await {
+                    Ok(mut c) => match c.flush().await {
+                        Ok(()) => rec.ok(start.elapsed()),
+                        Err(e) => rec.error(&e),
+                    },
+                    Err(e) => rec.error(&e),
+                }
+            }
+        }
         Mode::H3Handshake => {
             while rec.start_op() {
                 let start = Instant::now();

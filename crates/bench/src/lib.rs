@@ -43,6 +43,10 @@ pub enum Mode {
     H3Handshake,
     /// Requests on kept-open HTTP/3 connections.
     H3Requests,
+    /// An attack, for the server's memory under it: QUIC Initials (a client's first flight,
+    /// each from a new UDP port) that never go further, at `--rate` per second; the server's
+    /// Retries and handshake replies are never read.
+    H3InitialFlood,
     /// Bulk HTTP/3 download (use a large /bytes/N): Gbit/s and server CPU s/GB.
     H3Download,
     /// Bulk HTTPS download (HTTP/1.1 over TLS, or HTTP/2 with `--http h2`), the same figures for comparison.
@@ -104,6 +108,9 @@ pub struct BenchArgs {
     /// get an RSA certificate or "ecdsa_secp256r1_sha256" for ECDSA).
     #[arg(long)]
     pub sigalgs: Option<String>,
+    /// h3-initial-flood: Initials per second over all workers.
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u64,
     /// Report this process's CPU time over the run (the server under test).
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -477,7 +484,11 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                 Mode::HttpsRequests | Mode::HttpsDownload | Mode::HttpsUpload => {
                     request_worker(t, args, rec).await
                 }
-                Mode::H3Handshake | Mode::H3Requests | Mode::H3Download | Mode::H3Upload => {
+                Mode::H3Handshake
+                | Mode::H3Requests
+                | Mode::H3Download
+                | Mode::H3Upload
+                | Mode::H3InitialFlood => {
                     let h3t = Arc::new(h3::H3Target {
                         addr: t.addr,
                         host: t.host.clone(),
