@@ -372,6 +372,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut certs = Vec::new();
     let mut access_lists = Vec::new();
     let mut quic_bound = Vec::new();
+    let budget = server::connection_budget();
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
@@ -429,11 +430,21 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         let alt_svc = quic.as_ref().and_then(|(_, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
+        let mut limits = l.limits.clone();
+        if limits.max_connections > budget {
+            tracing::warn!(
+                listener = %l.name,
+                configured = limits.max_connections,
+                budget,
+                "limits.max_connections lowered to what the open-descriptor limit holds (two per connection); raise the limit (systemd LimitNOFILE=) to allow more"
+            );
+            limits.max_connections = budget;
+        }
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
             let shared = Arc::new(proxy::ProxyShared {
                 listener: l.name.clone(),
                 routing: routing[w].clone(),
-                limits: l.limits.clone(),
+                limits: limits.clone(),
                 metrics: metrics.clone(),
                 access_log: access_log.clone(),
                 alt_svc: alt_svc.clone(),

@@ -411,6 +411,13 @@ async fn forward<'a>(
         .filter(|p| route.upgrades(p))
         .or_else(|| h2_websocket.clone());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+    // An HTTP/2 stream turned tunnel keeps its connection busy for the connection's idle
+    // timer (an HTTP/1.1 connection is handed over whole instead).
+    let tunnel_active = h2_websocket.as_ref().and_then(|_| {
+        req.extensions()
+            .get::<Arc<crate::conn_timers::Activity>>()
+            .map(|a| a.begin())
+    });
     let (mut parts, body) = req.into_parts();
     let via = format!("{} rampart", version_label(parts.version));
     let h = &mut parts.headers;
@@ -598,9 +605,11 @@ async fn forward<'a>(
     }
     if let (true, Some(client), Some(_)) = (switched, client_upgrade, &upstream_protocol) {
         let upstream = hyper::upgrade::on(&mut response);
-        shared
-            .tunnels
-            .spawn(tunnel(client, upstream, limits.idle_timeout));
+        let idle = limits.idle_timeout;
+        shared.tunnels.spawn(async move {
+            tunnel(client, upstream, idle).await;
+            drop(tunnel_active);
+        });
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);

@@ -59,6 +59,43 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
+/// Descriptors kept back from client connections: listening sockets, upstream health
+/// checks, log files, the admin listener.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// Raises this process's open-descriptor limit to its hard limit (as Go's runtime and nginx's
+/// `worker_rlimit_nofile` do) and returns how many client connections fit in it: each may
+/// hold its own descriptor and one upstream connection's. A listener's `max_connections`
+/// above this is lowered to it, so at the cap connections are shed on purpose, with
+/// descriptors to spare, instead of accept failing with EMFILE for every client alike.
+pub fn connection_budget() -> usize {
+    // SAFETY: getrlimit and setrlimit only read and write the `rlimit` struct passed by
+    // pointer, which lives on this stack frame for both calls.
+    let limit = unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return usize::MAX;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+        r.rlim_cur
+    };
+    if limit == libc::RLIM_INFINITY {
+        return usize::MAX;
+    }
+    (limit.saturating_sub(RESERVED_DESCRIPTORS) / 2).max(16) as usize
+}
+
 impl TcpListenerTask {
     /// Accepts until `stop` turns true; each connection is watched by `watcher` so shutdown
     /// can wait for in-flight requests.
@@ -227,8 +264,10 @@ async fn serve_connection(
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();
-        service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             let active = activity.begin();
+            // For a tunnel made of an HTTP/2 stream, which outlives its response.
+            req.extensions_mut().insert(activity.clone());
             let handled = proxy::handle(shared.clone(), info.clone(), req.map(client_body));
             async move {
                 let resp = handled.await?;
@@ -286,5 +325,26 @@ async fn serve_connection(
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_budget_raises_the_descriptor_limit_and_halves_what_is_left() {
+        let budget = connection_budget();
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes only the struct passed by pointer.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
+        assert_eq!(r.rlim_cur, r.rlim_max, "soft limit raised to the hard one");
+        if r.rlim_cur != libc::RLIM_INFINITY {
+            let want = (r.rlim_cur.saturating_sub(RESERVED_DESCRIPTORS) / 2).max(16);
+            assert_eq!(budget as u64, want);
+        }
     }
 }

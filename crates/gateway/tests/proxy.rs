@@ -978,7 +978,8 @@ fn h2_websocket_request(path: &str) -> http::Request<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_over_http2_becomes_a_tunnel_to_an_http1_upstream() {
-    let (fx, _) = start_with_faulty_upstream("").await;
+    // A short idle limit: the tunnel, not a request, keeps the connection busy.
+    let (fx, _) = start_with_faulty_upstream("[listeners.limits]\nidle_timeout = \"1s\"").await;
     let mut send = h2_client(&fx).await;
     let (response, mut out) = send
         .send_request(h2_websocket_request(UPGRADE_PATH), false)
@@ -994,7 +995,16 @@ async fn a_websocket_over_http2_becomes_a_tunnel_to_an_http1_upstream() {
         .to_string();
     assert_eq!(key.len(), 24, "{key}");
     let mut back = response.into_body();
-    for msg in [b"ping-over-h2".to_vec(), vec![b'w'; 100_000]] {
+    // Messages over 2.5 s, longer than the connection's idle limit: it stays open.
+    let ticks = (0..5).map(|i| format!("tick-{i}").into_bytes());
+    for (i, msg) in [b"ping-over-h2".to_vec(), vec![b'w'; 100_000]]
+        .into_iter()
+        .chain(ticks)
+        .enumerate()
+    {
+        if i >= 2 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         out.send_data(bytes::Bytes::from(msg.clone()), false)
             .unwrap();
         let mut got = Vec::new();
