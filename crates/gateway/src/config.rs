@@ -610,6 +610,10 @@ pub struct LimitsConfig {
     /// closed after this instead of `idle_timeout`, so descriptors go back to new clients.
     #[serde(deserialize_with = "duration")]
     pub idle_timeout_under_pressure: Duration,
+    /// A request body whose length is known and at most this is read whole before an
+    /// upstream is picked (nginx's `client_body_buffer_size`), so a client trickling it holds
+    /// no upstream connection or slot meanwhile; 0: every body is streamed.
+    pub buffer_body_bytes: u64,
     /// Longest wait for the next bytes of a request body (nginx's `client_body_timeout`);
     /// past it the request fails with 408 and its upstream slot is freed.
     #[serde(deserialize_with = "duration")]
@@ -638,6 +642,7 @@ impl Default for LimitsConfig {
             idle_timeout: Duration::from_secs(60),
             first_request_timeout: Duration::from_secs(20),
             idle_timeout_under_pressure: Duration::from_secs(2),
+            buffer_body_bytes: 16 * 1024,
             body_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),
             max_control_frames_per_second: 100,

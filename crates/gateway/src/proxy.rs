@@ -474,6 +474,20 @@ async fn forward<'a>(
         h.insert(&X_REQUEST_ID, v);
     }
     route.request_headers.apply(h);
+    // Phase: buffer a small body. A body whose size is known and small is read whole before
+    // an upstream slot is taken (as nginx's client_body_buffer_size), so a client trickling it
+    // holds no upstream connection or slot while it does.
+    let body = match buffer_small_body(body, declared_len, limits).await {
+        Ok(b) => b,
+        Err(BufferError::TimedOut) => {
+            let resp = local(StatusCode::REQUEST_TIMEOUT, "request body timed out\n");
+            return Err((matched, resp));
+        }
+        Err(BufferError::Client) => {
+            let resp = local(StatusCode::BAD_REQUEST, "request body ended early\n");
+            return Err((matched, resp));
+        }
+    };
     let body = RequestBody::new(body, limits.max_body_bytes, progress.clone())
         .idle_timeout(limits.body_timeout);
     let req = Request::from_parts(parts, body);
@@ -656,6 +670,41 @@ async fn forward<'a>(
         }),
         upstream_time,
     ))
+}
+
+/// Why a small body could not be buffered.
+enum BufferError {
+    /// No bytes for `limits.body_timeout`.
+    TimedOut,
+    /// The client's stream failed (reset, closed).
+    Client,
+}
+
+/// Reads `body` whole when its length (declared or known to the protocol) is at most
+/// `limits.buffer_body_bytes`, each frame within `limits.body_timeout`; other bodies are
+/// returned as they are, to be streamed.
+async fn buffer_small_body(
+    mut body: ClientBody,
+    declared_len: Option<u64>,
+    limits: &LimitsConfig,
+) -> Result<ClientBody, BufferError> {
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+    let known = declared_len.or_else(|| body.size_hint().exact());
+    if body.is_end_stream() || known.is_none_or(|n| n > limits.buffer_body_bytes) {
+        return Ok(body);
+    }
+    let mut frames = Vec::new();
+    loop {
+        match tokio::time::timeout(limits.body_timeout, body.frame()).await {
+            Err(_) => return Err(BufferError::TimedOut),
+            Ok(Some(Ok(f))) => frames.push(f),
+            Ok(Some(Err(_))) => return Err(BufferError::Client),
+            Ok(None) => break,
+        }
+    }
+    let frames = futures_util::stream::iter(frames.into_iter().map(Ok::<_, crate::body::BoxError>));
+    Ok(ClientBody::new(http_body_util::StreamBody::new(frames)))
 }
 
 /// The methods a 405 from the gateway offers.

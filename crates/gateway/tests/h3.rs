@@ -861,7 +861,9 @@ async fn a_stopped_h3_download_frees_its_upstream_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_the_client_resets_never_reaches_the_upstream_as_whole() {
-    let (fx, mut reports) = start_with_faulty_upstream(QUIC).await;
+    // Every body streamed (none buffered first), so each case reaches the upstream cut short.
+    let listener = format!("[listeners.limits]\nbuffer_body_bytes = 0\n{QUIC}");
+    let (fx, mut reports) = start_with_faulty_upstream(&listener).await;
     // 300 KB of a 1 MB body, no content-length (a streamed upload), then RESET_STREAM.
     let out = run(h3(
         &fx,

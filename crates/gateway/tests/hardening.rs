@@ -402,20 +402,32 @@ async fn a_control_frame_flood_closes_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_request_body_times_out_and_frees_its_slot() {
     let fx = start("", "[listeners.limits]\nbody_timeout = \"1s\"").await;
-    let mut tls = tls_to(&fx, b"\x08http/1.1").await;
-    tls.write_all(b"POST /discard HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nx")
-        .await
-        .unwrap();
-    let t = Instant::now();
-    let text = read_head(&mut tls, Duration::from_secs(6)).await;
-    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
-    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
-    let m = fx.gw().metrics.render();
-    assert_eq!(
-        metric_sum(&m, "rampart_upstream_requests_in_flight", &[]),
-        0.0,
-        "slot back"
-    );
+    // A small body is buffered before any upstream is picked: trickling it holds no slot.
+    // A large one streams, holding a slot until it stalls past the timeout.
+    for (len, slot_held) in [(100, false), (1_000_000, true)] {
+        let mut tls = tls_to(&fx, b"\x08http/1.1").await;
+        let head =
+            format!("POST /discard HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len}\r\n\r\nx");
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let m = fx.gw().metrics.render();
+        let held = metric_sum(&m, "rampart_upstream_requests_in_flight", &[]);
+        assert_eq!(
+            held,
+            if slot_held { 1.0 } else { 0.0 },
+            "{len}: slots while trickling"
+        );
+        let t = Instant::now();
+        let text = read_head(&mut tls, Duration::from_secs(6)).await;
+        assert!(text.starts_with("HTTP/1.1 408"), "{len}: {text:?}");
+        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        let m = fx.gw().metrics.render();
+        assert_eq!(
+            metric_sum(&m, "rampart_upstream_requests_in_flight", &[]),
+            0.0,
+            "{len}: slot back"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
