@@ -32,6 +32,16 @@ fn digest(h: HashAlgorithm, input: &[u8]) -> Option<Vec<u8>> {
     hash(md, input).ok().map(|d| d.to_vec())
 }
 
+/// Sends a fatal `internal_error` alert on `ssl`, whose handshake is about to fail.
+fn send_internal_error(ssl: &mut SslRef) {
+    use foreign_types::ForeignTypeRef;
+    // SAFETY: `ssl` is a valid SSL exclusively borrowed for this call (the private-key
+    // completion callback), which is where BoringSSL allows SSL_send_fatal_alert.
+    unsafe {
+        boring_sys::SSL_send_fatal_alert(ssl.as_ptr(), boring_sys::SSL_AD_INTERNAL_ERROR as u8);
+    }
+}
+
 impl AsyncPrivateKeyMethod for EngineKeyMethod {
     fn sign(
         &self,
@@ -51,10 +61,18 @@ impl AsyncPrivateKeyMethod for EngineKeyMethod {
         handshake_info::set_signature_algorithm(ssl, alg);
         let fut = self.engine.sign(&self.key, alg, digest);
         Ok(Box::pin(async move {
-            let sig = fut.await.map_err(|e| {
-                tracing::debug!(error = %e, "handshake signature failed");
-                AsyncPrivateKeyMethodError
-            })?;
+            let sig = match fut.await {
+                Ok(sig) => sig,
+                Err(e) => {
+                    tracing::debug!(error = %e, "handshake signature failed");
+                    // BoringSSL fails the handshake without a word to the client; say why,
+                    // as a TLS stack whose own key failed would (RFC 8446 §6.2).
+                    return Ok(Box::new(|ssl: &mut SslRef, _out: &mut [u8]| {
+                        send_internal_error(ssl);
+                        Err(AsyncPrivateKeyMethodError)
+                    }) as BoxPrivateKeyMethodFinish);
+                }
+            };
             Ok(Box::new(move |_ssl: &mut SslRef, out: &mut [u8]| {
                 let dst = out.get_mut(..sig.len()).ok_or(AsyncPrivateKeyMethodError)?;
                 dst.copy_from_slice(&sig);
