@@ -56,6 +56,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// `stdout`, `off`, or a file path to append JSON lines to.
     pub access_log: String,
+    /// Memory-aware overload actions (`[server.overload]`).
+    pub overload: OverloadConfig,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +66,28 @@ impl Default for ServerConfig {
             worker_threads: 0,
             shutdown_grace: Duration::from_secs(30),
             access_log: "stdout".into(),
+            overload: OverloadConfig::default(),
+        }
+    }
+}
+
+/// `[server.overload]`: actions taken as the process's memory nears a limit (see
+/// `gateway::overload`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OverloadConfig {
+    /// Resident memory the gateway should stay under; none: no overload actions.
+    pub memory_limit_bytes: Option<u64>,
+    /// How often memory is read.
+    #[serde(deserialize_with = "duration")]
+    pub check_interval: Duration,
+}
+
+impl Default for OverloadConfig {
+    fn default() -> Self {
+        OverloadConfig {
+            memory_limit_bytes: None,
+            check_interval: Duration::from_millis(250),
         }
     }
 }
@@ -985,6 +1009,23 @@ impl Config {
             if !a.ip().is_loopback() {
                 return err("admin.listen".into(), format!("{a} is not a loopback address; the admin listener must stay on 127.0.0.0/8 or ::1"));
             }
+        }
+        if self
+            .server
+            .overload
+            .memory_limit_bytes
+            .is_some_and(|b| b < 16 << 20)
+        {
+            return err(
+                "server.overload.memory_limit_bytes".into(),
+                "at least 16777216 (16 MiB), or absent for no overload actions".into(),
+            );
+        }
+        if self.server.overload.check_interval < Duration::from_millis(10) {
+            return err(
+                "server.overload.check_interval".into(),
+                "at least 10ms".into(),
+            );
         }
         let ke = &self.key_engine;
         if ke.engines.is_empty() {

@@ -15,6 +15,7 @@ pub mod h2_flood;
 pub mod health;
 pub mod keyserver;
 pub mod metrics;
+pub mod overload;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod quic;
@@ -66,6 +67,8 @@ pub struct Running {
     pub admin: Option<SocketAddr>,
     pub metrics: metrics::Metrics,
     pub engine: Arc<KeyEngine>,
+    /// The overload manager's state (its actions and their thresholds).
+    pub overload: Arc<overload::Overload>,
     tickets: Vec<(String, Arc<tls::tickets::TicketKeys>)>,
     /// Every listener's certificate stores, for [`Running::reload`].
     certs: Vec<tls::ListenerCerts>,
@@ -373,6 +376,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut access_lists = Vec::new();
     let mut quic_bound = Vec::new();
     let budget = server::connection_budget();
+    let overload = overload::Overload::new(cfg.server.overload.memory_limit_bytes, &metrics);
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
@@ -413,6 +417,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             let retry_gate = quic::retry_gate(&l.quic);
             if let Some(gate) = &retry_gate {
                 metrics.watch_retry_gate(&l.name, gate.clone());
+                overload.watch_retry_gate(gate.clone());
             }
             Some((udp, qtls, retry_gate, udp_addr.port()))
         } else {
@@ -452,6 +457,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 access: listener_access.clone(),
                 proxy_protocol: l.proxy_protocol,
                 paths: l.paths.clone(),
+                overload: overload.clone(),
                 tunnels: plan.tunnels.clone(),
             });
             plan.listeners.push((
@@ -483,6 +489,13 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let (stop, stop_rx) = watch::channel(false);
     reload::start_checks(&mut clusters);
     let mut tasks = Vec::new();
+    if cfg.server.overload.memory_limit_bytes.is_some() {
+        tasks.push(tokio::spawn(
+            overload
+                .clone()
+                .run(cfg.server.overload.check_interval, stop_rx.clone()),
+        ));
+    }
     for (i, l) in cfg.listeners.iter().enumerate() {
         let Some(at) = l.http_redirect else { continue };
         let https_port = bound[i].1.port();
@@ -523,6 +536,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         admin,
         metrics,
         engine,
+        overload,
         tickets,
         certs,
         access_lists,

@@ -30,6 +30,12 @@ pub struct Metrics {
     /// Connections the gateway closed for what the client did or did not do (`reason`:
     /// `no_request`, `idle`, `control_flood`).
     pub closed_connections: IntCounterVec,
+    /// Overload actions in force (1) or not (0), by `action`.
+    pub overload_active: IntGaugeVec,
+    /// Times each overload action turned on.
+    pub overload_actions: IntCounterVec,
+    /// The process's resident memory at the overload manager's last reading.
+    pub process_memory: prometheus::IntGauge,
     pub quic_connections: IntCounterVec,
     pub early_data_accepted: prometheus::IntCounter,
     pub early_data_rejected: prometheus::IntCounter,
@@ -228,6 +234,27 @@ impl Metrics {
                 &["listener", "reason"],
             )
             .unwrap(),
+            overload_active: IntGaugeVec::new(
+                Opts::new(
+                    "rampart_overload_action_active",
+                    "Overload actions in force (1) or not (0)",
+                ),
+                &["action"],
+            )
+            .unwrap(),
+            overload_actions: IntCounterVec::new(
+                Opts::new(
+                    "rampart_overload_actions_total",
+                    "Times each overload action turned on as memory crossed its share of server.overload.memory_limit_bytes",
+                ),
+                &["action"],
+            )
+            .unwrap(),
+            process_memory: prometheus::IntGauge::new(
+                "rampart_process_memory_bytes",
+                "The gateway's resident memory at the overload manager's last reading",
+            )
+            .unwrap(),
             quic_connections: IntCounterVec::new(
                 Opts::new(
                     "rampart_quic_connections_total",
@@ -318,6 +345,7 @@ impl Metrics {
             &m.config_reloads,
             &m.rejected_connections,
             &m.closed_connections,
+            &m.overload_actions,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
@@ -326,6 +354,12 @@ impl Metrics {
         }
         m.registry
             .register(Box::new(m.open_connections.clone()))
+            .unwrap();
+        m.registry
+            .register(Box::new(m.overload_active.clone()))
+            .unwrap();
+        m.registry
+            .register(Box::new(m.process_memory.clone()))
             .unwrap();
         m.registry
             .register(Box::new(m.upstream_in_flight.clone()))
@@ -390,6 +424,7 @@ pub struct ConnectionCap {
     max: i64,
     access: crate::access::SharedAccessList,
     denied: prometheus::IntCounter,
+    overload: std::sync::Arc<crate::overload::Overload>,
 }
 
 impl ConnectionCap {
@@ -398,6 +433,7 @@ impl ConnectionCap {
         label: &str,
         max: usize,
         access: crate::access::SharedAccessList,
+        overload: std::sync::Arc<crate::overload::Overload>,
     ) -> Self {
         ConnectionCap {
             open: m.open_connections.with_label_values(&[label]),
@@ -405,6 +441,7 @@ impl ConnectionCap {
             max: max as i64,
             access,
             denied: m.denied_connections.with_label_values(&[label]),
+            overload,
         }
     }
 
@@ -426,19 +463,25 @@ impl ConnectionCap {
         false
     }
 
-    /// Whether the cap is reached (counted).
+    /// Whether the cap is reached, or the overload manager stops accepting (counted).
     pub fn full(&self) -> bool {
-        let full = self.open.get() >= self.max;
+        let full = self.open.get() >= self.max
+            || self
+                .overload
+                .is_active(crate::overload::Action::StopAccepting);
         if full {
             self.rejected.inc();
         }
         full
     }
 
-    /// Whether the listener holds more than 3/4 of its cap: idle connections then get the
-    /// shorter `idle_timeout_under_pressure`.
+    /// Whether the listener holds more than 3/4 of its cap, or the overload manager closes
+    /// idle connections: idle connections then get the shorter `idle_timeout_under_pressure`.
     pub fn under_pressure(&self) -> bool {
         self.open.get() * 4 > self.max * 3
+            || self
+                .overload
+                .is_active(crate::overload::Action::CloseIdleConnections)
     }
 
     /// Counts a connection attempt shed for another limit (pending QUIC handshakes) as
@@ -489,6 +532,13 @@ mod tests {
         m.open_connections.with_label_values(&["l"]).inc();
         m.rejected_connections.with_label_values(&["l"]).inc();
         m.closed_connections.with_label_values(&["l", "idle"]).inc();
+        m.overload_active
+            .with_label_values(&["stop_accepting"])
+            .set(0);
+        m.overload_actions
+            .with_label_values(&["stop_accepting"])
+            .inc();
+        m.process_memory.set(1);
         m.early_data_accepted.inc();
         m.quic_connections.with_label_values(&["l", "0"]).inc();
         m.quic_handshakes

@@ -45,6 +45,8 @@ pub struct ProxyShared {
     pub access: crate::access::SharedAccessList,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
+    /// The gateway's overload actions in force.
+    pub overload: Arc<crate::overload::Overload>,
     /// How request paths are normalized before routing.
     pub paths: crate::request_target::PathPolicy,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
@@ -224,7 +226,13 @@ pub async fn handle(
     }
     let (status_route, mut resp, upstream_start) = match target {
         Err(e) => (None, bad_target(e), None),
-        Ok(_) if early_data && !replay_safe => {
+        Ok(_)
+            if early_data
+                && (!replay_safe
+                    || shared
+                        .overload
+                        .is_active(crate::overload::Action::RefuseEarlyData)) =>
+        {
             shared.metrics.early_data_rejected.inc();
             let too_early = local(
                 StatusCode::TOO_EARLY,

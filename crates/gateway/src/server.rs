@@ -105,6 +105,7 @@ impl TcpListenerTask {
             &self.shared.listener,
             self.shared.limits.max_connections,
             self.shared.access.clone(),
+            self.shared.overload.clone(),
         );
         loop {
             let accepted = tokio::select! {

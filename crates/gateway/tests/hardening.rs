@@ -489,3 +489,78 @@ async fn an_upstream_that_stalls_mid_body_is_cut_and_frees_its_slot() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_memory_limit_the_gateway_stops_accepting_and_serves_those_admitted() {
+    // A limit below what the process already holds: every action turns on at the first
+    // reading. The next reading is an hour away, so the test then sets memory itself.
+    let fx = start_edited("", |text, _| {
+        text.replace(
+            "[server]\n",
+            "[server]\noverload = { memory_limit_bytes = 16777216, check_interval = \"1h\" }\n",
+        )
+    })
+    .await;
+    let m = eventually_metric(
+        &fx,
+        "rampart_overload_action_active",
+        &["action=\"stop_accepting\""],
+        1.0,
+    )
+    .await;
+    for action in [
+        "retry_all_initials",
+        "refuse_early_data",
+        "close_idle_connections",
+    ] {
+        let label = format!("action=\"{action}\"");
+        assert_eq!(
+            metric_sum(&m, "rampart_overload_action_active", &[&label]),
+            1.0,
+            "{m}"
+        );
+    }
+    assert!(
+        metric_sum(&m, "rampart_process_memory_bytes", &[]) > 16777216.0,
+        "{m}"
+    );
+    assert_ne!(
+        curl_status(&fx, &[&fx.url("/")]).await,
+        "200",
+        "accepted past the limit"
+    );
+
+    // Below the limit: a client is admitted on a kept-open HTTP/2 connection.
+    let overload = &fx.gw().overload;
+    overload.observe(1 << 20);
+    let tls = tls_to(&fx, b"\x02h2").await;
+    let (client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    // Over it again: new connections are shed and counted, the admitted one is served.
+    overload.observe(15 << 20);
+    assert_ne!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    let m = fx.gw().metrics.render();
+    let shed = metric_sum(
+        &m,
+        "rampart_connections_rejected_total",
+        &["listener=\"https\""],
+    );
+    assert!(shed >= 2.0, "{m}");
+    let (resp, _) = client
+        .send_request(http::Request::get(fx.url("/")).body(()).unwrap(), true)
+        .unwrap();
+    assert_eq!(resp.await.unwrap().status(), 200, "the admitted client");
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_overload_actions_total",
+            &["action=\"stop_accepting\""]
+        ),
+        2.0,
+        "{m}"
+    );
+    // Released 5 points below the threshold: served again.
+    overload.observe(13 << 20);
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+}

@@ -4,6 +4,7 @@
 //! not yet completed, and asks clients to prove their address with a Retry round trip only
 //! while more than a threshold of them are pending.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -16,6 +17,9 @@ pub struct RetryGate {
     above: Option<usize>,
     pending: AtomicUsize,
     retries: AtomicU64,
+    /// Retry every Initial without a token while set, whatever `above` says (an overload
+    /// action of the application's).
+    forced: AtomicBool,
 }
 
 impl RetryGate {
@@ -25,6 +29,7 @@ impl RetryGate {
             above: None,
             pending: AtomicUsize::new(0),
             retries: AtomicU64::new(0),
+            forced: AtomicBool::new(false),
         })
     }
 
@@ -34,6 +39,7 @@ impl RetryGate {
             above: Some(n),
             pending: AtomicUsize::new(0),
             retries: AtomicU64::new(0),
+            forced: AtomicBool::new(false),
         })
     }
 
@@ -47,12 +53,18 @@ impl RetryGate {
         self.retries.load(Ordering::Relaxed)
     }
 
+    /// Retries every Initial without a token while `on`, whatever the threshold.
+    pub fn force_retry(&self, on: bool) {
+        self.forced.store(on, Ordering::Relaxed);
+    }
+
     /// Whether this Initial (without a token) gets a Retry; counts it when it does.
-    pub(crate) fn take_retry(&self) -> bool {
-        let retry = match self.above {
-            None => true,
-            Some(n) => self.pending() > n,
-        };
+    pub fn take_retry(&self) -> bool {
+        let retry = self.forced.load(Ordering::Relaxed)
+            || match self.above {
+                None => true,
+                Some(n) => self.pending() > n,
+            };
         if retry {
             self.retries.fetch_add(1, Ordering::Relaxed);
         }
@@ -94,5 +106,16 @@ mod tests {
         drop(b);
         assert_eq!((gate.pending(), gate.retries_sent()), (0, 1));
         assert!(RetryGate::always().take_retry());
+    }
+
+    #[test]
+    fn a_forced_gate_retries_until_released() {
+        let gate = RetryGate::when_pending_above(usize::MAX);
+        assert!(!gate.take_retry());
+        gate.force_retry(true);
+        assert!(gate.take_retry());
+        gate.force_retry(false);
+        assert!(!gate.take_retry());
+        assert_eq!(gate.retries_sent(), 1);
     }
 }
