@@ -6,6 +6,7 @@
 # during and the RSS after, sampled every 0.5 s, and what the gateway counted.
 #   scripts/quic-initial-flood.sh                 # RATE=10000 DURATION=30s
 #   RATE=2000 DURATION=10s scripts/quic-initial-flood.sh
+#   QUIC_EXTRA='retry = "never"\nmax_pending_handshakes = 1000000' RATE=1300 DURATION=10s ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -21,6 +22,9 @@ bench_site_certs "$OUT/certs"
 UP=18180; GW=18543
 bench_h3_gateway_config "$OUT/rampart.toml" threads $GW $UP
 sed -i 's/^listen = "127.0.0.1:19901"/listen = "127.0.0.1:19911"/' "$OUT/rampart.toml"
+# QUIC_EXTRA: settings added to [listeners.quic], e.g. the old defaults as an anchor:
+#   QUIC_EXTRA='retry = "never"\nmax_pending_handshakes = 1000000'
+[ -n "${QUIC_EXTRA:-}" ] && sed -i "s/^enabled = true$/enabled = true\n${QUIC_EXTRA//\//\\/}/" "$OUT/rampart.toml"
 bench_upstream 1 $UP
 gw_path=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 (cd "$OUT" && exec taskset -c 0 "$gw_path" run --config rampart.toml 2>gateway.log) &

@@ -35,6 +35,10 @@ pub enum Mode {
     HttpsHandshake,
     /// Keep-alive requests (HTTP/1.1 or HTTP/2).
     HttpsRequests,
+    /// An attack, for the server's limits under it: each worker completes a TLS handshake,
+    /// sends nothing and holds the connection until the server closes it (the operation's
+    /// latency is how long the server kept it), then opens another.
+    HttpsHold,
     /// Single-operation signs/s on one thread, aws-lc vs BoringSSL (no server; --url unused).
     Sign,
     /// Signing load through a key engine: in process, or on key servers (--engine remote).
@@ -286,6 +290,23 @@ async fn one_handshake(t: &Target, resume: bool) -> anyhow::Result<bool> {
     Ok(s.ssl().session_reused())
 }
 
+/// A TLS connection that says nothing after its handshake, held until the server closes it
+/// or `deadline` passes.
+async fn hold_connection(t: &Target, deadline: Instant) -> anyhow::Result<()> {
+    let mut s = t.tls_connect(false).await?;
+    let mut buf = [0u8; 1024];
+    let left = deadline.saturating_duration_since(Instant::now());
+    let _ = tokio::time::timeout(left, async {
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
 /// A request body of `total` bytes, in 64 KiB frames sliced from one shared buffer.
 fn upload_body(total: u64) -> BoxBody<Bytes, std::convert::Infallible> {
     const CHUNK: u64 = 64 * 1024;
@@ -476,6 +497,16 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                                 rec.error(&anyhow!("not resumed"))
                             }
                             Ok(_) => rec.ok(s.elapsed()),
+                            Err(e) => rec.error(&e),
+                        }
+                    }
+                    Ok(())
+                }
+                Mode::HttpsHold => {
+                    while rec.start_op() {
+                        let s = Instant::now();
+                        match hold_connection(&t, deadline).await {
+                            Ok(()) => rec.ok(s.elapsed()),
                             Err(e) => rec.error(&e),
                         }
                     }

@@ -435,21 +435,19 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         let alt_svc = quic.as_ref().and_then(|(_, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
-        let mut limits = l.limits.clone();
-        if limits.max_connections > budget {
+        if l.limits.max_connections > budget {
             tracing::warn!(
                 listener = %l.name,
-                configured = limits.max_connections,
+                configured = l.limits.max_connections,
                 budget,
-                "limits.max_connections lowered to what the open-descriptor limit holds (two per connection); raise the limit (systemd LimitNOFILE=) to allow more"
+                "TCP connections capped below limits.max_connections, at what the open-descriptor limit holds (two per connection); raise the limit (systemd LimitNOFILE=) to allow more"
             );
-            limits.max_connections = budget;
         }
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
             let shared = Arc::new(proxy::ProxyShared {
                 listener: l.name.clone(),
                 routing: routing[w].clone(),
-                limits: limits.clone(),
+                limits: l.limits.clone(),
                 metrics: metrics.clone(),
                 access_log: access_log.clone(),
                 alt_svc: alt_svc.clone(),

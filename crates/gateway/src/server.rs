@@ -64,11 +64,18 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 const RESERVED_DESCRIPTORS: u64 = 256;
 
 /// Raises this process's open-descriptor limit to its hard limit (as Go's runtime and nginx's
-/// `worker_rlimit_nofile` do) and returns how many client connections fit in it: each may
-/// hold its own descriptor and one upstream connection's. A listener's `max_connections`
-/// above this is lowered to it, so at the cap connections are shed on purpose, with
-/// descriptors to spare, instead of accept failing with EMFILE for every client alike.
+/// `worker_rlimit_nofile` do), once, and returns how many TCP client connections fit in it:
+/// each may hold its own descriptor and one upstream connection's. A listener takes no more
+/// TCP connections than this (whatever its `max_connections`), so at the cap connections are
+/// shed on purpose, with descriptors to spare, instead of accept failing with EMFILE for
+/// every client alike. QUIC connections share their listener's socket and are not bounded
+/// by it.
 pub fn connection_budget() -> usize {
+    static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(raise_descriptor_limit)
+}
+
+fn raise_descriptor_limit() -> usize {
     // SAFETY: getrlimit and setrlimit only read and write the `rlimit` struct passed by
     // pointer, which lives on this stack frame for both calls.
     let limit = unsafe {
@@ -103,7 +110,7 @@ impl TcpListenerTask {
         let cap = ConnectionCap::new(
             &self.shared.metrics,
             &self.shared.listener,
-            self.shared.limits.max_connections,
+            self.shared.limits.max_connections.min(connection_budget()),
             self.shared.access.clone(),
             self.shared.overload.clone(),
         );

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 32's descriptor-hold attack: an attacker completes TLS handshakes and holds the
+# connections idle (`rampart bench https-hold`, HOLD connections at once, opening a new one
+# whenever the gateway closes one) while a probe client (curl, one request every 0.5 s) asks
+# for a page. The gateway runs with a small descriptor limit (NOFILE, so its connection budget
+# is (NOFILE - 256) / 2) and its default timers. Prints the probe's success rate during the
+# hold, how long the gateway kept the attacker's connections, and what it counted.
+#   scripts/idle-connection-hold.sh                       # HOLD=20000 NOFILE=4096 DURATION=30s
+#   HOLD=3000 DURATION=10s scripts/idle-connection-hold.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+HOLD=${HOLD:-20000}
+NOFILE=${NOFILE:-4096}
+DURATION=${DURATION:-30s}
+OUT=${OUT:-target/idle-connection-hold}
+BIN=${BIN:-./target/release/rampart}
+[ -x "$BIN" ] || cargo build --release -p rampart
+mkdir -p "$OUT"
+pids=()
+trap bench_cleanup EXIT
+bench_site_certs "$OUT/certs"
+UP=18280; GW=18643
+bench_h3_gateway_config "$OUT/rampart.toml" threads $GW $UP
+sed -i 's/^listen = "127.0.0.1:19901"/listen = "127.0.0.1:19921"/' "$OUT/rampart.toml"
+bench_upstream 1 $UP
+gw_path=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+(cd "$OUT" && ulimit -n "$NOFILE" && exec taskset -c 0 "$gw_path" run --config rampart.toml 2>gateway.log) &
+pids+=($!)
+wait_port $GW
+ulimit -n $((HOLD + 1024))
+taskset -c 1 "$BIN" bench https-hold --url "https://localhost:$GW/" -c "$HOLD" -d "$DURATION" \
+  --json > "$OUT/hold.json" &
+hold=$!
+sleep 3 # let the hold build up
+ok=0; tries=0
+while kill -0 $hold 2>/dev/null; do
+  code=$(curl -sk -o /dev/null -w '%{http_code}' --max-time 2 "https://localhost:$GW/" || true)
+  tries=$((tries + 1)); [ "$code" = 200 ] && ok=$((ok + 1))
+  sleep 0.5
+done
+wait $hold || true
+python3 - "$OUT/hold.json" "$ok" "$tries" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+ok, tries = int(sys.argv[2]), int(sys.argv[3])
+print(f"probe: {ok}/{tries} requests served during the hold ({100 * ok / max(tries, 1):.0f}%)")
+print(f"attacker: {r['ok']} connections held and closed by the gateway, {r['errors']} refused or failed; "
+      f"held p50 {r['latency_ms_p50'] / 1000:.1f} s, p99 {r['latency_ms_p99'] / 1000:.1f} s")
+PY
+grep -m1 "max_connections lowered" "$OUT/gateway.log" || true
+curl -s "http://127.0.0.1:19921/metrics" | grep -E '^rampart_connections_(closed|rejected)_total' || true
