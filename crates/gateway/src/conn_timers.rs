@@ -10,11 +10,16 @@
 //!   idle connections are closed after `limits.idle_timeout_under_pressure` instead, so held
 //!   descriptors go back to new clients.
 //!
+//! - **evicted at the cap**: a listener at its connection cap makes room for a newcomer by
+//!   closing its oldest connection with no request in flight ([`IdleSet::evict_one`]), so
+//!   clients holding idle connections cannot keep new ones out for the length of a timer.
+//!
 //! A request counts as in flight from its headers until its response body is finished or
 //! dropped ([`Active`]).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -26,6 +31,9 @@ pub struct Activity {
     /// Whether any request has begun.
     served: AtomicUsize,
     start: Instant,
+    /// Set, and `evict` notified, when the listener closes this connection to admit another.
+    evicted: AtomicBool,
+    evict: tokio::sync::Notify,
 }
 
 /// One request in flight on a connection, until dropped.
@@ -75,7 +83,14 @@ impl Activity {
             idle_since_ms: AtomicU64::new(0),
             served: AtomicUsize::new(0),
             start: Instant::now(),
+            evicted: AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Resolves when the listener evicts this connection ([`IdleSet::evict_one`]).
+    pub async fn evicted(&self) {
+        self.evict.notified().await
     }
 
     /// Counts a request in flight until the returned guard drops.
@@ -120,6 +135,48 @@ impl Activity {
             };
             tokio::time::sleep(wait.clamp(Duration::from_millis(10), RECHECK)).await;
         }
+    }
+}
+
+/// A listener's open connections, oldest first, from which one without a request in flight
+/// can be evicted to admit a new one at the cap.
+#[derive(Default)]
+pub struct IdleSet {
+    conns: Mutex<VecDeque<Weak<Activity>>>,
+}
+
+/// How many connections one eviction looks at, at most (busy ones go to the back).
+const EVICTION_SCAN: usize = 64;
+
+impl IdleSet {
+    /// Adds a connection that has just finished its handshake.
+    pub fn register(&self, a: &Arc<Activity>, open: usize) {
+        let mut q = self.conns.lock().expect("idle set lock");
+        // Closed connections leave dead entries; drop them once they outnumber the living.
+        if q.len() > 2 * open.max(512) {
+            q.retain(|w| w.strong_count() > 0);
+        }
+        q.push_back(Arc::downgrade(a));
+    }
+
+    /// Closes the oldest connection with no request in flight; false if none was found
+    /// among the oldest [`EVICTION_SCAN`].
+    pub fn evict_one(&self) -> bool {
+        let mut q = self.conns.lock().expect("idle set lock");
+        let mut busy = 0;
+        while let Some(w) = q.pop_front() {
+            let Some(a) = w.upgrade() else { continue };
+            if a.in_flight.load(Ordering::Acquire) == 0 && !a.evicted.swap(true, Ordering::AcqRel) {
+                a.evict.notify_one();
+                return true;
+            }
+            q.push_back(w);
+            busy += 1;
+            if busy >= EVICTION_SCAN.min(q.len()) {
+                return false;
+            }
+        }
+        false
     }
 }
 
@@ -176,6 +233,34 @@ mod tests {
             idle >= Duration::from_secs(5) && idle < Duration::from_secs(7),
             "{idle:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn eviction_takes_the_oldest_connection_without_a_request_in_flight() {
+        let set = IdleSet::default();
+        let (old_busy, old_idle, new_idle) = (Activity::new(), Activity::new(), Activity::new());
+        for a in [&old_busy, &old_idle, &new_idle] {
+            set.register(a, 3);
+        }
+        let req = old_busy.begin();
+        let gone = Activity::new();
+        set.register(&gone, 4);
+        drop(gone);
+        assert!(set.evict_one());
+        assert!(old_idle.evicted.load(Ordering::Relaxed));
+        assert!(
+            !old_busy.evicted.load(Ordering::Relaxed),
+            "a request in flight is never evicted"
+        );
+        // The notification waits for the connection's task.
+        tokio::time::timeout(Duration::from_secs(1), old_idle.evicted())
+            .await
+            .expect("notified");
+        assert!(set.evict_one());
+        assert!(new_idle.evicted.load(Ordering::Relaxed));
+        assert!(!set.evict_one(), "only a busy connection is left");
+        drop(req);
+        assert!(set.evict_one());
     }
 
     #[tokio::test(start_paused = true)]

@@ -463,6 +463,27 @@ impl ConnectionCap {
         false
     }
 
+    /// Whether the cap itself is reached (not counted).
+    pub fn at_cap(&self) -> bool {
+        self.open.get() >= self.max
+    }
+
+    /// Whether the overload manager stops accepting (not counted).
+    pub fn stopped(&self) -> bool {
+        self.overload
+            .is_active(crate::overload::Action::StopAccepting)
+    }
+
+    /// Counts a connection refused for the cap or overload.
+    pub fn count_rejected(&self) {
+        self.rejected.inc();
+    }
+
+    /// The open connections.
+    pub fn open_count(&self) -> usize {
+        self.open.get().max(0) as usize
+    }
+
     /// Whether the cap is reached, or the overload manager stops accepting (counted).
     pub fn full(&self) -> bool {
         let full = self.open.get() >= self.max

@@ -2,7 +2,7 @@
 //! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
 
 use crate::body::client_body;
-use crate::conn_timers::{Activity, IdleLimits};
+use crate::conn_timers::{Activity, IdleLimits, IdleSet};
 use crate::h2_flood;
 use crate::metrics::{ConnectionCap, GaugeGuard};
 use crate::proxy::{self, ConnInfo, ProxyShared};
@@ -114,6 +114,7 @@ impl TcpListenerTask {
             self.shared.access.clone(),
             self.shared.overload.clone(),
         );
+        let idle = Arc::new(IdleSet::default());
         loop {
             let accepted = tokio::select! {
                 r = self.listener.accept() => r,
@@ -123,12 +124,15 @@ impl TcpListenerTask {
                 Ok((tcp, peer)) => {
                     // Behind a PROXY-protocol balancer the peer is the balancer: the access
                     // list waits for the client address the header carries.
-                    let refused = if self.shared.proxy_protocol {
-                        cap.full()
-                    } else {
-                        cap.refuse(peer.ip())
-                    };
-                    if refused {
+                    if !self.shared.proxy_protocol && cap.deny(peer.ip()) {
+                        drop(tcp);
+                        continue;
+                    }
+                    // At the cap, an idle connection makes room; under memory overload
+                    // nothing new is admitted.
+                    let room = !cap.at_cap() || idle.evict_one();
+                    if cap.stopped() || !room {
+                        cap.count_rejected();
                         drop(tcp);
                         continue;
                     }
@@ -146,6 +150,7 @@ impl TcpListenerTask {
                             peer,
                             open,
                             cap: cap.clone(),
+                            idle: idle.clone(),
                         },
                         self.acceptor.clone(),
                         self.shared.clone(),
@@ -173,6 +178,8 @@ struct Accepted {
     open: GaugeGuard,
     /// The listener's cap and access list (checked here once a PROXY header names the client).
     cap: ConnectionCap,
+    /// The listener's connections, one of which may be evicted to admit another.
+    idle: Arc<IdleSet>,
 }
 
 async fn serve_connection(
@@ -181,6 +188,7 @@ async fn serve_connection(
         mut peer,
         open: _open,
         cap,
+        idle: idle_set,
     }: Accepted,
     acceptor: Arc<SslAcceptor>,
     shared: Arc<ProxyShared>,
@@ -269,6 +277,7 @@ async fn serve_connection(
     });
     let limits = &shared.limits;
     let activity = Activity::new();
+    idle_set.register(&activity, cap.open_count());
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();
@@ -313,6 +322,7 @@ async fn serve_connection(
         tokio::select! {
             r = conn => r.map_err(|e| e.to_string()),
             why = expired => return closed(why.as_str()),
+            _ = activity.evicted() => return closed("evicted"),
         }
     } else {
         let io = TokioIo::new(ReadAvailable(stream));
@@ -329,6 +339,7 @@ async fn serve_connection(
         tokio::select! {
             r = conn => r.map_err(|e| e.to_string()),
             why = expired => return closed(why.as_str()),
+            _ = activity.evicted() => return closed("evicted"),
         }
     };
     if let Err(e) = result {

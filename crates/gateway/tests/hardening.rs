@@ -564,3 +564,42 @@ async fn past_its_memory_limit_the_gateway_stops_accepting_and_serves_those_admi
     overload.observe(13 << 20);
     assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_an_idle_connection_makes_room_and_a_busy_one_does_not() {
+    // One worker: each worker evicts among its own connections.
+    let fx = start_edited("[listeners.limits]\nmax_connections = 2", |text, _| {
+        text.replace("[server]\n", "[server]\nworker_threads = 1\n")
+    })
+    .await;
+    // Two clients hold idle connections (handshake done, no request): a third is served.
+    let mut idle = [
+        tls_to(&fx, b"\x08http/1.1").await,
+        tls_to(&fx, b"\x08http/1.1").await,
+    ];
+    assert_eq!(curl_status(&fx, &["--http1.1", &fx.url("/")]).await, "200");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_connections_closed_total",
+            &["reason=\"evicted\""]
+        ),
+        1.0,
+        "{m}"
+    );
+    // The oldest idle one was closed.
+    assert!(closed_within(&mut idle[0], Duration::from_secs(2))
+        .await
+        .is_some());
+    // Two requests in flight hold both places: a third client is refused.
+    drop(idle);
+    let url = fx.url("/delay/1500");
+    let busy = ["--http1.1", url.as_str()];
+    let (a, b, c) = tokio::join!(curl_status(&fx, &busy), curl_status(&fx, &busy), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        curl_status(&fx, &["--http1.1", &fx.url("/")]).await
+    });
+    assert_eq!((a.as_str(), b.as_str()), ("200", "200"));
+    assert_ne!(c, "200", "a busy connection was evicted");
+}
