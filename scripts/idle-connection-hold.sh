@@ -5,6 +5,7 @@
 # for a page. The gateway runs with a small descriptor limit (NOFILE, so its connection budget
 # is (NOFILE - 256) / 2) and its default timers. Prints the probe's success rate during the
 # hold, how long the gateway kept the attacker's connections, and what it counted.
+# The attacker and the probe share 127.0.0.1, so per-address limits cannot tell them apart.
 #   scripts/idle-connection-hold.sh                       # HOLD=20000 NOFILE=4096 DURATION=30s
 #   HOLD=3000 DURATION=10s scripts/idle-connection-hold.sh
 set -euo pipefail
@@ -24,13 +25,19 @@ UP=18280; GW=18643
 bench_h3_gateway_config "$OUT/rampart.toml" threads $GW $UP
 sed -i 's/^listen = "127.0.0.1:19901"/listen = "127.0.0.1:19921"/' "$OUT/rampart.toml"
 bench_upstream 1 $UP
-gw_path=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+# GATEWAY_BIN: the gateway under test (default $BIN, which also runs the attack), e.g. an
+# older build as the anchor.
+GATEWAY_BIN=${GATEWAY_BIN:-$BIN}
+gw_path=$(cd "$(dirname "$GATEWAY_BIN")" && pwd)/$(basename "$GATEWAY_BIN")
 (cd "$OUT" && ulimit -n "$NOFILE" && exec taskset -c 0 "$gw_path" run --config rampart.toml 2>gateway.log) &
 pids+=($!)
 wait_port $GW
 ulimit -n $((HOLD + 1024))
+# REOPEN=1: each attacker worker opens a new connection whenever the gateway closes one (a
+# handshake flood as well); REOPEN=0 (default): each opens one and holds it.
+once=(-n "$HOLD"); [ "${REOPEN:-0}" = 1 ] && once=()
 taskset -c 1 "$BIN" bench https-hold --url "https://localhost:$GW/" -c "$HOLD" -d "$DURATION" \
-  --json > "$OUT/hold.json" &
+  "${once[@]}" --json > "$OUT/hold.json" &
 hold=$!
 sleep 3 # let the hold build up
 ok=0; tries=0

@@ -26,7 +26,10 @@ sed -i 's/^listen = "127.0.0.1:19901"/listen = "127.0.0.1:19911"/' "$OUT/rampart
 #   QUIC_EXTRA='retry = "never"\nmax_pending_handshakes = 1000000'
 [ -n "${QUIC_EXTRA:-}" ] && sed -i "s/^enabled = true$/enabled = true\n${QUIC_EXTRA//\//\\/}/" "$OUT/rampart.toml"
 bench_upstream 1 $UP
-gw_path=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+# GATEWAY_BIN: the gateway under test (default $BIN, which also runs the attack), e.g. an
+# older build as the anchor.
+GATEWAY_BIN=${GATEWAY_BIN:-$BIN}
+gw_path=$(cd "$(dirname "$GATEWAY_BIN")" && pwd)/$(basename "$GATEWAY_BIN")
 (cd "$OUT" && exec taskset -c 0 "$gw_path" run --config rampart.toml 2>gateway.log) &
 gw=$!
 pids+=($gw)
