@@ -36,12 +36,15 @@ ulimit -n $((HOLD + 1024))
 # REOPEN=1: each attacker worker opens a new connection whenever the gateway closes one (a
 # handshake flood as well); REOPEN=0 (default): each opens one and holds it.
 once=(-n "$HOLD"); [ "${REOPEN:-0}" = 1 ] && once=()
-taskset -c 1 "$BIN" bench https-hold --url "https://localhost:$GW/" -c "$HOLD" -d "$DURATION" \
+timeout $((${DURATION%s} + 60)) taskset -c 1 "$BIN" bench https-hold --url "https://localhost:$GW/" -c "$HOLD" -d "$DURATION" \
   "${once[@]}" --json > "$OUT/hold.json" &
 hold=$!
 sleep 3 # let the hold build up
 ok=0; tries=0
-while kill -0 $hold 2>/dev/null; do
+secs=${DURATION%s}
+end=$((SECONDS + secs - 3))
+# The probe runs while the attacker holds its connections (DURATION), not after.
+while kill -0 $hold 2>/dev/null && [ $SECONDS -lt $end ]; do
   code=$(curl -sk -o /dev/null -w '%{http_code}' --max-time 2 "https://localhost:$GW/" || true)
   tries=$((tries + 1)); [ "$code" = 200 ] && ok=$((ok + 1))
   sleep 0.5
@@ -49,9 +52,12 @@ done
 wait $hold || true
 python3 - "$OUT/hold.json" "$ok" "$tries" <<'PY'
 import json, sys
-r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+lines = open(sys.argv[1]).read().strip().splitlines()
 ok, tries = int(sys.argv[2]), int(sys.argv[3])
 print(f"probe: {ok}/{tries} requests served during the hold ({100 * ok / max(tries, 1):.0f}%)")
+if not lines:
+    sys.exit("attacker: no summary (stopped by its time limit)")
+r = json.loads(lines[-1])
 print(f"attacker: {r['ok']} connections held and closed by the gateway, {r['errors']} refused or failed; "
       f"held p50 {r['latency_ms_p50'] / 1000:.1f} s, p99 {r['latency_ms_p99'] / 1000:.1f} s")
 PY
