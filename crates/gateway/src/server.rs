@@ -161,7 +161,7 @@ impl TcpListenerTask {
                 }
                 Err(e) => {
                     // EMFILE and friends: back off briefly instead of spinning. The connection
-                    // cap is kept below the descriptor limit (`fd_budget`), and idle
+                    // cap is kept below the descriptor limit (`connection_budget`), and idle
                     // connections are reaped early near the cap, so this is rare.
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(20)).await;
