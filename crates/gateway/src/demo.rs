@@ -108,9 +108,38 @@ pub fn ensure_self_signed(
     }
     let san = san.build(&b.x509v3_context(None, None))?;
     b.append_extension(&san)?;
+    server_leaf_extensions(&mut b, kind)?;
     b.sign(&key, MessageDigest::sha256())?;
     write_pair(&cert_path, &key_path, &b.build(), &key)?;
     Ok((cert_path, key_path))
+}
+
+/// What strict verifiers (OpenSSL's `-x509_strict`, webpki, Go) expect of a server's
+/// certificate, here a self-signed one trusted as it is: not a CA, for signatures (and, for
+/// RSA, key encipherment in TLS 1.2), for server authentication, with key identifiers.
+fn server_leaf_extensions(b: &mut X509Builder, kind: CertKind) -> anyhow::Result<()> {
+    use boring::x509::extension::{
+        AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectKeyIdentifier,
+    };
+    let bc = BasicConstraints::new().critical().build()?;
+    b.append_extension(&bc)?;
+    let mut ku = KeyUsage::new();
+    ku.critical().digital_signature();
+    if kind == CertKind::Rsa2048 {
+        ku.key_encipherment();
+    }
+    let ku = ku.build()?;
+    b.append_extension(&ku)?;
+    let eku = ExtendedKeyUsage::new().server_auth().build()?;
+    b.append_extension(&eku)?;
+    let ski = SubjectKeyIdentifier::new().build(&b.x509v3_context(None, None))?;
+    b.append_extension(&ski)?;
+    // Self-signed: the authority's key identifier is the certificate's own.
+    let aki = AuthorityKeyIdentifier::new()
+        .keyid(true)
+        .build(&b.x509v3_context(None, None))?;
+    b.append_extension(&aki)?;
+    Ok(())
 }
 
 /// A certificate authority for the key-server link (mutual TLS): `<stem>.crt`/`<stem>.key`.
@@ -334,6 +363,46 @@ async fn bind_upstream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn self_signed_certificates_pass_a_strict_verifier() {
+        let dir = tempfile::tempdir().unwrap();
+        for (stem, kind) in [("rsa", CertKind::Rsa2048), ("ecdsa", CertKind::EcdsaP256)] {
+            let (cert, _) = ensure_self_signed(dir.path(), stem, kind, &["localhost"]).unwrap();
+            let cert = cert.to_str().unwrap();
+            let out = std::process::Command::new("openssl")
+                .args([
+                    "verify",
+                    "-x509_strict",
+                    "-purpose",
+                    "sslserver",
+                    "-CAfile",
+                    cert,
+                    cert,
+                ])
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{stem}: {said}");
+            let text = std::process::Command::new("openssl")
+                .args(["x509", "-noout", "-text", "-in", cert])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&text.stdout);
+            for ext in [
+                "X509v3 Basic Constraints: critical",
+                "CA:FALSE",
+                "X509v3 Key Usage: critical",
+                "Digital Signature",
+                "TLS Web Server Authentication",
+                "X509v3 Subject Key Identifier",
+                "X509v3 Authority Key Identifier",
+            ] {
+                assert!(text.contains(ext), "{stem}: no {ext:?} in\n{text}");
+            }
+        }
+    }
 
     fn congestion(s: socket2::SockRef<'_>) -> String {
         let name = s.tcp_congestion().expect("TCP_CONGESTION");
