@@ -167,6 +167,8 @@ struct Shared {
     pool: Option<NoncePool>,
     /// Idle refilling under way: started below the pool's threshold, goes on to capacity.
     filling: std::sync::atomic::AtomicBool,
+    /// The nonce pool's health check failed and that was logged.
+    pool_alarm: std::sync::atomic::AtomicBool,
     stats: Stats,
 }
 
@@ -220,6 +222,17 @@ impl Shared {
     ) -> Option<(&'a NoncePool, &'a mbcrypto::ecdsa::P256Key)> {
         let pool = self.pool.as_ref()?;
         if r.algorithm != SignatureAlgorithm::EcdsaP256Sha256 {
+            return None;
+        }
+        if pool.is_disabled() {
+            // A repeated r disabled the pool: sign as if there were none, and say so once.
+            if !self.pool_alarm.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    engine = "batch",
+                    repeated_r = pool.stats().repeated_r,
+                    "ECDSA nonce pool produced a repeated r: pool disabled, signing without it"
+                );
+            }
             return None;
         }
         Some((pool, r.private.as_ref()?.pooled_p256()?))
@@ -431,6 +444,7 @@ impl BatchEngine {
         let shared = Arc::new(Shared {
             pool,
             filling: std::sync::atomic::AtomicBool::new(true),
+            pool_alarm: std::sync::atomic::AtomicBool::new(false),
             lanes,
             depth: AtomicUsize::new(0),
             single_ns: SINGLE_NS.map(AtomicU64::new),
@@ -615,6 +629,18 @@ impl Engine for BatchEngine {
                     "counter",
                     "ECDSA signatures made without a pooled nonce (pool empty)",
                     s.fallbacks,
+                ),
+                (
+                    "nonce_repeated_r_total",
+                    "counter",
+                    "Precomputed ECDSA nonces whose r repeated a recent one (the first disables the pool; alert on any)",
+                    s.repeated_r,
+                ),
+                (
+                    "nonce_pool_disabled",
+                    "gauge",
+                    "1 once a repeated r has disabled the ECDSA nonce pool",
+                    p.is_disabled() as u64,
                 ),
             ] {
                 text.push_str(&format!(

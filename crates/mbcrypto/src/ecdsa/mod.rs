@@ -137,8 +137,49 @@ pub struct PoolStats {
     pub generated: u64,
     /// Nonces taken by [`sign`].
     pub taken: u64,
-    /// Signatures [`sign`] made directly because the pool was empty.
+    /// Signatures [`sign`] made directly because the pool was empty (or disabled).
     pub fallbacks: u64,
+    /// Fresh nonces whose r repeated one already made: a broken random source or kernel.
+    /// The first disables the pool for good ([`NoncePool::is_disabled`]).
+    pub repeated_r: u64,
+}
+
+/// How many recent r values a refill's fresh ones are checked against (two pools' worth at
+/// the default capacity). With a working random source a repeat has probability ~2⁻²⁵⁶.
+const RECENT_R: usize = 16_384;
+
+/// The r values of recent nonces, by fingerprint (their limbs hashed), oldest first.
+#[derive(Default)]
+struct RecentR {
+    order: std::collections::VecDeque<u64>,
+    seen: std::collections::HashSet<u64>,
+}
+
+impl RecentR {
+    /// Records `r`; false if it was already among the recent ones.
+    fn admit(&mut self, r: &[u64; NL]) -> bool {
+        use std::hash::{BuildHasher, Hasher};
+        // A keyed hash: an r chosen to collide with another would first have to be an r.
+        let mut h = self.hasher().build_hasher();
+        for limb in r {
+            h.write_u64(*limb);
+        }
+        let fp = h.finish();
+        if !self.seen.insert(fp) {
+            return false;
+        }
+        self.order.push_back(fp);
+        if self.order.len() > RECENT_R {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
+    }
+
+    fn hasher(&self) -> &std::collections::hash_map::RandomState {
+        self.seen.hasher()
+    }
 }
 
 /// One precomputed pair: r = x(k·G) mod n and k⁻¹·R mod n, both fully reduced limbs.
@@ -177,6 +218,11 @@ pub struct NoncePool {
     generated: AtomicU64,
     taken: AtomicU64,
     fallbacks: AtomicU64,
+    /// The health check: fresh r values against recent ones.
+    recent: Mutex<RecentR>,
+    repeated_r: AtomicU64,
+    /// Set at the first repeated r: the pool serves no nonce again.
+    disabled: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for NoncePool {
@@ -212,7 +258,37 @@ impl NoncePool {
             generated: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
+            recent: Mutex::new(RecentR::default()),
+            repeated_r: AtomicU64::new(0),
+            disabled: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a repeated r has disabled the pool: every signature is then made with a
+    /// nonce computed on the spot, and the operator should be alerted (a repeated nonce
+    /// across two signatures reveals the private key).
+    pub fn is_disabled(&self) -> bool {
+        self.disabled.load(Ordering::Relaxed)
+    }
+
+    /// The health check of fresh nonces: false (and the pool disabled, its nonces wiped) if
+    /// any r repeats one of the batch or of the recent ones.
+    fn healthy(&self, fresh: &[Nonce]) -> bool {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let repeats = fresh.iter().filter(|n| !recent.admit(&n.r)).count();
+        drop(recent);
+        if repeats == 0 {
+            return true;
+        }
+        self.repeated_r.fetch_add(repeats as u64, Ordering::Relaxed);
+        self.disabled.store(true, Ordering::Relaxed);
+        let mut s = self.lock();
+        let len = s.len;
+        for n in s.buf[..len].iter_mut() {
+            n.wipe();
+        }
+        s.len = 0;
+        false
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
@@ -251,6 +327,7 @@ impl NoncePool {
             generated: self.generated.load(Ordering::Relaxed),
             taken: self.taken.load(Ordering::Relaxed),
             fallbacks: self.fallbacks.load(Ordering::Relaxed),
+            repeated_r: self.repeated_r.load(Ordering::Relaxed),
         }
     }
 
@@ -259,6 +336,9 @@ impl NoncePool {
     /// idle-time threads; several may refill at once. Stops early (returning what it added) if
     /// system randomness fails.
     pub fn refill(&self, max: usize) -> usize {
+        if self.is_disabled() {
+            return 0;
+        }
         let lanes = kernel::group_lanes(self.backend);
         let mut added = 0;
         while added < max {
@@ -271,6 +351,12 @@ impl NoncePool {
             let Ok(mut fresh) = generate(kind, want.div_ceil(lanes) * lanes) else {
                 break;
             };
+            if self.is_disabled() || !self.healthy(&fresh) {
+                for n in fresh.iter_mut() {
+                    n.wipe();
+                }
+                break;
+            }
             let pushed = {
                 let mut s = self.lock();
                 let room = s.buf.len() - s.len;
@@ -296,7 +382,7 @@ impl NoncePool {
 
     fn take(&self) -> Option<Nonce> {
         let mut s = self.lock();
-        if s.len == 0 {
+        if s.len == 0 || self.is_disabled() {
             return None;
         }
         s.len -= 1;
@@ -509,4 +595,53 @@ pub fn base_mul(backend: Backend, scalars: &[[u8; 32]]) -> Vec<[u8; 65]> {
             out
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_r_disables_the_pool_for_good() {
+        let pool = NoncePool::new(
+            PoolConfig {
+                capacity: 64,
+                refill_below: 16,
+                batch: 8,
+            },
+            Backend::Portable,
+        );
+        assert_eq!(pool.refill(16), 16);
+        assert!(!pool.is_disabled());
+        // A batch whose r repeats one already handed to the pool, as a broken random source
+        // would make.
+        let fresh = generate(Kernel::Single, 1).unwrap();
+        assert!(pool.healthy(&fresh), "a fresh nonce is healthy");
+        assert!(!pool.healthy(&fresh), "the same r again is not");
+        assert!(pool.is_disabled());
+        assert_eq!(pool.stats().repeated_r, 1);
+        assert_eq!(pool.len(), 0, "the pool's nonces are wiped");
+        assert_eq!(pool.refill(16), 0, "a disabled pool takes no more");
+        // Signing goes on, each with a nonce made on the spot.
+        let key_der = aws_lc_rs::signature::EcdsaKeyPair::generate_pkcs8(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &aws_lc_rs::rand::SystemRandom::new(),
+        )
+        .unwrap();
+        let key = P256Key::from_der(key_der.as_ref()).unwrap();
+        sign(&key, &pool, &[7u8; 32]).unwrap();
+        assert_eq!(pool.stats().fallbacks, 1);
+    }
+
+    #[test]
+    fn recent_r_forgets_the_oldest_past_its_window() {
+        let mut recent = RecentR::default();
+        let r = |i: u64| [i, 0, 0, 0, 0];
+        for i in 0..RECENT_R as u64 + 1 {
+            assert!(recent.admit(&r(i)));
+        }
+        assert!(recent.admit(&r(0)), "the oldest was forgotten");
+        assert!(!recent.admit(&r(RECENT_R as u64)), "a recent one was not");
+        assert_eq!(recent.order.len(), RECENT_R);
+    }
 }
