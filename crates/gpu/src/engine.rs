@@ -545,10 +545,10 @@ impl Engine for GpuEngine {
         GpuEngine::available(self)
     }
 
-    /// GPU results are verified before release; re-runs through a fallback engine are not,
-    /// so the facade checks those.
-    fn verifies_signatures(&self) -> bool {
-        self.shared.fallback.get().is_none()
+    /// GPU results (RSA) are verified before release; re-runs through a fallback engine and
+    /// other key kinds are not, so the facade checks those.
+    fn verifies_signatures(&self, kind: keyengine::KeyKind) -> bool {
+        kind == keyengine::KeyKind::Rsa && self.shared.fallback.get().is_none()
     }
 
     fn metrics_text(&self) -> Option<String> {

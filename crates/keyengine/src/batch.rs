@@ -599,8 +599,10 @@ impl Engine for BatchEngine {
         Some(Duration::from_nanos(ns))
     }
 
-    fn verifies_signatures(&self) -> bool {
-        true
+    /// RSA results are verified here (kernel lanes and the single path alike); ECDSA ones
+    /// are left to the facade.
+    fn verifies_signatures(&self, kind: crate::KeyKind) -> bool {
+        kind == crate::KeyKind::Rsa
     }
 
     fn metrics_text(&self) -> Option<String> {

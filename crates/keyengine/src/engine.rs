@@ -68,8 +68,8 @@ impl SignError {
 /// The future an engine returns. It must not block the thread that polls it.
 pub type SignFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, SignError>> + Send>>;
 
-/// A signing backend. The [`crate::KeyEngine`] facade verifies RSA signatures of engines that
-/// do not verify their own ([`Engine::verifies_signatures`]).
+/// A signing backend. The [`crate::KeyEngine`] facade verifies every signature of engines
+/// that do not verify their own ([`Engine::verifies_signatures`]).
 pub trait Engine: Send + Sync + 'static {
     /// A stable name, used in configuration, metrics and logs.
     fn name(&self) -> &'static str;
@@ -107,9 +107,10 @@ pub trait Engine: Send + Sync + 'static {
         true
     }
 
-    /// Whether the engine checks every RSA signature against the public key itself before
-    /// returning it (the facade then does not check again).
-    fn verifies_signatures(&self) -> bool {
+    /// Whether the engine checks every signature with keys of `kind` against the public key
+    /// itself before returning it (the facade then does not check again).
+    fn verifies_signatures(&self, kind: crate::KeyKind) -> bool {
+        let _ = kind;
         false
     }
 

@@ -121,7 +121,9 @@ impl KeyEngine {
                 algorithm,
                 digest,
             };
-            let digest_for_check = algorithm.is_rsa().then(|| request.digest.clone());
+            // Every signature is verified before release, RSA and ECDSA alike: a faulty
+            // ECDSA signature can reveal the key as surely as a faulty RSA one.
+            let digest_for_check = Some(request.digest.clone());
             // A copy for failing over is only worth making when another engine could take it.
             let can_fail_over =
                 entry.private.is_some() && this.scheduler.engines().nth(1).is_some();
@@ -158,7 +160,7 @@ impl KeyEngine {
             );
             let result = result.and_then(|sig| match &digest_for_check {
                 Some(d)
-                    if !producer.verifies_signatures()
+                    if !producer.verifies_signatures(kind)
                         && !public.verify_digest(algorithm, d, &sig) =>
                 {
                     m.faults
@@ -245,6 +247,48 @@ mod tests {
             .unwrap_err();
         assert_eq!(err, SignError::FaultDetected("faulty"));
         assert_eq!(ke.metrics().faults_total("faulty"), 1);
+    }
+
+    /// Signs, then changes s by one in every ECDSA signature (still valid DER): a fault in
+    /// the last step of a signature, the kind that reveals the key.
+    struct FaultyEcdsa;
+
+    impl Engine for FaultyEcdsa {
+        fn name(&self) -> &'static str {
+            "faulty-ecdsa"
+        }
+
+        fn submit(&self, request: SignRequest) -> crate::SignFuture {
+            let mut result = request.sign_locally();
+            if let Ok(sig) = &mut result {
+                let last = sig.len() - 1;
+                sig[last] ^= 0x01;
+            }
+            Box::pin(std::future::ready(result))
+        }
+
+        fn queue_depth(&self) -> usize {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn corrupted_ecdsa_signature_is_caught_and_counted() {
+        let mut reg = KeyRegistry::new();
+        let id = reg.insert(
+            PrivateKey::from_der("PRIVATE KEY", &crate::testing::generate_ecdsa_p256_pkcs8())
+                .unwrap(),
+        );
+        let sched =
+            Scheduler::new(vec![Arc::new(FaultyEcdsa)], &SchedulerPolicy::default()).unwrap();
+        let ke = KeyEngine::new(reg, sched, EngineMetrics::unregistered());
+        let alg = SignatureAlgorithm::EcdsaP256Sha256;
+        let err = ke
+            .sign(&id, alg, alg.hash().digest(b"m"))
+            .await
+            .unwrap_err();
+        assert_eq!(err, SignError::FaultDetected("faulty-ecdsa"));
+        assert_eq!(ke.metrics().faults_total("faulty-ecdsa"), 1);
     }
 
     #[tokio::test]

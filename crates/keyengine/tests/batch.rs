@@ -90,7 +90,8 @@ async fn a_lone_request_is_signed_at_once_on_the_caller() {
     assert!(key.verify_digest(r.algorithm, &r.digest, &sig));
     assert_eq!(by_path(&engine, "idle"), 1.0);
     assert_eq!(metric(&engine, "rampart_batch_pass_size_count"), 0.0);
-    assert!(engine.verifies_signatures());
+    assert!(engine.verifies_signatures(keyengine::KeyKind::Rsa));
+    assert!(!engine.verifies_signatures(keyengine::KeyKind::EcdsaP256));
 }
 
 #[tokio::test]
