@@ -97,6 +97,25 @@ async fn certificate_follows_client_signature_algorithms() {
         let ec = s_client(&fx, "localhost", &[tls, "-sigalgs", "ECDSA+SHA256"]).await;
         assert_eq!(presented_key_type(&ec), "EC", "{tls} ECDSA client:\n{ec}");
     }
+    // TLS 1.2 binds no curve to the hash: a client offering ECDSA only with SHA-384 or SHA-512
+    // is served by the P-256 certificate, signed with that hash (as nginx serves it).
+    for hash in ["SHA384", "SHA512"] {
+        let sigalg = format!("ECDSA+{hash}");
+        let out = s_client(&fx, "localhost", &["-tls1_2", "-sigalgs", &sigalg]).await;
+        assert_eq!(presented_key_type(&out), "EC", "{sigalg}:\n{out}");
+        assert!(
+            out.contains(&format!("Peer signing digest: {hash}")),
+            "{sigalg}:\n{out}"
+        );
+    }
+    // Over TLS 1.3 ecdsa_secp384r1_sha384 means P-384: the P-256 certificate cannot serve it.
+    let out = s_client(
+        &fx,
+        "localhost",
+        &["-tls1_3", "-sigalgs", "ECDSA+SHA384:RSA-PSS+SHA256"],
+    )
+    .await;
+    assert_eq!(presented_key_type(&out), "RSA", "{out}");
     // A TLS 1.2 client that offers ECDSA signatures but only RSA suites must get RSA.
     let out = s_client(
         &fx,

@@ -376,11 +376,24 @@ impl KeyLoadError {
     }
 }
 
+/// `digest` as aws-lc takes it for `algorithm`. ECDSA signs the digest's leftmost bits, as
+/// many as the curve order has (SEC 1 §4.1.3, bits2int), so a SHA-384 or SHA-512 digest with a
+/// P-256 key is signed and verified as its first 32 bytes under the SHA-256 key pair (aws-lc
+/// binds each ECDSA key pair to one digest).
 fn import_digest(algorithm: SignatureAlgorithm, digest: &[u8]) -> Result<Digest, SignError> {
-    Digest::import_less_safe(digest, algorithm.hash().aws_lc()).map_err(|_| SignError::BadDigest {
+    let bad = || SignError::BadDigest {
         expected: algorithm.hash().output_len(),
         got: digest.len(),
-    })
+    };
+    match algorithm {
+        SignatureAlgorithm::EcdsaP256Sha384 | SignatureAlgorithm::EcdsaP256Sha512 => {
+            if digest.len() != algorithm.hash().output_len() {
+                return Err(bad());
+            }
+            Digest::import_less_safe(&digest[..32], &aws_lc_rs::digest::SHA256).map_err(|_| bad())
+        }
+        _ => Digest::import_less_safe(digest, algorithm.hash().aws_lc()).map_err(|_| bad()),
+    }
 }
 
 fn rsa_encoding(a: SignatureAlgorithm) -> &'static dyn signature::RsaEncoding {
@@ -392,7 +405,9 @@ fn rsa_encoding(a: SignatureAlgorithm) -> &'static dyn signature::RsaEncoding {
         RsaPssSha256 => &signature::RSA_PSS_SHA256,
         RsaPssSha384 => &signature::RSA_PSS_SHA384,
         RsaPssSha512 => &signature::RSA_PSS_SHA512,
-        EcdsaP256Sha256 | EcdsaP384Sha384 => unreachable!("checked by key_kind"),
+        EcdsaP256Sha256 | EcdsaP384Sha384 | EcdsaP256Sha384 | EcdsaP256Sha512 => {
+            unreachable!("checked by key_kind")
+        }
     }
 }
 
@@ -405,7 +420,8 @@ fn verification_algorithm(a: SignatureAlgorithm) -> &'static dyn signature::Veri
         RsaPssSha256 => &signature::RSA_PSS_2048_8192_SHA256,
         RsaPssSha384 => &signature::RSA_PSS_2048_8192_SHA384,
         RsaPssSha512 => &signature::RSA_PSS_2048_8192_SHA512,
-        EcdsaP256Sha256 => &signature::ECDSA_P256_SHA256_ASN1,
+        // A longer digest with P-256 is checked as its leftmost 256 bits (see `import_digest`).
+        EcdsaP256Sha256 | EcdsaP256Sha384 | EcdsaP256Sha512 => &signature::ECDSA_P256_SHA256_ASN1,
         EcdsaP384Sha384 => &signature::ECDSA_P384_SHA384_ASN1,
     }
 }
@@ -429,6 +445,39 @@ pub(crate) mod tests {
             assert!(
                 !key.verify_digest(alg, &digest, &bad),
                 "{alg} accepted a corrupted signature"
+            );
+        }
+    }
+
+    #[test]
+    fn a_p256_key_signs_sha384_and_sha512_digests_as_tls_1_2_asks() {
+        let der = generate_ecdsa_p256_pkcs8();
+        let key = PrivateKey::from_der("PRIVATE KEY", &der).unwrap();
+        let msg = b"the handshake's signed params";
+        for (alg, independent) in [
+            (
+                SignatureAlgorithm::EcdsaP256Sha384,
+                &signature::ECDSA_P256_SHA384_ASN1 as &dyn signature::VerificationAlgorithm,
+            ),
+            (
+                SignatureAlgorithm::EcdsaP256Sha512,
+                &signature::ECDSA_P256_SHA512_ASN1,
+            ),
+        ] {
+            let digest = alg.hash().digest(msg);
+            let sig = key.sign_digest(alg, &digest).unwrap();
+            assert!(key.verify_digest(alg, &digest, &sig), "{alg}");
+            // aws-lc's own P-256/SHA-384 (SHA-512) verifier, over the message, agrees.
+            let public = signature::UnparsedPublicKey::new(independent, key.public_key_bits());
+            assert!(public.verify(msg, &sig).is_ok(), "{alg}");
+            let mut bad = digest.clone();
+            bad[40] ^= 1; // past the first 32 bytes: ECDSA does not see it
+            assert!(key.verify_digest(alg, &bad, &sig), "{alg}: bits2int");
+            bad[0] ^= 1;
+            assert!(!key.verify_digest(alg, &bad, &sig), "{alg}");
+            assert!(
+                key.sign_digest(alg, &digest[..32]).is_err(),
+                "a short digest"
             );
         }
     }

@@ -4,7 +4,7 @@
 
 use crate::codec::{self, ErrorCode, Message, Op};
 use boring::ssl::SslAcceptor;
-use keyengine::{KeyEngine, KeyId, SignError, SignatureAlgorithm};
+use keyengine::{KeyEngine, KeyId, KeyKind, SignError, SignatureAlgorithm};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,9 +47,13 @@ pub struct KeyServer {
     pub stats: Arc<ServerStats>,
 }
 
-/// Maps a signing opcode to the key engine's algorithm. `None`: not supported here.
-pub fn algorithm_for(op: Op) -> Option<SignatureAlgorithm> {
+/// Maps a signing opcode to the key engine's algorithm for a key of `kind` (the ECDSA opcodes
+/// name a hash, not a curve). `None`: not supported here.
+pub fn algorithm_for(op: Op, kind: Option<KeyKind>) -> Option<SignatureAlgorithm> {
+    let p256 = kind == Some(KeyKind::EcdsaP256);
     Some(match op {
+        Op::EcdsaSignSha384 if p256 => SignatureAlgorithm::EcdsaP256Sha384,
+        Op::EcdsaSignSha512 if p256 => SignatureAlgorithm::EcdsaP256Sha512,
         Op::RsaSignSha256 => SignatureAlgorithm::RsaPkcs1Sha256,
         Op::RsaSignSha384 => SignatureAlgorithm::RsaPkcs1Sha384,
         Op::RsaSignSha512 => SignatureAlgorithm::RsaPkcs1Sha512,
@@ -72,7 +76,10 @@ pub fn opcode_for(alg: SignatureAlgorithm) -> Op {
         SignatureAlgorithm::RsaPssSha384 => Op::RsaPssSignSha384,
         SignatureAlgorithm::RsaPssSha512 => Op::RsaPssSignSha512,
         SignatureAlgorithm::EcdsaP256Sha256 => Op::EcdsaSignSha256,
-        SignatureAlgorithm::EcdsaP384Sha384 => Op::EcdsaSignSha384,
+        SignatureAlgorithm::EcdsaP384Sha384 | SignatureAlgorithm::EcdsaP256Sha384 => {
+            Op::EcdsaSignSha384
+        }
+        SignatureAlgorithm::EcdsaP256Sha512 => Op::EcdsaSignSha512,
     }
 }
 
@@ -94,13 +101,14 @@ impl KeyServer {
         if op.is_response() {
             return Message::error(id, ErrorCode::UnexpectedOpcode);
         }
-        let Some(alg) = algorithm_for(op) else {
-            return Message::error(id, ErrorCode::BadOpcode);
-        };
         // Existing key servers answer a request without SKI (digest or SNI only) with
         // "internal error"; rampart does the same.
         let Some(ski) = req.ski else {
             return Message::error(id, ErrorCode::Internal);
+        };
+        let kind = self.engine.key(&KeyId(ski)).map(|k| k.public.kind());
+        let Some(alg) = algorithm_for(op, kind) else {
+            return Message::error(id, ErrorCode::BadOpcode);
         };
         let Some(payload) = req.payload else {
             return Message::error(id, ErrorCode::Format);

@@ -3,6 +3,9 @@
 
 /// ecdsa_secp256r1_sha256 (RFC 8446 §4.2.3).
 const ECDSA_P256_SHA256: u16 = 0x0403;
+/// In TLS 1.2, ECDSA with SHA-256, SHA-384 or SHA-512 on any curve (RFC 5246 §7.4.1.4.1): the
+/// hash does not bind the curve there, so a P-256 key serves all three.
+const TLS12_ECDSA: [u16; 3] = [0x0403, 0x0503, 0x0603];
 /// TLS 1.2 ECDHE_ECDSA suites rampart can negotiate (AES-GCM, ChaCha20).
 const ECDHE_ECDSA_SUITES: [u16; 3] = [0xC02B, 0xC02C, 0xCCA9];
 const TLS13: u16 = 0x0304;
@@ -39,17 +42,25 @@ pub fn offers_ecdhe_ecdsa_suite(ciphers: &[u8]) -> bool {
         .any(|c| ECDHE_ECDSA_SUITES.contains(&u16::from_be_bytes([c[0], c[1]])))
 }
 
-/// Whether an ECDSA P-256 certificate can serve this client: it must accept the signature
-/// and, unless TLS 1.3 will be used, offer a suite that authenticates with ECDSA.
+/// Whether the `signature_algorithms` extension body offers ECDSA with a hash rampart signs
+/// with, as TLS 1.2 reads it.
+pub fn offers_tls12_ecdsa(sigalgs_ext: Option<&[u8]>) -> bool {
+    sigalgs_ext.is_some_and(|e| u16_list(e, 2).any(|a| TLS12_ECDSA.contains(&a)))
+}
+
+/// Whether an ECDSA P-256 certificate can serve this client. Over TLS 1.3 it must accept
+/// ecdsa_secp256r1_sha256; over TLS 1.2, ECDSA with SHA-256, SHA-384 or SHA-512 and a suite
+/// that authenticates with ECDSA.
 pub fn can_use_ecdsa(
     sigalgs_ext: Option<&[u8]>,
     supported_versions_ext: Option<&[u8]>,
     ciphers: &[u8],
     tls13_enabled: bool,
 ) -> bool {
-    offers_ecdsa_p256(sigalgs_ext)
-        && ((tls13_enabled && offers_tls13(supported_versions_ext))
-            || offers_ecdhe_ecdsa_suite(ciphers))
+    if tls13_enabled && offers_tls13(supported_versions_ext) {
+        return offers_ecdsa_p256(sigalgs_ext);
+    }
+    offers_tls12_ecdsa(sigalgs_ext) && offers_ecdhe_ecdsa_suite(ciphers)
 }
 
 #[cfg(test)]
@@ -83,6 +94,21 @@ mod tests {
         assert!(can_use_ecdsa(Some(&sig), Some(&v13), &rsa_suites, true));
         assert!(!can_use_ecdsa(Some(&sig), Some(&v13), &rsa_suites, false));
         assert!(can_use_ecdsa(Some(&sig), None, &[0xC0, 0x2B], false));
+    }
+
+    #[test]
+    fn tls12_takes_ecdsa_with_any_hash_and_tls13_only_the_p256_scheme() {
+        let sha384_only = [0x00, 0x02, 0x05, 0x03];
+        let sha512_only = [0x00, 0x02, 0x06, 0x03];
+        let v12 = [0x02, 0x03, 0x03];
+        let v13 = [0x04, 0x03, 0x04, 0x03, 0x03];
+        let ecdsa_suite = [0xC0, 0x2B];
+        for sig in [&sha384_only, &sha512_only] {
+            assert!(can_use_ecdsa(Some(sig), Some(&v12), &ecdsa_suite, true));
+            assert!(can_use_ecdsa(Some(sig), None, &ecdsa_suite, true));
+            assert!(!can_use_ecdsa(Some(sig), Some(&v13), &ecdsa_suite, true));
+            assert!(can_use_ecdsa(Some(sig), Some(&v13), &ecdsa_suite, false));
+        }
     }
 
     /// Deterministic random inputs through every parser (the cargo-fuzz target

@@ -3,7 +3,7 @@
 
 use boring::hash::{hash, MessageDigest};
 use boring::ssl::{SslRef, SslSignatureAlgorithm};
-use keyengine::{HashAlgorithm, KeyEngine, KeyId, SignatureAlgorithm};
+use keyengine::{HashAlgorithm, KeyEngine, KeyId, KeyKind, SignatureAlgorithm};
 use std::sync::Arc;
 use tokio_boring::{
     AsyncPrivateKeyMethod, AsyncPrivateKeyMethodError, BoxPrivateKeyMethodFinish,
@@ -15,12 +15,14 @@ use super::handshake_info;
 pub struct EngineKeyMethod {
     pub engine: Arc<KeyEngine>,
     pub key: KeyId,
+    /// The key's kind: in TLS 1.2, 0x0503 with a P-256 key is that key with SHA-384.
+    pub kind: KeyKind,
 }
 
-fn to_engine_algorithm(a: SslSignatureAlgorithm) -> Option<SignatureAlgorithm> {
+fn to_engine_algorithm(a: SslSignatureAlgorithm, kind: KeyKind) -> Option<SignatureAlgorithm> {
     SignatureAlgorithm::ALL
         .into_iter()
-        .find(|x| SslSignatureAlgorithm::from(x.tls_code()) == a)
+        .find(|x| SslSignatureAlgorithm::from(x.tls_code()) == a && x.key_kind() == kind)
 }
 
 fn digest(h: HashAlgorithm, input: &[u8]) -> Option<Vec<u8>> {
@@ -50,7 +52,7 @@ impl AsyncPrivateKeyMethod for EngineKeyMethod {
         signature_algorithm: SslSignatureAlgorithm,
         _output: &mut [u8],
     ) -> Result<BoxPrivateKeyMethodFuture, AsyncPrivateKeyMethodError> {
-        let alg = to_engine_algorithm(signature_algorithm).ok_or_else(|| {
+        let alg = to_engine_algorithm(signature_algorithm, self.kind).ok_or_else(|| {
             tracing::warn!(
                 ?signature_algorithm,
                 "signature algorithm not supported by the key engine"
@@ -100,13 +102,20 @@ mod tests {
     fn every_engine_algorithm_maps_from_boring() {
         for a in SignatureAlgorithm::ALL {
             assert_eq!(
-                to_engine_algorithm(SslSignatureAlgorithm::from(a.tls_code())),
+                to_engine_algorithm(SslSignatureAlgorithm::from(a.tls_code()), a.key_kind()),
                 Some(a)
             );
         }
         assert_eq!(
-            to_engine_algorithm(SslSignatureAlgorithm::RSA_PKCS1_SHA1),
+            to_engine_algorithm(SslSignatureAlgorithm::RSA_PKCS1_SHA1, KeyKind::Rsa),
             None
+        );
+        assert_eq!(
+            to_engine_algorithm(
+                SslSignatureAlgorithm::ECDSA_SECP384R1_SHA384,
+                KeyKind::EcdsaP256
+            ),
+            Some(SignatureAlgorithm::EcdsaP256Sha384)
         );
     }
 }

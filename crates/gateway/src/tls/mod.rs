@@ -199,7 +199,9 @@ fn cert_context(
     }
     let sigalgs = match kind {
         KeyKind::Rsa => "rsa_pss_rsae_sha256:rsa_pss_rsae_sha384:rsa_pss_rsae_sha512:rsa_pkcs1_sha256:rsa_pkcs1_sha384:rsa_pkcs1_sha512",
-        KeyKind::EcdsaP256 => "ecdsa_secp256r1_sha256",
+        // In TLS 1.2 a P-256 key also signs with SHA-384 and SHA-512 (BoringSSL offers those
+        // only there: TLS 1.3 binds each hash to its curve).
+        KeyKind::EcdsaP256 => "ecdsa_secp256r1_sha256:ecdsa_secp384r1_sha384:ecdsa_secp521r1_sha512",
         KeyKind::EcdsaP384 => "ecdsa_secp384r1_sha384",
     };
     b.set_sigalgs_list(sigalgs).context("signing algorithms")?;
@@ -210,6 +212,7 @@ fn cert_context(
     b.set_async_private_key_method(EngineKeyMethod {
         engine: signer.engine.clone(),
         key: id,
+        kind,
     });
     Ok(b.build().into_context())
 }
