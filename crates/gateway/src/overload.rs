@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | 0.70 | every QUIC Initial without a token gets a Retry | the listeners' Retry gates |
 //! | 0.75 | 0-RTT requests are refused (425) | `proxy::handle` |
+//! | 0.80 | new HTTP/2 connections get small receive windows (16 KiB a stream, 64 KiB the connection) | `server` |
 //! | 0.85 | idle connections close after `idle_timeout_under_pressure` | `conn_timers` |
 //! | 0.90 | new connections are refused at accept (TCP closed, QUIC CONNECTION_REFUSED) | `metrics::ConnectionCap` |
 //!
@@ -23,14 +24,16 @@ use std::time::Duration;
 pub enum Action {
     RetryAllInitials,
     RefuseEarlyData,
+    ShrinkWindows,
     CloseIdleConnections,
     StopAccepting,
 }
 
 impl Action {
-    pub const ALL: [Action; 4] = [
+    pub const ALL: [Action; 5] = [
         Action::RetryAllInitials,
         Action::RefuseEarlyData,
+        Action::ShrinkWindows,
         Action::CloseIdleConnections,
         Action::StopAccepting,
     ];
@@ -40,6 +43,7 @@ impl Action {
         match self {
             Action::RetryAllInitials => 0.70,
             Action::RefuseEarlyData => 0.75,
+            Action::ShrinkWindows => 0.80,
             Action::CloseIdleConnections => 0.85,
             Action::StopAccepting => 0.90,
         }
@@ -50,6 +54,7 @@ impl Action {
         match self {
             Action::RetryAllInitials => "retry_all_initials",
             Action::RefuseEarlyData => "refuse_early_data",
+            Action::ShrinkWindows => "shrink_windows",
             Action::CloseIdleConnections => "close_idle_connections",
             Action::StopAccepting => "stop_accepting",
         }
@@ -184,10 +189,10 @@ mod tests {
         assert_eq!(on(&o), ["retry_all_initials", "refuse_early_data"]);
         assert!(gate.take_retry(), "the gate retries every Initial now");
         o.observe(920);
-        assert_eq!(on(&o).len(), 4);
+        assert_eq!(on(&o).len(), 5);
         // Just below the thresholds: nothing turns off yet.
         o.observe(860);
-        assert_eq!(on(&o).len(), 4);
+        assert_eq!(on(&o).len(), 5);
         // 5 points below StopAccepting's 0.90: it turns off, the others stay.
         o.observe(849);
         assert_eq!(
@@ -195,6 +200,7 @@ mod tests {
             [
                 "retry_all_initials",
                 "refuse_early_data",
+                "shrink_windows",
                 "close_idle_connections"
             ]
         );

@@ -318,6 +318,14 @@ async fn serve_connection(
             .keep_alive_timeout(Duration::from_secs(20))
             // WebSockets over HTTP/2 (RFC 8441), tunnelled to HTTP/1.1 upstreams by the proxy.
             .enable_connect_protocol();
+        // Under memory pressure a new connection may buffer little of what its client sends.
+        if shared
+            .overload
+            .is_active(crate::overload::Action::ShrinkWindows)
+        {
+            b.initial_stream_window_size(16 * 1024)
+                .initial_connection_window_size(64 * 1024);
+        }
         let conn = send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)));
         tokio::select! {
             r = conn => r.map_err(|e| e.to_string()),

@@ -511,6 +511,7 @@ async fn past_its_memory_limit_the_gateway_stops_accepting_and_serves_those_admi
     for action in [
         "retry_all_initials",
         "refuse_early_data",
+        "shrink_windows",
         "close_idle_connections",
     ] {
         let label = format!("action=\"{action}\"");
@@ -563,6 +564,36 @@ async fn past_its_memory_limit_the_gateway_stops_accepting_and_serves_those_admi
     // Released 5 points below the threshold: served again.
     overload.observe(13 << 20);
     assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    // Still above 80%: a new HTTP/2 connection may send only a small window of upload.
+    let tls = tls_to(&fx, b"\x02h2").await;
+    let (client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    // The server's SETTINGS (its windows) are read once it has offered extended CONNECT.
+    for _ in 0..100 {
+        if client.is_extended_connect_protocol_enabled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let req = http::Request::post(fx.url("/discard")).body(()).unwrap();
+    let (_resp, mut upload) = client.send_request(req, false).unwrap();
+    upload.reserve_capacity(1 << 20);
+    let granted = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            match futures_util::future::poll_fn(|cx| upload.poll_capacity(cx)).await {
+                Some(Ok(n)) if n > 0 => return n,
+                Some(Ok(_)) => continue,
+                other => panic!("no capacity: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("some capacity");
+    assert!(
+        granted <= 16 * 1024,
+        "a {granted}-byte window under pressure"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
