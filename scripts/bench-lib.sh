@@ -139,3 +139,22 @@ with open(sys.argv[1], "w") as f:
           int(total.get("received", 0)), file=f)
 PY
 }
+
+# The common start of the attack scripts (quic-initial-flood.sh, idle-connection-hold.sh):
+# BIN built if missing, OUT created, certificates, a one-worker gateway config on $1 (TLS and
+# QUIC) with its admin listener on 127.0.0.1:$3, and the demo upstream on $2 pinned to CPU 1.
+# Sets `pids` (cleaned up on exit) and `gw_path`, the absolute path of GATEWAY_BIN (default
+# $BIN: an older build can be the anchor while $BIN runs the attack).
+bench_attack_setup() {
+  BIN=${BIN:-./target/release/rampart}
+  [ -x "$BIN" ] || cargo build --release -p rampart
+  mkdir -p "$OUT"
+  pids=()
+  trap bench_cleanup EXIT
+  bench_site_certs "$OUT/certs"
+  bench_h3_gateway_config "$OUT/rampart.toml" threads "$1" "$2"
+  sed -i "s/^listen = \"127.0.0.1:19901\"/listen = \"127.0.0.1:$3\"/" "$OUT/rampart.toml"
+  bench_upstream 1 "$2"
+  GATEWAY_BIN=${GATEWAY_BIN:-$BIN}
+  gw_path=$(cd "$(dirname "$GATEWAY_BIN")" && pwd)/$(basename "$GATEWAY_BIN")
+}

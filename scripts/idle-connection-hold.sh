@@ -15,20 +15,9 @@ HOLD=${HOLD:-20000}
 NOFILE=${NOFILE:-4096}
 DURATION=${DURATION:-30s}
 OUT=${OUT:-target/idle-connection-hold}
-BIN=${BIN:-./target/release/rampart}
-[ -x "$BIN" ] || cargo build --release -p rampart
-mkdir -p "$OUT"
-pids=()
-trap bench_cleanup EXIT
-bench_site_certs "$OUT/certs"
 UP=18280; GW=18643
-bench_h3_gateway_config "$OUT/rampart.toml" threads $GW $UP
-sed -i 's/^listen = "127.0.0.1:19901"/listen = "127.0.0.1:19921"/' "$OUT/rampart.toml"
-bench_upstream 1 $UP
-# GATEWAY_BIN: the gateway under test (default $BIN, which also runs the attack), e.g. an
-# older build as the anchor.
-GATEWAY_BIN=${GATEWAY_BIN:-$BIN}
-gw_path=$(cd "$(dirname "$GATEWAY_BIN")" && pwd)/$(basename "$GATEWAY_BIN")
+# GATEWAY_BIN: the gateway under test (default $BIN, which also runs the attack).
+bench_attack_setup $GW $UP 19921
 (cd "$OUT" && ulimit -n "$NOFILE" && exec taskset -c 0 "$gw_path" run --config rampart.toml 2>gateway.log) &
 pids+=($!)
 wait_port $GW

@@ -13,23 +13,12 @@ cd "$(dirname "$0")/.."
 RATE=${RATE:-10000}
 DURATION=${DURATION:-30s}
 OUT=${OUT:-target/quic-initial-flood}
-BIN=${BIN:-./target/release/rampart}
-[ -x "$BIN" ] || cargo build --release -p rampart
-mkdir -p "$OUT"
-pids=()
-trap bench_cleanup EXIT
-bench_site_certs "$OUT/certs"
 UP=18180; GW=18543
-bench_h3_gateway_config "$OUT/rampart.toml" threads $GW $UP
-sed -i 's/^listen = "127.0.0.1:19901"/listen = "127.0.0.1:19911"/' "$OUT/rampart.toml"
 # QUIC_EXTRA: settings added to [listeners.quic], e.g. the old defaults as an anchor:
 #   QUIC_EXTRA='retry = "never"\nmax_pending_handshakes = 1000000'
+# GATEWAY_BIN: the gateway under test (default $BIN, which also runs the flood).
+bench_attack_setup $GW $UP 19911
 [ -n "${QUIC_EXTRA:-}" ] && sed -i "s/^enabled = true$/enabled = true\n${QUIC_EXTRA//\//\\/}/" "$OUT/rampart.toml"
-bench_upstream 1 $UP
-# GATEWAY_BIN: the gateway under test (default $BIN, which also runs the attack), e.g. an
-# older build as the anchor.
-GATEWAY_BIN=${GATEWAY_BIN:-$BIN}
-gw_path=$(cd "$(dirname "$GATEWAY_BIN")" && pwd)/$(basename "$GATEWAY_BIN")
 (cd "$OUT" && exec taskset -c 0 "$gw_path" run --config rampart.toml 2>gateway.log) &
 gw=$!
 pids+=($gw)

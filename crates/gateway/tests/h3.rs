@@ -31,6 +31,25 @@ fn assert_refused(out: &std::process::Output) {
     );
 }
 
+/// A new HTTP/3 client is refused with CONNECTION_REFUSED within `within`, and the refusal
+/// is counted as shed.
+async fn assert_refused_at_once(fx: &Fixture, within: Duration) {
+    let t0 = std::time::Instant::now();
+    assert_refused(&run(h3(fx, &["--path", "/"])).await);
+    assert!(
+        t0.elapsed() < within,
+        "refused only after {:?}",
+        t0.elapsed()
+    );
+    let m = fx.gw().metrics.render();
+    let shed = metric_sum(
+        &m,
+        "rampart_connections_rejected_total",
+        &["listener=\"https/quic\""],
+    );
+    assert!(shed >= 1.0, "{m}");
+}
+
 fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
     assert!(
         out.status.success(),
@@ -553,22 +572,7 @@ async fn quic_connections_beyond_the_limit_are_refused_at_once() {
         1.0,
     )
     .await;
-    let t0 = std::time::Instant::now();
-    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
-    assert!(
-        t0.elapsed() < std::time::Duration::from_secs(5),
-        "refused only after {:?}",
-        t0.elapsed()
-    );
-    let m = fx.gw().metrics.render();
-    assert!(
-        metric_sum(
-            &m,
-            "rampart_connections_rejected_total",
-            &["listener=\"https/quic\""]
-        ) >= 1.0,
-        "{m}"
-    );
+    assert_refused_at_once(&fx, Duration::from_secs(5)).await;
     assert_eq!(json_lines(&holder.await.unwrap())[0]["status"], 200);
     let mut served = false;
     for _ in 0..50 {
@@ -706,22 +710,7 @@ async fn pending_quic_handshakes_are_bounded() {
         stalled_handshake(server, 2).await,
     ];
     eventually_metric(&fx, "rampart_quic_handshakes_pending", &[], 2.0).await;
-    let t0 = std::time::Instant::now();
-    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "refused only after {:?}",
-        t0.elapsed()
-    );
-    let m = fx.gw().metrics.render();
-    assert!(
-        metric_sum(
-            &m,
-            "rampart_connections_rejected_total",
-            &["listener=\"https/quic\""]
-        ) >= 1.0,
-        "{m}"
-    );
+    assert_refused_at_once(&fx, Duration::from_secs(2)).await;
     // Once the stalled ones time out, handshakes are served again.
     let mut served = false;
     for _ in 0..50 {
