@@ -35,7 +35,6 @@ pub mod upstream_tls;
 
 use anyhow::Context as _;
 use config::{Config, EngineKind};
-use hyper_util::server::graceful::GracefulShutdown;
 use keyengine::{
     Engine, EngineMetrics, InlineEngine, KeyEngine, KeyKind, KeyRegistry, Scheduler,
     SchedulerPolicy, ThreadsEngine,
@@ -285,7 +284,7 @@ fn run_worker(
                 }
             };
             let drained = rt.block_on(async move {
-                let graceful = Arc::new(GracefulShutdown::new());
+                let connections = tokio_util::task::TaskTracker::new();
                 let mut tasks = Vec::new();
                 for (sock, shared, acceptor, handshake_timeout) in plan.listeners {
                     let listener = match tokio::net::TcpListener::from_std(sock) {
@@ -301,7 +300,7 @@ fn run_worker(
                         shared,
                         handshake_timeout,
                     };
-                    tasks.push(tokio::spawn(task.run(stop.clone(), graceful.clone())));
+                    tasks.push(tokio::spawn(task.run(stop.clone(), connections.clone())));
                 }
                 // QUIC listeners drain their own connections (GOAWAY, then close once every
                 // response is delivered) for up to `grace` after `stop`.
@@ -310,15 +309,14 @@ fn run_worker(
                     .into_iter()
                     .map(|(q, shared)| tokio::spawn(quic::serve(q, shared, stop.clone(), grace)))
                     .collect();
-                // TCP listeners return at `stop`; their connections drain under `graceful`.
+                // TCP listeners return at `stop`; their connections drain themselves
+                // (`server::drive`), and shutdown waits for them within `grace`.
                 for t in tasks {
                     let _ = t.await;
                 }
-                let Ok(graceful) = Arc::try_unwrap(graceful) else {
-                    return false;
-                };
+                connections.close();
                 let tcp_drained = async {
-                    tokio::time::timeout(grace, graceful.shutdown())
+                    tokio::time::timeout(grace, connections.wait())
                         .await
                         .is_ok()
                 };

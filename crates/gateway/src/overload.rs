@@ -10,6 +10,7 @@
 //! | 0.80 | new HTTP/2 connections get small receive windows (16 KiB a stream, 64 KiB the connection) | `server` |
 //! | 0.85 | idle connections close after `idle_timeout_under_pressure` | `conn_timers` |
 //! | 0.90 | new connections are refused at accept (TCP closed, QUIC CONNECTION_REFUSED) | `metrics::ConnectionCap` |
+//! | 0.95 | every open TCP connection drains: GOAWAY on HTTP/2, close once idle on HTTP/1.1 | `server::drive` |
 //!
 //! Each activation and release is logged and counted
 //! (`rampart_overload_actions_total{action}`), and each action's state is a gauge
@@ -27,15 +28,17 @@ pub enum Action {
     ShrinkWindows,
     CloseIdleConnections,
     StopAccepting,
+    GoAway,
 }
 
 impl Action {
-    pub const ALL: [Action; 5] = [
+    pub const ALL: [Action; 6] = [
         Action::RetryAllInitials,
         Action::RefuseEarlyData,
         Action::ShrinkWindows,
         Action::CloseIdleConnections,
         Action::StopAccepting,
+        Action::GoAway,
     ];
 
     /// The share of the memory limit at which the action turns on.
@@ -46,6 +49,7 @@ impl Action {
             Action::ShrinkWindows => 0.80,
             Action::CloseIdleConnections => 0.85,
             Action::StopAccepting => 0.90,
+            Action::GoAway => 0.95,
         }
     }
 
@@ -57,6 +61,7 @@ impl Action {
             Action::ShrinkWindows => "shrink_windows",
             Action::CloseIdleConnections => "close_idle_connections",
             Action::StopAccepting => "stop_accepting",
+            Action::GoAway => "goaway",
         }
     }
 }
@@ -72,6 +77,8 @@ pub struct Overload {
     used: AtomicU64,
     /// Called when RetryAllInitials turns on or off (the listeners' Retry gates).
     on_retry: std::sync::Mutex<Vec<Arc<tokio_quiche::quic::RetryGate>>>,
+    /// GoAway's state, for connections to wait on.
+    goaway: tokio::sync::watch::Sender<bool>,
     gauges: Vec<prometheus::IntGauge>,
     counters: Vec<prometheus::IntCounter>,
     memory: prometheus::IntGauge,
@@ -84,6 +91,7 @@ impl Overload {
             active: Default::default(),
             used: AtomicU64::new(0),
             on_retry: Default::default(),
+            goaway: tokio::sync::watch::channel(false).0,
             gauges: Action::ALL
                 .iter()
                 .map(|a| m.overload_active.with_label_values(&[a.as_str()]))
@@ -99,6 +107,11 @@ impl Overload {
     /// Whether `action` is in force.
     pub fn is_active(&self, action: Action) -> bool {
         self.active[action as usize].load(Ordering::Relaxed)
+    }
+
+    /// Turns true while the GoAway action is on.
+    pub fn goaway(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.goaway.subscribe()
     }
 
     /// A listener's Retry gate, forced to Retry every Initial while RetryAllInitials is on.
@@ -130,6 +143,9 @@ impl Overload {
                 tracing::warn!(action = action.as_str(), used, limit, "overload action on");
             } else {
                 tracing::info!(action = action.as_str(), used, limit, "overload action off");
+            }
+            if action == Action::GoAway {
+                self.goaway.send_replace(next);
             }
             if action == Action::RetryAllInitials {
                 for g in self.on_retry.lock().expect("overload lock").iter() {

@@ -198,6 +198,13 @@ pub struct FlushAtYield<F, S = TcpStream> {
     shared: Arc<Shared<S>>,
 }
 
+impl<F, S> FlushAtYield<F, S> {
+    /// The wrapped future (a connection, to ask it for a graceful shutdown).
+    pub fn inner(&mut self) -> Pin<&mut F> {
+        self.fut.as_mut()
+    }
+}
+
 impl<F: std::future::Future, S: SharedSocket> std::future::Future for FlushAtYield<F, S> {
     type Output = F::Output;
 

@@ -13,12 +13,12 @@ use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
 pub struct TcpListenerTask {
     pub listener: TcpListener,
@@ -104,9 +104,9 @@ fn raise_descriptor_limit() -> usize {
 }
 
 impl TcpListenerTask {
-    /// Accepts until `stop` turns true; each connection is watched by `watcher` so shutdown
-    /// can wait for in-flight requests.
-    pub async fn run(self, mut stop: watch::Receiver<bool>, graceful: Arc<GracefulShutdown>) {
+    /// Accepts until `stop` turns true; each connection runs on `connections`, so shutdown
+    /// can wait for in-flight requests (each connection drains itself at `stop`).
+    pub async fn run(self, mut stop: watch::Receiver<bool>, connections: TaskTracker) {
         let cap = ConnectionCap::new(
             &self.shared.metrics,
             &self.shared.listener,
@@ -144,7 +144,7 @@ impl TcpListenerTask {
                     // window shut, our bytes unacknowledged) loses the connection after it.
                     let _ = socket2::SockRef::from(&tcp)
                         .set_tcp_user_timeout(Some(self.shared.limits.send_timeout));
-                    tokio::spawn(serve_connection(
+                    connections.spawn(serve_connection(
                         Accepted {
                             tcp,
                             peer,
@@ -155,7 +155,6 @@ impl TcpListenerTask {
                         self.acceptor.clone(),
                         self.shared.clone(),
                         self.handshake_timeout,
-                        graceful.watcher(),
                         stop.clone(),
                     ));
                 }
@@ -193,7 +192,6 @@ async fn serve_connection(
     acceptor: Arc<SslAcceptor>,
     shared: Arc<ProxyShared>,
     handshake_timeout: Duration,
-    watcher: Watcher,
     mut stop: watch::Receiver<bool>,
 ) {
     let m = &shared.metrics;
@@ -326,11 +324,18 @@ async fn serve_connection(
             b.initial_stream_window_size(16 * 1024)
                 .initial_connection_window_size(64 * 1024);
         }
-        let conn = send.flush_at_yield(watcher.watch(b.serve_connection(io, svc)));
-        tokio::select! {
-            r = conn => r.map_err(|e| e.to_string()),
-            why = expired => return closed(why.as_str()),
-            _ = activity.evicted() => return closed("evicted"),
+        let conn = send.flush_at_yield(b.serve_connection(io, svc));
+        let ended = drive(
+            conn,
+            |c| c.graceful_shutdown(),
+            stop,
+            &shared,
+            &activity,
+            expired,
+        );
+        match ended.await {
+            Ended::Done(r) => r.map_err(|e| e.to_string()),
+            Ended::Closed(why) => return closed(why),
         }
     } else {
         let io = TokioIo::new(ReadAvailable(stream));
@@ -343,15 +348,63 @@ async fn serve_connection(
             .header_read_timeout(limits.idle_timeout)
             .max_headers(limits.max_headers)
             .max_buf_size((limits.max_header_bytes + 1024).max(8192));
-        let conn = send.flush_at_yield(watcher.watch(b.serve_connection_with_upgrades(io, svc)));
-        tokio::select! {
-            r = conn => r.map_err(|e| e.to_string()),
-            why = expired => return closed(why.as_str()),
-            _ = activity.evicted() => return closed("evicted"),
+        let conn = send.flush_at_yield(b.serve_connection_with_upgrades(io, svc));
+        let ended = drive(
+            conn,
+            |c| c.graceful_shutdown(),
+            stop,
+            &shared,
+            &activity,
+            expired,
+        );
+        match ended.await {
+            Ended::Done(r) => r.map_err(|e| e.to_string()),
+            Ended::Closed(why) => return closed(why),
         }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// How a connection's serving ended.
+enum Ended<E> {
+    /// The connection finished (after a graceful shutdown, or the client closed it).
+    Done(Result<(), E>),
+    /// The gateway closed it: the `rampart_connections_closed_total` reason.
+    Closed(&'static str),
+}
+
+/// Serves `conn` until it ends. When the gateway stops, or the overload manager's GOAWAY
+/// action turns on, it is asked once to shut down gracefully (`shutdown`: GOAWAY on HTTP/2,
+/// close once idle on HTTP/1.1) and served on while its requests finish. Its timers
+/// ([`crate::conn_timers`]) and an eviction close it at once.
+async fn drive<F, E>(
+    mut conn: send_coalescer::FlushAtYield<F>,
+    shutdown: impl FnOnce(std::pin::Pin<&mut F>),
+    mut stop: watch::Receiver<bool>,
+    shared: &ProxyShared,
+    activity: &Activity,
+    expired: impl std::future::Future<Output = crate::conn_timers::Expiry>,
+) -> Ended<E>
+where
+    F: std::future::Future<Output = Result<(), E>>,
+{
+    let mut goaway = shared.overload.goaway();
+    tokio::pin!(expired);
+    let mut shutdown = Some(shutdown);
+    loop {
+        let draining = shutdown.is_none();
+        tokio::select! {
+            r = &mut conn => return Ended::Done(r),
+            why = &mut expired => return Ended::Closed(why.as_str()),
+            _ = activity.evicted() => return Ended::Closed("evicted"),
+            _ = stop.wait_for(|s| *s), if !draining => {}
+            _ = goaway.wait_for(|g| *g), if !draining => {}
+        }
+        if let Some(f) = shutdown.take() {
+            f(conn.inner());
+        }
     }
 }
 

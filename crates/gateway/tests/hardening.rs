@@ -561,6 +561,32 @@ async fn past_its_memory_limit_the_gateway_stops_accepting_and_serves_those_admi
         2.0,
         "{m}"
     );
+    // Past 95%: the admitted connection is told to go away (GOAWAY). Its request in flight
+    // finishes; it takes no new one.
+    let mut client = client.ready().await.unwrap();
+    let (slow, _) = client
+        .send_request(
+            http::Request::get(fx.url("/delay/1000")).body(()).unwrap(),
+            true,
+        )
+        .unwrap();
+    eventually_metric(&fx, "rampart_upstream_requests_in_flight", &[], 1.0).await;
+    overload.observe(31 << 19); // 15.5 MiB: 97%
+    assert_eq!(
+        slow.await.unwrap().status(),
+        200,
+        "in flight when GOAWAY came"
+    );
+    let refused = match client.ready().await {
+        Err(_) => true,
+        Ok(mut c) => {
+            match c.send_request(http::Request::get(fx.url("/")).body(()).unwrap(), true) {
+                Err(_) => true,
+                Ok((resp, _)) => resp.await.is_err(),
+            }
+        }
+    };
+    assert!(refused, "a new request on a connection told to go away");
     // Released 5 points below the threshold: served again.
     overload.observe(13 << 20);
     assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
