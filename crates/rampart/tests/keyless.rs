@@ -105,12 +105,23 @@ threads = 1
     }
 
     async fn metric(&self, name_and_labels: &str) -> f64 {
-        let out = tokio::task::spawn_blocking({
-            let url = format!("http://127.0.0.1:{}/metrics", self.admin);
-            move || Command::new("curl").args(["-sS", &url]).output().unwrap()
-        })
-        .await
-        .unwrap();
+        // A scrape that fails (the admin listener busy on a loaded machine) is tried again:
+        // a failed scrape must not read as zero.
+        let mut out = None;
+        for _ in 0..5 {
+            let o = tokio::task::spawn_blocking({
+                let url = format!("http://127.0.0.1:{}/metrics", self.admin);
+                move || Command::new("curl").args(["-sS", &url]).output().unwrap()
+            })
+            .await
+            .unwrap();
+            if o.status.success() && !o.stdout.is_empty() {
+                out = Some(o);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let out = out.expect("the key server's metrics could not be scraped");
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| l.starts_with(name_and_labels))
