@@ -26,10 +26,10 @@ use tokio::time::Instant;
 /// One connection's requests in flight and when it last had none.
 pub struct Activity {
     in_flight: AtomicUsize,
-    /// Milliseconds after `start` when the last request finished (0: none yet).
+    /// Milliseconds after `start` when the last request finished.
     idle_since_ms: AtomicU64,
     /// Whether any request has begun.
-    served: AtomicUsize,
+    served: AtomicBool,
     start: Instant,
     /// Set, and `evict` notified, when the listener closes this connection to admit another.
     evicted: AtomicBool,
@@ -66,7 +66,7 @@ pub enum Expiry {
 }
 
 impl Expiry {
-    /// The `reason` label of `rampart_connections_timed_out_total`.
+    /// The `reason` label of `rampart_connections_closed_total`.
     pub fn as_str(self) -> &'static str {
         match self {
             Expiry::NoRequest => "no_request",
@@ -81,7 +81,7 @@ impl Activity {
         Arc::new(Activity {
             in_flight: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
-            served: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
             start: Instant::now(),
             evicted: AtomicBool::new(false),
             evict: tokio::sync::Notify::new(),
@@ -96,7 +96,7 @@ impl Activity {
     /// Counts a request in flight until the returned guard drops.
     pub fn begin(self: &Arc<Self>) -> Active {
         self.in_flight.fetch_add(1, Ordering::Acquire);
-        self.served.store(1, Ordering::Relaxed);
+        self.served.store(true, Ordering::Relaxed);
         Active(self.clone())
     }
 
@@ -116,7 +116,7 @@ impl Activity {
         } else {
             limits.idle
         };
-        if self.served.load(Ordering::Relaxed) == 0 {
+        if !self.served.load(Ordering::Relaxed) {
             return Some((now, limits.first_request.min(idle_limit), Expiry::NoRequest));
         }
         let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));

@@ -474,7 +474,8 @@ impl ConnectionCap {
             .is_active(crate::overload::Action::StopAccepting)
     }
 
-    /// Counts a connection refused for the cap or overload.
+    /// Counts a connection refused for the cap, overload or another limit (pending QUIC
+    /// handshakes).
     pub fn count_rejected(&self) {
         self.rejected.inc();
     }
@@ -486,12 +487,9 @@ impl ConnectionCap {
 
     /// Whether the cap is reached, or the overload manager stops accepting (counted).
     pub fn full(&self) -> bool {
-        let full = self.open.get() >= self.max
-            || self
-                .overload
-                .is_active(crate::overload::Action::StopAccepting);
+        let full = self.at_cap() || self.stopped();
         if full {
-            self.rejected.inc();
+            self.count_rejected();
         }
         full
     }
@@ -503,13 +501,6 @@ impl ConnectionCap {
             || self
                 .overload
                 .is_active(crate::overload::Action::CloseIdleConnections)
-    }
-
-    /// Counts a connection attempt shed for another limit (pending QUIC handshakes) as
-    /// rejected; always true.
-    pub fn shed(&self) -> bool {
-        self.rejected.inc();
-        true
     }
 
     /// Counts one open connection until the guard drops.

@@ -155,7 +155,7 @@ impl OnResponseDone for Finish {
     }
 }
 
-fn local(status: StatusCode, msg: &'static str) -> Response<ResponseBody> {
+fn local(status: StatusCode, msg: impl Into<bytes::Bytes>) -> Response<ResponseBody> {
     let mut r = Response::new(ResponseBody::local(msg));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -189,7 +189,6 @@ pub async fn handle(
         .map_or_else(new_request_id, str::to_string);
     // Phase: canonical target, first, so that every rule below sees the same host and path.
     let target = canonical_target(&shared.paths, &req);
-    let host = target.as_ref().map_or("", |t| t.host.as_str()).to_string();
     // The access record is only built when a log will be written.
     let logging = shared.access_log.enabled();
     let mut rec = if logging {
@@ -208,7 +207,9 @@ pub async fn handle(
             early_data,
             sni: conn.sni.clone(),
             method: req.method().to_string(),
-            host: host.clone(),
+            host: target
+                .as_ref()
+                .map_or_else(|_| String::new(), |t| t.host.clone()),
             path: req.uri().path().to_string(),
             ..Default::default()
         }
@@ -457,7 +458,7 @@ async fn forward<'a>(
     });
     // One Host upstream, the canonical one (replacing the client's, which may have named
     // something else in an absolute-form request or been listed in `Connection`).
-    if let Some(v) = crate::request_target::host_header(&target.authority) {
+    if let Ok(v) = HeaderValue::from_str(&target.authority) {
         h.insert(header::HOST, v);
     }
     if shared.paths.forward_normalized {
@@ -487,14 +488,7 @@ async fn forward<'a>(
     // holds no upstream connection or slot while it does.
     let body = match buffer_small_body(body, declared_len, limits).await {
         Ok(b) => b,
-        Err(BufferError::TimedOut) => {
-            let resp = local(StatusCode::REQUEST_TIMEOUT, "request body timed out\n");
-            return Err((matched, resp));
-        }
-        Err(BufferError::Client) => {
-            let resp = local(StatusCode::BAD_REQUEST, "request body ended early\n");
-            return Err((matched, resp));
-        }
+        Err(e) => return Err((matched, body_failed(e == BufferError::TimedOut))),
     };
     let body = RequestBody::new(body, limits.max_body_bytes, progress.clone())
         .idle_timeout(limits.body_timeout);
@@ -511,15 +505,10 @@ async fn forward<'a>(
             let e = failure.error;
             // An exchange the client's body broke (over the limit, or the client gone
             // midway) is not the upstream's failure.
-            if progress.timed_out.load(Ordering::Relaxed) {
-                tracing::debug!(cluster = %cluster.name, error = %e, "request body stalled");
-                let resp = local(StatusCode::REQUEST_TIMEOUT, "request body timed out\n");
-                return Err((matched, resp));
-            }
             if progress.client_failed.load(Ordering::Relaxed) {
                 tracing::debug!(cluster = %cluster.name, error = %e, "request body ended early");
-                let resp = local(StatusCode::BAD_REQUEST, "request body ended early\n");
-                return Err((matched, resp));
+                let timed_out = progress.timed_out.load(Ordering::Relaxed);
+                return Err((matched, body_failed(timed_out)));
             }
             if progress.too_large.load(Ordering::Relaxed) {
                 let parked = progress.overflow.lock().ok().and_then(|mut s| s.take());
@@ -681,6 +670,7 @@ async fn forward<'a>(
 }
 
 /// Why a small body could not be buffered.
+#[derive(PartialEq, Eq)]
 enum BufferError {
     /// No bytes for `limits.body_timeout`.
     TimedOut,
@@ -734,9 +724,17 @@ fn canonical_target(
 
 /// The 400 for a malformed target.
 fn bad_target(e: crate::request_target::TargetError) -> Response<ResponseBody> {
-    let mut resp = local(StatusCode::BAD_REQUEST, "");
-    *resp.body_mut() = ResponseBody::local(format!("bad request: {e}\n"));
-    resp
+    local(StatusCode::BAD_REQUEST, format!("bad request: {e}\n"))
+}
+
+/// The answer to a request whose body the client stalled past `limits.body_timeout` (408)
+/// or broke off (400).
+fn body_failed(timed_out: bool) -> Response<ResponseBody> {
+    if timed_out {
+        local(StatusCode::REQUEST_TIMEOUT, "request body timed out\n")
+    } else {
+        local(StatusCode::BAD_REQUEST, "request body ended early\n")
+    }
 }
 
 /// Replaces the path of `uri` with `path`, keeping its query (and dropping any scheme and

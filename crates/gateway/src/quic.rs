@@ -277,9 +277,14 @@ pub async fn serve(
         let cap = cap.clone();
         let shutting_down = shutting_down.clone();
         move |peer: std::net::SocketAddr| {
-            shutting_down.load(Ordering::Relaxed)
-                || cap.refuse(peer.ip())
-                || (pending.as_ref().is_some_and(|g| g.pending() >= max_pending) && cap.shed())
+            if shutting_down.load(Ordering::Relaxed) || cap.refuse(peer.ip()) {
+                return true;
+            }
+            let too_many = pending.as_ref().is_some_and(|g| g.pending() >= max_pending);
+            if too_many {
+                cap.count_rejected();
+            }
+            too_many
         }
     }));
     let mut streams =

@@ -13,7 +13,7 @@
 //!
 //! Pure functions over bytes: fuzzed (`fuzz/fuzz_targets/request_target.rs`).
 
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Uri, Version};
 
 /// What to do with a path character that some servers treat as a separator.
@@ -352,14 +352,10 @@ fn separator(action: SeparatorAction, byte: u8, refused: TargetError) -> Result<
     }
 }
 
-/// The `Host` value for `authority` (already validated, so always a valid header value).
-pub fn host_header(authority: &str) -> Option<HeaderValue> {
-    HeaderValue::from_str(authority).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn path(p: &str) -> Result<String, TargetError> {
         normalize_path(p.as_bytes(), &PathPolicy::default())

@@ -296,12 +296,7 @@ async fn serve_connection(
         idle_under_pressure: limits.idle_timeout_under_pressure,
     };
     let expired = activity.expired(idle, || cap.under_pressure());
-    let closed = |why: &str| {
-        m.closed_connections
-            .with_label_values(&[listener, why])
-            .inc()
-    };
-    let result = if h2 {
+    let ended = if h2 {
         let io = TokioIo::new(h2_flood::Counted::new(
             ReadAvailable(stream),
             limits.max_control_frames_per_second,
@@ -325,23 +320,20 @@ async fn serve_connection(
                 .initial_connection_window_size(64 * 1024);
         }
         let conn = send.flush_at_yield(b.serve_connection(io, svc));
-        let ended = drive(
+        drive(
             conn,
             |c| c.graceful_shutdown(),
             stop,
             &shared,
             &activity,
             expired,
-        );
-        match ended.await {
-            Ended::Done(r) => r.map_err(|e| e.to_string()),
-            Ended::Closed(why) => return closed(why),
-        }
+        )
+        .await
     } else {
         let io = TokioIo::new(ReadAvailable(stream));
         // HTTP/1.1 only (ALPN said so), with upgrades: a 101 hands the connection to the
         // proxy's tunnel (WebSocket). hyper-util's builder, as its connection with upgrades
-        // can be watched for graceful shutdown.
+        // can be shut down gracefully.
         let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
         b.http1()
             .timer(TokioTimer::new())
@@ -349,28 +341,31 @@ async fn serve_connection(
             .max_headers(limits.max_headers)
             .max_buf_size((limits.max_header_bytes + 1024).max(8192));
         let conn = send.flush_at_yield(b.serve_connection_with_upgrades(io, svc));
-        let ended = drive(
+        drive(
             conn,
             |c| c.graceful_shutdown(),
             stop,
             &shared,
             &activity,
             expired,
-        );
-        match ended.await {
-            Ended::Done(r) => r.map_err(|e| e.to_string()),
-            Ended::Closed(why) => return closed(why),
-        }
+        )
+        .await
     };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    match ended {
+        Ended::Done(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+        Ended::Done(Ok(())) => {}
+        Ended::Closed(why) => m
+            .closed_connections
+            .with_label_values(&[listener, why])
+            .inc(),
     }
 }
 
 /// How a connection's serving ended.
-enum Ended<E> {
-    /// The connection finished (after a graceful shutdown, or the client closed it).
-    Done(Result<(), E>),
+enum Ended {
+    /// The connection finished (after a graceful shutdown, or the client closed it), or
+    /// failed with this error.
+    Done(Result<(), String>),
     /// The gateway closed it: the `rampart_connections_closed_total` reason.
     Closed(&'static str),
 }
@@ -386,9 +381,10 @@ async fn drive<F, E>(
     shared: &ProxyShared,
     activity: &Activity,
     expired: impl std::future::Future<Output = crate::conn_timers::Expiry>,
-) -> Ended<E>
+) -> Ended
 where
     F: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
 {
     let mut goaway = shared.overload.goaway();
     tokio::pin!(expired);
@@ -396,7 +392,7 @@ where
     loop {
         let draining = shutdown.is_none();
         tokio::select! {
-            r = &mut conn => return Ended::Done(r),
+            r = &mut conn => return Ended::Done(r.map_err(|e| e.to_string())),
             why = &mut expired => return Ended::Closed(why.as_str()),
             _ = activity.evicted() => return Ended::Closed("evicted"),
             _ = stop.wait_for(|s| *s), if !draining => {}
