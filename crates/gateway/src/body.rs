@@ -52,16 +52,16 @@ impl IdleTimer {
         IdleTimer { limit, sleep: None }
     }
 
-    /// A frame came: the next wait starts afresh.
-    fn reset(&mut self) {
-        if let Some(s) = self.sleep.as_mut() {
-            s.as_mut().reset(tokio::time::Instant::now() + self.limit);
-        }
-    }
-
-    /// After the stream said Pending: whether the wait has lasted past the limit.
-    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+    /// Called after each poll of the stream: a frame (or its end) restarts the wait; a
+    /// Pending one checks it. True when the stream has been waited on past the limit.
+    fn expired_after<T>(&mut self, polled: &Poll<T>, cx: &mut Context<'_>) -> bool {
         let limit = self.limit;
+        if polled.is_ready() {
+            if let Some(s) = self.sleep.as_mut() {
+                s.as_mut().reset(tokio::time::Instant::now() + limit);
+            }
+            return false;
+        }
         let sleep = self
             .sleep
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
@@ -144,15 +144,11 @@ impl Body for RequestBody {
         };
         let polled = Pin::new(inner).poll_frame(cx);
         if let Some(idle) = this.idle.as_mut() {
-            match polled {
-                Poll::Pending if idle.poll_expired(cx) => {
-                    this.progress.client_failed.store(true, Ordering::Relaxed);
-                    this.progress.timed_out.store(true, Ordering::Relaxed);
-                    this.inner = None;
-                    return Poll::Ready(Some(Err(RequestBodyError::Idle(idle.limit))));
-                }
-                Poll::Pending => {}
-                _ => idle.reset(),
+            if idle.expired_after(&polled, cx) {
+                this.progress.client_failed.store(true, Ordering::Relaxed);
+                this.progress.timed_out.store(true, Ordering::Relaxed);
+                this.inner = None;
+                return Poll::Ready(Some(Err(RequestBodyError::Idle(idle.limit))));
             }
         }
         match polled {
@@ -380,20 +376,16 @@ impl Body for ResponseBody {
             let r = match &mut this.source {
                 Source::Upstream(b) => {
                     let r = Pin::new(b).poll_frame(cx).map_err(BoxError::from);
-                    match (r.is_pending(), this.upstream_idle.as_mut()) {
-                        (_, None) => r,
-                        (true, Some(idle)) => {
-                            if idle.poll_expired(cx) {
-                                let e = format!("no upstream body bytes for {:?}", idle.limit);
-                                Poll::Ready(Some(Err(e.into())))
-                            } else {
-                                r
-                            }
+                    let stalled = match this.upstream_idle.as_mut() {
+                        Some(idle) => idle.expired_after(&r, cx).then_some(idle.limit),
+                        None => None,
+                    };
+                    match stalled {
+                        Some(limit) => {
+                            let e = format!("no upstream body bytes for {limit:?}");
+                            Poll::Ready(Some(Err(e.into())))
                         }
-                        (false, Some(idle)) => {
-                            idle.reset();
-                            r
-                        }
+                        None => r,
                     }
                 }
                 Source::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
