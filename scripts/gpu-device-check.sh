@@ -8,10 +8,14 @@
 #   scripts/gpu-device-check.sh --prepare      # release build, stripped copies in target/device
 #   (on the device, from the repo root)  OUT=/some/dir scripts/gpu-device-check.sh
 # Settings: SECS per batch size (1), DURATION per end-to-end row (8s), VSIZES for the variant
-# rows (1,1024,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows,
+# rows (1,256,4096,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows,
+# SKIP_E2E=1 the end-to-end handshake runs,
 # ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead.
-# With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the variants are
-# measured side by side instead of the built-in kernel's sweep. On an H200 a run took 3-4 min.
+# With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the kernel shapes are
+# measured side by side instead of the built-in kernel's sweep, the fastest at RSA-2048 whose
+# p99 stays within P99_MS (10) is picked (`best`), and the device-fault probe, the cached start,
+# `rampart bench engine` and the end-to-end runs use that shape. ONLY=kernels stops after the
+# kernel rows. On an H200 a run took 3-4 min.
 # Every load run is bounded by SECS / DURATION; everything talks to 127.0.0.1 only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +31,17 @@ if [ "${1:-}" = --prepare ]; then
   # nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12: NVRTC_LIB=<its lib dir> PTXAS=<ptxas>).
   if [ -n "${PTXAS:-}" ]; then
     mkdir -p "$D/cubins"
-    for v in "s1w5" "s2w5 --split 2" "s2w4 --split 2 --window 4"; do
+    # name: device_bench flags (s = threads per request, g = group kernel of that many threads
+    # per request, sh = window table in shared memory, cc = carry chains, w = window, b = block).
+    for v in "s1w5 --split 1" "s2w5 --split 2" "g8 --split 8" "g16 --split 16" "g32 --split 32" \
+      "g16sh --split 16 --table-shared" "g32sh --split 32 --table-shared" \
+      "g32cc --split 32 --carry-chains" "g32shcc --split 32 --table-shared --carry-chains" \
+      "g16shcc --split 16 --table-shared --carry-chains" "g32shw4 --split 32 --table-shared --window 4" \
+      "g32b64 --split 32 --block 64" "g32shb256 --split 32 --table-shared --block 256"; do
       set -- $v; name=$1; shift
       LD_LIBRARY_PATH=${NVRTC_LIB:-} target/release/examples/device_bench --emit-ptx "$D/$name.ptx" "$@"
-      "$PTXAS" -arch=sm_90 "$D/$name.ptx" -o "$D/cubins/$name.cubin" && rm "$D/$name.ptx"
+      "$PTXAS" -arch=sm_90 -v "$D/$name.ptx" -o "$D/cubins/$name.cubin" 2>"$D/cubins/$name.ptxas" && rm "$D/$name.ptx"
+      echo "$*" > "$D/cubins/$name.flags"
     done
   fi
   . scripts/bench-lib.sh
@@ -39,6 +50,7 @@ if [ "${1:-}" = --prepare ]; then
   exit 0
 fi
 OUT=${OUT:-/tmp/gpu-device-check}
+TMPD=$(mktemp -d)   # per-shape rows and the kernel cache: $OUT brings back few files
 SECS=${SECS:-1}            # per batch size in device_bench
 DURATION=${DURATION:-8s}   # per end-to-end handshake run
 mkdir -p "$OUT"
@@ -94,17 +106,16 @@ if ! ldconfig -p | grep -q 'libnvrtc\.so '; then
   echo "nvrtc: $nv"
 fi
 
-# ONLY=cache-start: how long the gpu engine takes to become ready in a gateway start, first with
-# an empty `kernel_cache` (NVRTC builds the cubin) and then with it filled; and the CPU's share of
-# a GPU signature (device_bench cpu-side). Nothing else is run.
-if [ "${ONLY:-}" = cache-start ]; then
-  say "the CPU's share of a GPU signature (device_bench cpu-side)"
-  timeout 60 $D/device_bench cpu-side
-  UP=18080; GW=18443; cache=$OUT/kernel-cache
+# How long the gpu engine takes to become ready in a gateway start, first with an empty
+# `kernel_cache` (NVRTC builds the cubin) and then with it filled; $1: more [key_engine.gpu]
+# settings (the kernel shape). Leaves the cache in $TMPD/kernel-cache for the runs after.
+cache_start() {
+  say "gpu engine start with an empty and a filled kernel cache (${1:-default shape})"
+  UP=18080; GW=18443; cache=$TMPD/kernel-cache
   rm -rf "$cache"
   for start in empty filled; do
     gw_config 2 "engines = [\"gpu\"]
-gpu = { kernel_cache = \"$cache\" }"
+gpu = { kernel_cache = \"$cache\"${1:+, $1} }"
     t0=$(date +%s.%N)
     $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw-$start.log" 2>&1 &
     gw=$!
@@ -119,34 +130,81 @@ gpu = { kernel_cache = \"$cache\" }"
     kill $gw; wait $gw 2>/dev/null
     grep -i -E 'warn|error|kernel' "$OUT/gw-$start.log" | head -5
   done
+}
+
+# ONLY=cache-start: the cached start with the default shape, and the CPU's share of a GPU
+# signature (device_bench cpu-side). Nothing else is run.
+if [ "${ONLY:-}" = cache-start ]; then
+  say "the CPU's share of a GPU signature (device_bench cpu-side)"
+  timeout 60 $D/device_bench cpu-side
+  cache_start ""
   say done
   exit 0
 fi
 
 C=$D/cubins
+P99_MS=${P99_MS:-10}
+best=; best_flags=
 if [ -d "$C" ]; then
-  # Prebuilt modules (--prepare): variants measured side by side, no JIT on the device.
-  say "kernel variants, RSA-2048 (prebuilt cubins: s=threads per request, w=window, nu=no forced unrolling)"
-  for v in $(ls $C | sed 's/\.cubin$//'); do
-    split=1; case $v in s2*) split=2;; esac
-    echo "-- $v"
-    timeout 60 $D/device_bench 2048 "$SECS" --sizes ${VSIZES:-1,1024,16384,65536} --split $split --cubin $C/$v.cubin | grep -E '^batch|crossover'
+  # Prebuilt modules (--prepare): shapes measured side by side, no JIT on the device.
+  say "kernel shapes, RSA-2048 (prebuilt cubins; registers and spills as ptxas reported them)"
+  best_rate=0
+  for f in $C/*.flags; do
+    v=$(basename "$f" .flags); flags=$(cat "$f")
+    echo "-- $v ($flags): $(grep -h -o 'Used [0-9]* registers' $C/$v.ptxas | tr '\n' ' ')"
+    timeout 60 $D/device_bench 2048 "$SECS" --sizes ${VSIZES:-1,256,4096,16384,65536} $flags --cubin $C/$v.cubin \
+      | grep -E '^batch|crossover|panicked' | tee "$TMPD/v-$v.txt"
+    # The best rate among batch sizes whose p99 is within P99_MS.
+    rate=$(python3 - "$TMPD/v-$v.txt" "$P99_MS" <<'PY'
+import re, sys
+best = 0
+for line in open(sys.argv[1]):
+    m = re.match(r"batch\s+(\d+):\s+(\d+) signs/s\s+p50\s+(\S+)\s+p99\s+(\S+)", line)
+    if not m: continue
+    p99 = m.group(4)
+    ms = float(re.sub(r"[a-zµ]+$", "", p99)) * {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1, "s": 1e3}[re.search(r"[a-zµ]+$", p99).group(0)]
+    if ms <= float(sys.argv[2]): best = max(best, int(m.group(2)))
+print(best)
+PY
+)
+    echo "   best within p99 ${P99_MS} ms: $rate signs/s"
+    if [ "${rate:-0}" -gt "$best_rate" ]; then best_rate=$rate; best=$v; best_flags=$flags; fi
   done
+  say "best RSA-2048 shape within p99 ${P99_MS} ms: $best ($best_flags): $best_rate signs/s"
   for bits in 3072 4096; do
-    for v in s1w5 s2w5; do
-      split=1; case $v in s2*) split=2;; esac
+    for v in s1w5 s2w5 g32 g32sh g16sh $best; do
+      [ -f "$C/$v.flags" ] || continue
       say "kernel: RSA-$bits, $v"
-      timeout 90 $D/device_bench $bits "$SECS" --sizes 1,4096,65536 --split $split --cubin $C/$v.cubin | grep -E '^(cpu|batch|crossover)'
+      timeout 90 $D/device_bench $bits "$SECS" --sizes 1,4096,65536 $(cat $C/$v.flags) --cubin $C/$v.cubin | grep -E '^(batch|crossover)|panicked'
     done
   done
+  say "a real device fault (illegal address) on the $best kernel's context, and after"
+  timeout 60 $D/device_bench 2048 fault $best_flags --cubin $C/$best.cubin
+  [ "${ONLY:-}" = kernels ] && { say done; exit 0; }
 else
   say "kernel: RSA-2048 against batch size"
   timeout 120 $D/device_bench 2048 "$SECS"
 fi
+# The best shape as `rampart bench engine` names it and as [key_engine.gpu] settings.
+shape=; gpu_settings=
+if [ -n "$best" ]; then
+  tpr=$(sed -E 's/.*--split ([0-9]+).*/\1/' <<<"$best_flags")
+  shape=$tpr; gpu_settings="threads_per_request = $tpr"
+  case $best_flags in *--table-shared*) shape=${shape}sh; gpu_settings="$gpu_settings, table_shared = true";; esac
+  case $best_flags in *--carry-chains*) shape=${shape}cc; gpu_settings="$gpu_settings, carry_chains = true";; esac
+  case $best_flags in *"--window 4"*) shape=${shape}w4; gpu_settings="$gpu_settings, window = 4";; esac
+  case $best_flags in *"--block "*) gpu_settings="$gpu_settings, threads_per_block = $(sed -E 's/.*--block ([0-9]+).*/\1/' <<<"$best_flags")";; esac
+fi
+say "the CPU's share of a GPU signature (device_bench cpu-side)"
+timeout 60 $D/device_bench cpu-side
+GPU_ENGINE=gpu${shape:+:$shape}
+say "the gpu engine as configured: $GPU_ENGINE [key_engine.gpu] ${gpu_settings:-defaults}"
+cache_start "${gpu_settings}"
 say "rampart bench engine (RSA-2048 and P-256; gpu takes RSA only)"
 [ -n "${SKIP_CPU_ENGINES:-}" ] || timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
-timeout 150 $D/rampart bench engine --engines gpu --levels 1,64,1024,16384,65536 -d 2s
+timeout 150 $D/rampart bench engine --engines "$GPU_ENGINE" --levels 1,64,1024,16384,65536 -d 2s
 
+[ -n "${SKIP_E2E:-}" ] && { say done; exit 0; }
 say "end to end: RSA-2048 handshakes, gateway on CPUs 0-7, client on 8-15"
 UP=18080; GW=18443
 $D/rampart upstream --listen 127.0.0.1:$UP >"$OUT/upstream.log" 2>&1 &
@@ -155,7 +213,8 @@ trap 'kill $up 2>/dev/null' EXIT
 for run in '"batch"|512' '"gpu"|512' '"batch", "gpu"|512' '"gpu"|2048'; do
   engines=${run%|*}; conc=${run#*|}
   gw_config 8 "engines = [$engines]
-batch = { threads = 8 }"
+batch = { threads = 8 }
+gpu = { kernel_cache = \"$TMPD/kernel-cache\"${gpu_settings:+, $gpu_settings} }"
   taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
   gw=$!
   wait_port $GW

@@ -18,15 +18,28 @@ fn main() {
     // The CUDA entry points (rsa_kernel.cu) compiled for the host, for the simulated GPU.
     println!("cargo:rerun-if-changed=kernels/rsa_kernel.cu");
     println!("cargo:rerun-if-changed=kernels/emulate.cpp");
-    // Once per kernel shape the CUDA build can be given (windows 4, 5, 6 with one thread per
-    // request; window 5 with two), each under its own name.
-    for (window, split) in [(4, 1), (5, 1), (6, 1), (5, 2)] {
-        let name = if split == 1 {
-            format!("rsa_emulate_launch_w{window}")
-        } else {
-            format!("rsa_emulate_launch_w{window}_s{split}")
+    println!("cargo:rerun-if-changed=kernels/rsa_group.h");
+    // Once per kernel shape the CUDA build can be given, each under its own name: windows 4, 5,
+    // 6 with one thread per request; window 5 with two; groups of 4, 8 and 16 lanes per CRT
+    // half (8, 16, 32 threads per request) with the table in local memory, and 8 lanes with it
+    // in shared memory.
+    for (window, split, shared) in [
+        (4, 1, false),
+        (5, 1, false),
+        (6, 1, false),
+        (5, 2, false),
+        (5, 8, false),
+        (5, 16, false),
+        (5, 32, false),
+        (5, 16, true),
+    ] {
+        let name = match (split, shared) {
+            (1, _) => format!("rsa_emulate_launch_w{window}"),
+            (_, false) => format!("rsa_emulate_launch_w{window}_s{split}"),
+            (_, true) => format!("rsa_emulate_launch_w{window}_s{split}_sh"),
         };
         cc::Build::new()
+            .define("RSA_TABLE_SHARED", if shared { "1" } else { "0" })
             .cpp(true)
             .file("kernels/emulate.cpp")
             .include("kernels")

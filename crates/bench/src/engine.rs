@@ -56,8 +56,9 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
         "inline" => Ok(Arc::new(InlineEngine)),
         "threads" => Ok(Arc::new(ThreadsEngine::new(1, 65536))),
         "batch" => batch(KernelBackend::best()),
-        "gpu" => {
-            let gpu = gpu_engine::GpuEngine::new(gpu_engine::GpuConfig::default());
+        gpu if gpu == "gpu" || gpu.starts_with("gpu:") => {
+            let config = gpu_config(gpu.strip_prefix("gpu:").unwrap_or(""))?;
+            let gpu = gpu_engine::GpuEngine::new(config);
             // The kernel is built on the engine's own thread: wait for it (tens of seconds).
             if let gpu_engine::GpuStatus::Starting | gpu_engine::GpuStatus::Unavailable(_) =
                 gpu.wait_started(Duration::from_secs(300))
@@ -73,10 +74,44 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
             Some(b) if b.available() => batch(b),
             Some(b) => Err(format!("kernel {b} needs AVX-512 IFMA, absent on this CPU")),
             None => Err(format!(
-                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, gpu, boringssl"
+                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, gpu, gpu:SHAPE, boringssl"
             )),
         },
     }
+}
+
+/// The gpu engine's settings for `gpu:SHAPE`: threads per request, then `sh` (window table in
+/// shared memory), `cc` (carry chains) and `w4`/`w6` (window width) in any order, e.g. `32sh`;
+/// empty for the defaults.
+fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
+    let mut config = gpu_engine::GpuConfig::default();
+    if shape.is_empty() {
+        return Ok(config);
+    }
+    let digits = shape.len() - shape.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    config.threads_per_request = shape[..digits]
+        .parse()
+        .map_err(|_| format!("gpu:{shape}: expected threads per request first, as in gpu:32sh"))?;
+    let mut rest = &shape[digits..];
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("sh") {
+            config.table_shared = true;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("cc") {
+            config.carry_chains = true;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("w4").or(rest.strip_prefix("w6")) {
+            config.window = if rest.starts_with("w4") { 4 } else { 6 };
+            rest = r;
+        } else {
+            return Err(format!("gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6)"));
+        }
+    }
+    config
+        .shape()
+        .check(config.threads_per_block)
+        .map_err(|e| format!("gpu:{shape}: {e}"))?;
+    Ok(config)
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {

@@ -213,8 +213,13 @@ pub struct GpuEngineConfig {
     pub max_batch: usize,
     /// CUDA streams: batches in flight at once.
     pub streams: usize,
-    /// Threads per request: 2 (one per CRT half) or 1.
+    /// Threads per request: 2 (one per CRT half), 1, or 8, 16, 32 (a group of 4, 8, 16
+    /// lanes per CRT half).
     pub threads_per_request: u32,
+    /// The group kernels' window table in shared memory (else a local array per thread).
+    pub table_shared: bool,
+    /// The group kernels' multiply-accumulate rows as PTX carry chains.
+    pub carry_chains: bool,
     /// Threads per block of a launch.
     pub threads_per_block: u32,
     /// Exponent window width the kernel is built with: 4, 5 or 6 bits.
@@ -236,6 +241,8 @@ impl Default for GpuEngineConfig {
             max_batch: d.max_batch,
             streams: d.streams,
             threads_per_request: d.threads_per_request,
+            table_shared: d.table_shared,
+            carry_chains: d.carry_chains,
             threads_per_block: d.threads_per_block,
             window: d.window,
             batch_deadline: d.batch_deadline_base,
@@ -257,11 +264,11 @@ impl GpuEngineConfig {
         if !(2..=16).contains(&self.streams) {
             return Some(("streams", "2 to 16".into()));
         }
-        if !(1..=2).contains(&self.threads_per_request) {
-            return Some(("threads_per_request", "1 or 2".into()));
+        if !gpu_engine::host_core::THREADS_PER_REQUEST.contains(&self.threads_per_request) {
+            return Some(("threads_per_request", "1, 2, 8, 16 or 32".into()));
         }
-        let most = if self.threads_per_request == 2 {
-            256
+        let most = if self.threads_per_request > 1 {
+            gpu_engine::host_core::MAX_SPLIT_BLOCK
         } else {
             1024
         };
@@ -275,6 +282,14 @@ impl GpuEngineConfig {
         }
         if !gpu_engine::host_core::WINDOWS.contains(&self.window) {
             return Some(("window", "4, 5 or 6".into()));
+        }
+        if (self.table_shared || self.carry_chains) && self.threads_per_request <= 2 {
+            let field = if self.table_shared {
+                "table_shared"
+            } else {
+                "carry_chains"
+            };
+            return Some((field, "threads_per_request of 8, 16 or 32 with it".into()));
         }
         if self.batch_deadline.is_zero() {
             return Some(("batch_deadline", "more than zero".into()));
@@ -290,6 +305,8 @@ impl GpuEngineConfig {
             max_batch: self.max_batch,
             streams: self.streams,
             threads_per_request: self.threads_per_request,
+            table_shared: self.table_shared,
+            carry_chains: self.carry_chains,
             threads_per_block: self.threads_per_block,
             window: self.window,
             batch_deadline_base: self.batch_deadline,

@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
-//!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2]
+//!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2|8|16|32]
+//!     [--table-shared] [--carry-chains]
 //!     [--kernel-dir DIR | --cubin FILE]
 //! device_bench cpu-side    # the CPU's share of a GPU signature (needs no device)
+//! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after
 //! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
 //! ```
-//! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
+//! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_group.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
 //! a changed kernel measured without rebuilding (the self-check still compares it with the CPU
 //! build of the built-in core). `--cubin` loads a module built elsewhere for this device (NVRTC
 //! and ptxas on the build machine), so the device spends no time compiling; it must have been
@@ -54,6 +56,8 @@ fn main() {
             "--window" => config.window = value("--window").parse().expect("--window"),
             "--streams" => config.streams = value("--streams").parse().expect("--streams"),
             "--split" => config.threads_per_request = value("--split").parse().expect("--split"),
+            "--table-shared" => config.table_shared = true,
+            "--carry-chains" => config.carry_chains = true,
             "--kernel-dir" => kernel_dir = Some(value("--kernel-dir")),
             "--cubin" => cubin = Some(value("--cubin")),
             "--emit-ptx" => emit_ptx = Some(value("--emit-ptx")),
@@ -64,7 +68,7 @@ fn main() {
         let read = |f: &str| {
             std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_else(|e| panic!("{f}: {e}"))
         };
-        read("rsa_core.h") + &read("rsa_kernel.cu")
+        read("rsa_core.h") + &read("rsa_group.h") + &read("rsa_kernel.cu")
     };
     if positional.first().map(String::as_str) == Some("cpu-side") {
         // The CPU's share of a GPU signature (no device needed).
@@ -81,13 +85,8 @@ fn main() {
         let source = kernel_dir
             .as_deref()
             .map_or_else(gpu_engine::cuda::kernel_source, read_dir);
-        let ptx = gpu_engine::cuda::compile_kernel_source(
-            source,
-            (9, 0),
-            config.window,
-            config.threads_per_request,
-        )
-        .expect("NVRTC");
+        let ptx =
+            gpu_engine::cuda::compile_kernel_source(source, (9, 0), config.shape()).expect("NVRTC");
         std::fs::write(&file, ptx.to_src()).expect("write PTX");
         return;
     }
@@ -96,6 +95,7 @@ fn main() {
         .map_or(2048, |a| a.parse().expect("bits"));
     let secs: f64 = positional
         .get(1)
+        .filter(|a| *a != "fault")
         .map_or(2.0, |a| a.parse().expect("seconds"));
     match gpu_engine::probe() {
         Ok(info) => println!("device: {info}"),
@@ -127,14 +127,17 @@ fn main() {
         }
     };
     println!(
-        "NVRTC compile + load: {:?}; RSA-{bits}, window {}, {} threads per request, {} per block, {} streams",
+        "NVRTC compile + load: {:?}; RSA-{bits}, {:?}, {} per block, {} streams",
         t.elapsed(),
-        config.window,
-        config.threads_per_request,
+        config.shape(),
         config.threads_per_block,
         backend.streams()
     );
     let key = rsa_key(bits);
+    if positional.get(1).map(String::as_str) == Some("fault") {
+        fault(backend, &config, cubin.as_deref(), &key);
+        return;
+    }
     // CPU reference: one aws-lc signature on this machine.
     let alg = keyengine::SignatureAlgorithm::RsaPssSha256;
     let d = alg.hash().digest(b"x");
@@ -163,5 +166,46 @@ fn main() {
     match crossover(&results, cpu, cores) {
         Some(b) => println!("crossover: GPU beats {cores} CPU cores from batch {b}"),
         None => println!("crossover: the GPU never beat {cores} CPU cores"),
+    }
+}
+
+/// A real device fault (an illegal address on the backend's context), then what still works:
+/// a batch on the same backend, and a backend built afresh once the first is dropped.
+fn fault(
+    backend: std::sync::Arc<dyn gpu_engine::BatchBackend>,
+    config: &GpuConfig,
+    cubin: Option<&str>,
+    key: &GpuKey,
+) {
+    let short = Duration::from_millis(300);
+    let batch = |b: &dyn gpu_engine::BatchBackend, when: &str| match bench_batch(b, key, 256, short)
+    {
+        Ok(r) => println!("{when}: batch of 256 ok ({:.0} signs/s)", r.signs_per_sec),
+        Err(e) => println!("{when}: batch failed: {e}"),
+    };
+    batch(&*backend, "before the fault");
+    let cuda = gpu_engine::cuda::CudaBackend::with_module(config, module(config, cubin))
+        .expect("a second backend on the same context");
+    let t = Instant::now();
+    println!("fault injected: {:?}", cuda.inject_illegal_address());
+    batch(&*backend, "same context, existing backend");
+    batch(&cuda, "same context, the faulting backend");
+    drop(cuda);
+    drop(backend);
+    println!("both backends dropped after {:?}", t.elapsed());
+    match gpu_engine::cuda::CudaBackend::with_module(config, module(config, cubin)) {
+        Ok(fresh) => batch(&fresh, "backend built afresh"),
+        Err(e) => println!("backend built afresh: failed: {e}"),
+    }
+    println!("recovery attempt took {:?}", t.elapsed());
+}
+
+/// The module to load: the prebuilt cubin, else the built-in kernel compiled by NVRTC.
+fn module(config: &GpuConfig, cubin: Option<&str>) -> gpu_engine::cuda::Ptx {
+    match cubin {
+        Some(file) => gpu_engine::cuda::Ptx::from_binary(
+            std::fs::read(file).unwrap_or_else(|e| panic!("{file}: {e}")),
+        ),
+        None => gpu_engine::cuda::compile_kernel((9, 0), config.shape()).expect("NVRTC"),
     }
 }

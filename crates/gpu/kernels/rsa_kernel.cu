@@ -11,8 +11,10 @@
 #ifndef RSA_ENTRY_LINKAGE
 #define RSA_ENTRY_LINKAGE extern "C"
 #endif
-/* Threads per request: 1 (the whole operation on one thread), or 2 (-DRSA_SPLIT=2: the CRT
- * halves on neighbouring threads, mq handed over in shared memory, the even thread combines). */
+/* Threads per request: 1 (the whole operation on one thread), 2 (-DRSA_SPLIT=2: the CRT
+ * halves on neighbouring threads, mq handed over in shared memory, the even thread combines),
+ * or 8, 16, 32 (a group of RSA_SPLIT/2 lanes per CRT half, rsa_group.h; both halves' results
+ * handed over in shared memory, both groups recombine, the p group stores). */
 #ifndef RSA_SPLIT
 #define RSA_SPLIT 1
 #endif
@@ -51,8 +53,63 @@
         if (active && !half)                                                                   \
             rsa_crt_combine(out + (rsa_u64)i * 2 * N, res, mq_shared + slot * N, key, N, work);\
     }
+#elif RSA_SPLIT == 8 || RSA_SPLIT == 16 || RSA_SPLIT == 32
+#define RSA_GROUP (RSA_SPLIT / 2)
+/* The window table: in shared memory (-DRSA_TABLE_SHARED=1; the launch gives each thread
+ * RSA_TABLE * L words, interleaved across the block so a warp's reads hit distinct banks), or
+ * in a local array per thread. */
+#ifndef RSA_TABLE_SHARED
+#define RSA_TABLE_SHARED 0
+#endif
+#if RSA_TABLE_SHARED
+#ifndef RSA_DYNAMIC_SHARED /* the host emulation gives a static array */
+#define RSA_DYNAMIC_SHARED extern __shared__ rsa_u32 rsa_table_shared[];
+#endif
+RSA_DYNAMIC_SHARED
+#define RSA_TABLE_DECL(N)                                                                      \
+    rsa_u32 *tab = rsa_table_shared + threadIdx.x;                                             \
+    int stride = (int)blockDim.x;
 #else
-#error "RSA_SPLIT must be 1 or 2"
+#define RSA_TABLE_DECL(N)                                                                      \
+    rsa_u32 tab[RSA_TABLE * (N / RSA_GROUP)];                                                  \
+    int stride = 1;
+#endif
+/* Every lane of a warp runs every step (shuffles and ballots need them all): lanes past `count`
+ * compute request 0 again and store nothing. The block is a multiple of 2 * RSA_GROUP threads,
+ * at most RSA_MAX_BLOCK (the host checks launches). */
+#define RSA_KERNEL(N)                                                                          \
+    RSA_ENTRY_LINKAGE __global__ void rsa_crt_batch_##N(rsa_u32 *out, const rsa_u32 *in,       \
+                                                        const rsa_u32 *keys,                   \
+                                                        const rsa_u32 *key_index,              \
+                                                        unsigned int count) {                  \
+        __shared__ rsa_u32 hand_shared[(RSA_MAX_BLOCK / RSA_SPLIT) * 2 * N];                    \
+        if (count == 0) return; /* public, the same for every thread */                        \
+        unsigned int slot = threadIdx.x / RSA_SPLIT;                                           \
+        int half = (int)(threadIdx.x / RSA_GROUP) & 1;                                         \
+        int lane = (int)(threadIdx.x & (RSA_GROUP - 1));                                       \
+        unsigned int i = blockIdx.x * (blockDim.x / RSA_SPLIT) + slot;                         \
+        int active = i < count;                                                                \
+        unsigned int r = active ? i : 0;                                                       \
+        const rsa_u32 *key = keys + (rsa_u64)key_index[r] * RSA_KEY_WORDS(N);                  \
+        RSA_TABLE_DECL(N)                                                                      \
+        rsa_u32 res[N / RSA_GROUP];                                                            \
+        rsa_g_crt_half<N, RSA_GROUP>(res, in + (rsa_u64)r * 2 * N, key, half, lane, tab,       \
+                                     stride);                                                  \
+        /* Both halves' results to shared memory; then both groups run the recombination on     \
+         * them (the shuffles need every lane) and the p group's lanes store it. */            \
+        rsa_u32 *mine = hand_shared + slot * 2 * N;                                            \
+        for (int k = 0; k < N / RSA_GROUP; k++) mine[half * N + lane * (N / RSA_GROUP) + k] = res[k]; \
+        __syncthreads();                                                                       \
+        rsa_u32 mp[N / RSA_GROUP], mq[N / RSA_GROUP];                                          \
+        for (int k = 0; k < N / RSA_GROUP; k++) {                                              \
+            mp[k] = mine[lane * (N / RSA_GROUP) + k];                                          \
+            mq[k] = mine[N + lane * (N / RSA_GROUP) + k];                                      \
+        }                                                                                      \
+        rsa_g_combine<N, RSA_GROUP>(out + (rsa_u64)r * 2 * N, mp, mq, key, lane,               \
+                                    active && half == 0);                                      \
+    }
+#else
+#error "RSA_SPLIT must be 1, 2, 8, 16 or 32"
 #endif
 
 RSA_KERNEL(32)

@@ -212,8 +212,12 @@ impl StreamRunner for SimRunner {
             // The default kernel's entry point itself (two threads per request, each block's
             // threads at once), on the host.
             emulate_launch_shaped(
-                crate::host_core::DEFAULT_WINDOW,
-                2,
+                crate::host_core::KernelShape {
+                    window: crate::host_core::DEFAULT_WINDOW,
+                    threads_per_request: 2,
+                    table_shared: false,
+                    carry_chains: false,
+                },
                 half,
                 128,
                 &self.keys,

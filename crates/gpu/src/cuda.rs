@@ -9,9 +9,9 @@
 
 use crate::backend::{BackendError, BatchBackend, Staging, StreamRunner};
 use crate::error::GpuError;
-use crate::host_core::KeyLayout;
+use crate::host_core::{KernelShape, KeyLayout};
 use crate::DeviceInfo;
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
@@ -21,10 +21,11 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The kernel source NVRTC compiles: the core, then the entry points.
+/// The kernel source NVRTC compiles: the core, the group arithmetic, then the entry points.
 pub fn kernel_source() -> String {
     [
         include_str!("../kernels/rsa_core.h"),
+        include_str!("../kernels/rsa_group.h"),
         include_str!("../kernels/rsa_kernel.cu"),
     ]
     .concat()
@@ -38,15 +39,10 @@ fn device(e: cudarc::driver::DriverError) -> BackendError {
     BackendError::Device(e.to_string())
 }
 
-/// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)`, with
-/// exponent windows of `window` bits (one of [`crate::host_core::WINDOWS`]). Needs libnvrtc,
-/// not a device.
-pub fn compile_kernel(
-    (major, minor): (i32, i32),
-    window: u32,
-    threads_per_request: u32,
-) -> Result<Ptx, GpuError> {
-    compile_kernel_source(kernel_source(), (major, minor), window, threads_per_request)
+/// Compiles the kernel with NVRTC for a device of compute capability `(major, minor)` in the
+/// given shape. Needs libnvrtc, not a device.
+pub fn compile_kernel((major, minor): (i32, i32), shape: KernelShape) -> Result<Ptx, GpuError> {
+    compile_kernel_source(kernel_source(), (major, minor), shape)
 }
 
 /// [`compile_kernel`] for another text of the kernel with the same entry points (for measuring
@@ -54,15 +50,10 @@ pub fn compile_kernel(
 pub fn compile_kernel_source(
     source: String,
     (major, minor): (i32, i32),
-    window: u32,
-    threads_per_request: u32,
+    shape: KernelShape,
 ) -> Result<Ptx, GpuError> {
     let opts = CompileOptions {
-        options: nvrtc_options(
-            format!("compute_{major}{minor}"),
-            window,
-            threads_per_request,
-        )?,
+        options: nvrtc_options(format!("compute_{major}{minor}"), shape)?,
         ..Default::default()
     };
     compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile(e.to_string()))
@@ -73,11 +64,10 @@ pub fn compile_kernel_source(
 pub fn compile_cubin(
     source: &str,
     (major, minor): (i32, i32),
-    window: u32,
-    threads_per_request: u32,
+    shape: KernelShape,
 ) -> Result<Vec<u8>, GpuError> {
     use cudarc::nvrtc::{result, sys};
-    let options = nvrtc_options(format!("sm_{major}{minor}"), window, threads_per_request)?;
+    let options = nvrtc_options(format!("sm_{major}{minor}"), shape)?;
     let compile = |e: cudarc::nvrtc::result::NvrtcError| GpuError::Compile(e.to_string());
     let src = std::ffi::CString::new(source)
         .map_err(|_| GpuError::Compile("kernel source holds a NUL byte".into()))?;
@@ -113,36 +103,22 @@ pub fn compile_cubin(
 
 /// NVRTC's options for the kernel built for `arch` (`compute_90` for PTX, `sm_90` for a cubin)
 /// in the given shape, once the shape is checked and libnvrtc found.
-fn nvrtc_options(
-    arch: String,
-    window: u32,
-    threads_per_request: u32,
-) -> Result<Vec<String>, GpuError> {
-    check_shape(window, threads_per_request)?;
+fn nvrtc_options(arch: String, shape: KernelShape) -> Result<Vec<String>, GpuError> {
+    // Any block the shape takes: the block is checked again at launch.
+    shape
+        .check(shape.threads_per_request.max(32))
+        .map_err(GpuError::Compile)?;
     // SAFETY: only tries to dlopen libnvrtc; no symbol is called.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(GpuError::NoNvrtc);
     }
     Ok(vec![
         format!("--gpu-architecture={arch}"),
-        format!("-DRSA_WINDOW={window}"),
-        format!("-DRSA_SPLIT={threads_per_request}"),
+        format!("-DRSA_WINDOW={}", shape.window),
+        format!("-DRSA_SPLIT={}", shape.threads_per_request),
+        format!("-DRSA_TABLE_SHARED={}", u8::from(shape.table_shared)),
+        format!("-DRSA_PTX={}", u8::from(shape.carry_chains)),
     ])
-}
-
-fn check_shape(window: u32, threads_per_request: u32) -> Result<(), GpuError> {
-    if !(1..=2).contains(&threads_per_request) {
-        return Err(GpuError::Compile(format!(
-            "{threads_per_request} threads per request: expected 1 or 2"
-        )));
-    }
-    if !crate::host_core::WINDOWS.contains(&window) {
-        return Err(GpuError::Compile(format!(
-            "window width {window}: expected one of {:?}",
-            crate::host_core::WINDOWS
-        )));
-    }
-    Ok(())
 }
 
 /// Loads the driver and finds device 0, without compiling anything.
@@ -184,12 +160,8 @@ pub struct CudaBackend {
     streams: usize,
     max_batch: usize,
     block: u32,
-    threads_per_request: u32,
+    shape: KernelShape,
 }
-
-/// Largest block the two-threads-per-request kernel's shared hand-over holds
-/// (`RSA_MAX_BLOCK` in `kernels/rsa_kernel.cu`).
-const SPLIT_MAX_BLOCK: u32 = 256;
 
 impl CudaBackend {
     /// Loads the driver, compiles the kernel for the device (`config.window`) and loads it;
@@ -201,18 +173,10 @@ impl CudaBackend {
         Self::check(config)?;
         let (ctx, info) = open_context()?;
         let source = kernel_source();
-        let shape = format!(
-            "window {} split {}",
-            config.window, config.threads_per_request
-        );
+        let shape = format!("{:?}", config.shape());
         let path = crate::kernel_cache::entry(dir, info.compute_capability, &[&source, &shape]);
         let cached = crate::kernel_cache::load_or_build(&path, || {
-            compile_cubin(
-                &source,
-                info.compute_capability,
-                config.window,
-                config.threads_per_request,
-            )
+            compile_cubin(&source, info.compute_capability, config.shape())
         })
         .and_then(|cubin| {
             Self::load(config, ctx.clone(), info.clone(), Ptx::from_binary(cubin)).inspect_err(
@@ -244,17 +208,12 @@ impl CudaBackend {
         info: DeviceInfo,
         source: String,
     ) -> Result<Self, GpuError> {
-        let ptx = compile_kernel_source(
-            source,
-            info.compute_capability,
-            config.window,
-            config.threads_per_request,
-        )?;
+        let ptx = compile_kernel_source(source, info.compute_capability, config.shape())?;
         Self::load(config, ctx, info, ptx)
     }
 
     /// [`CudaBackend::new`] with a module already built (PTX, or a cubin for this device:
-    /// `Ptx::from_binary`), built for `config.threads_per_request`; `config.window` is not used.
+    /// `Ptx::from_binary`), built for `config.shape()` (whose window is not checked).
     pub fn with_module(config: &crate::GpuConfig, module: Ptx) -> Result<Self, GpuError> {
         Self::check(config)?;
         let (ctx, info) = open_context()?;
@@ -262,16 +221,15 @@ impl CudaBackend {
     }
 
     fn check(config: &crate::GpuConfig) -> Result<(), GpuError> {
-        if config.threads_per_request == 2
-            && (!config.threads_per_block.is_multiple_of(2)
-                || config.threads_per_block > SPLIT_MAX_BLOCK)
-        {
-            return Err(GpuError::Compile(format!(
-                "two threads per request need an even block of at most {SPLIT_MAX_BLOCK} threads, not {}",
-                config.threads_per_block
-            )));
-        }
-        Ok(())
+        config
+            .shape()
+            .check(Self::block_of(config))
+            .map_err(GpuError::Compile)
+    }
+
+    /// Threads per block the launches use.
+    fn block_of(config: &crate::GpuConfig) -> u32 {
+        config.threads_per_block.clamp(32, 1024)
     }
 
     fn load(
@@ -286,19 +244,58 @@ impl CudaBackend {
                 .load_function(&format!("rsa_crt_batch_{n}"))
                 .map_err(driver)
         };
+        let funcs = [f(32)?, f(48)?, f(64)?];
+        let (shape, block) = (config.shape(), Self::block_of(config));
+        for (func, half) in funcs.iter().zip(crate::host_core::HALF_LIMBS) {
+            // A window table in shared memory may take more than the 48 KiB a launch gets
+            // without asking.
+            let bytes = shape.dynamic_shared_bytes(half, block);
+            if bytes > 0 {
+                func.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    i32::try_from(bytes).unwrap_or(i32::MAX),
+                )
+                .map_err(driver)?;
+            }
+        }
         Ok(CudaBackend {
-            funcs: [f(32)?, f(48)?, f(64)?],
+            funcs,
             ctx,
             info,
             streams: config.streams.max(2),
             max_batch: config.max_batch.max(1),
-            block: config.threads_per_block.clamp(32, 1024),
-            threads_per_request: config.threads_per_request,
+            block,
+            shape,
         })
     }
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Makes the device fault on this backend's context, as a broken kernel would: a kernel
+    /// that stores to an unmapped address, launched on a stream of its own and waited for.
+    /// Returns the error the driver reported. For measuring how the engine recovers from a
+    /// real device error (`device_bench fault`); nothing in the engine calls it.
+    pub fn inject_illegal_address(&self) -> Result<String, GpuError> {
+        const PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\
+            .visible .entry rampart_fault(.param .u64 p)\n{\n\
+            .reg .u64 %rd<2>;\n.reg .b32 %r<2>;\n\
+            ld.param.u64 %rd1, [p];\nmov.u32 %r1, 1;\nst.global.u32 [%rd1], %r1;\nret;\n}\n";
+        let module = self
+            .ctx
+            .load_module(Ptx::from_src(PTX))
+            .map_err(driver)?;
+        let f = module.load_function("rampart_fault").map_err(driver)?;
+        let stream = self.ctx.new_stream().map_err(driver)?;
+        let address: u64 = 0x10;
+        let mut b = stream.launch_builder(&f);
+        b.arg(&address);
+        // SAFETY: deliberately unsound for the device (a store to an unmapped address): the
+        // device reports it as a launch error; host memory is not touched.
+        let launched = unsafe { b.launch(LaunchConfig::for_num_elems(1)) };
+        let waited = stream.synchronize();
+        Ok(format!("launch: {launched:?}; synchronize: {waited:?}"))
     }
 }
 
@@ -338,7 +335,7 @@ impl BatchBackend for CudaBackend {
             d_out: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
             funcs: self.funcs.clone(),
             block: self.block,
-            threads_per_request: self.threads_per_request,
+            shape: self.shape,
             staged: None,
             stream,
         }))
@@ -349,7 +346,7 @@ struct CudaRunner {
     stream: Arc<CudaStream>,
     funcs: [CudaFunction; 3],
     block: u32,
-    threads_per_request: u32,
+    shape: KernelShape,
     h_keys: PinnedHostSlice<u32>,
     h_index: PinnedHostSlice<u32>,
     h_in: PinnedHostSlice<u32>,
@@ -418,12 +415,12 @@ impl StreamRunner for CudaRunner {
         let count = items as u32;
         let cfg = LaunchConfig {
             grid_dim: (
-                (count * self.threads_per_request).div_ceil(self.block),
+                (count * self.shape.threads_per_request).div_ceil(self.block),
                 1,
                 1,
             ),
             block_dim: (self.block, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: self.shape.dynamic_shared_bytes(half, self.block) as u32,
         };
         let mut b = s.launch_builder(f);
         b.arg(&mut self.d_out);
@@ -474,7 +471,13 @@ mod tests {
     #[test]
     #[ignore = "needs libnvrtc"]
     fn nvrtc_compiles_the_kernel_for_hopper() {
-        let ptx = compile_kernel((9, 0), crate::host_core::DEFAULT_WINDOW, 1)
+        let shape = |threads_per_request, table_shared, carry_chains| KernelShape {
+            window: crate::host_core::DEFAULT_WINDOW,
+            threads_per_request,
+            table_shared,
+            carry_chains,
+        };
+        let ptx = compile_kernel((9, 0), shape(1, false, false))
             .unwrap()
             .to_src();
         for n in [32, 48, 64] {
@@ -484,25 +487,37 @@ mod tests {
             );
         }
         assert!(ptx.contains(".target sm_90"));
-        let split = compile_kernel((9, 0), crate::host_core::DEFAULT_WINDOW, 2)
+        let split = compile_kernel((9, 0), shape(2, false, false))
             .unwrap()
             .to_src();
         assert!(split.contains(".shared") && split.contains("bar.sync"));
+        // The group kernels: shuffles and ballots, and the carry chains when asked for.
+        for tpr in [8, 16, 32] {
+            let group = compile_kernel((9, 0), shape(tpr, true, true))
+                .unwrap()
+                .to_src();
+            assert!(group.contains("shfl.sync") && group.contains("vote.sync.ballot"));
+            assert!(group.contains("madc.hi.cc.u32"), "{tpr}");
+            let plain = compile_kernel((9, 0), shape(tpr, false, false))
+                .unwrap()
+                .to_src();
+            assert!(!plain.contains("madc.hi.cc.u32"), "{tpr}");
+        }
     }
 
     /// Needs libnvrtc (no device), like the test above.
     #[test]
     #[ignore = "needs libnvrtc"]
     fn nvrtc_builds_a_cubin_for_hopper() {
-        let cubin = compile_cubin(
-            &kernel_source(),
-            (9, 0),
-            crate::host_core::DEFAULT_WINDOW,
-            2,
-        )
-        .unwrap();
+        let shape = KernelShape {
+            window: crate::host_core::DEFAULT_WINDOW,
+            threads_per_request: 2,
+            table_shared: false,
+            carry_chains: false,
+        };
+        let cubin = compile_cubin(&kernel_source(), (9, 0), shape).unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF");
-        let err = compile_cubin("this is not CUDA", (9, 0), 5, 2).unwrap_err();
+        let err = compile_cubin("this is not CUDA", (9, 0), shape).unwrap_err();
         assert!(err.to_string().contains("error"), "{err}");
     }
 }

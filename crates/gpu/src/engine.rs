@@ -64,9 +64,26 @@ pub struct GpuConfig {
     /// Where built kernels are kept between starts (a cubin per device architecture and
     /// kernel text); `None` builds at every start.
     pub kernel_cache: Option<std::path::PathBuf>,
-    /// Threads per request: 2 (the CRT halves on neighbouring threads), or 1. On an H200 two
-    /// cut a lone request's time on the device from 38 to 12 ms (docs/benchmarks.md).
+    /// Threads per request: 2 (the CRT halves on neighbouring threads), 1, or 8, 16, 32 (a
+    /// group of 4, 8, 16 lanes per CRT half). On an H200 two cut a lone request's time on the
+    /// device from 38 to 12 ms (docs/benchmarks.md).
     pub threads_per_request: u32,
+    /// The group kernels' window table in shared memory (else a local array per thread).
+    pub table_shared: bool,
+    /// The group kernels' multiply-accumulate rows as PTX carry chains.
+    pub carry_chains: bool,
+}
+
+impl GpuConfig {
+    /// The kernel shape these settings build.
+    pub fn shape(&self) -> crate::host_core::KernelShape {
+        crate::host_core::KernelShape {
+            window: self.window,
+            threads_per_request: self.threads_per_request,
+            table_shared: self.table_shared,
+            carry_chains: self.carry_chains,
+        }
+    }
 }
 
 impl Default for GpuConfig {
@@ -83,6 +100,8 @@ impl Default for GpuConfig {
             threads_per_block: 128,
             window: crate::host_core::DEFAULT_WINDOW,
             threads_per_request: 2,
+            table_shared: false,
+            carry_chains: false,
             kernel_cache: None,
         }
     }

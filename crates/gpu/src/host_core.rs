@@ -59,7 +59,11 @@ mod ffi {
         rsa_emulate_launch_w4,
         rsa_emulate_launch_w5,
         rsa_emulate_launch_w6,
-        rsa_emulate_launch_w5_s2
+        rsa_emulate_launch_w5_s2,
+        rsa_emulate_launch_w5_s8,
+        rsa_emulate_launch_w5_s16,
+        rsa_emulate_launch_w5_s32,
+        rsa_emulate_launch_w5_s16_sh
     );
 }
 
@@ -276,16 +280,91 @@ pub fn emulate_launch_windowed(
     input: &[u32],
     out: &mut [u32],
 ) {
-    emulate_launch_shaped(window, 1, half, block, keys, key_index, input, out)
+    let shape = KernelShape {
+        window,
+        threads_per_request: 1,
+        table_shared: false,
+        carry_chains: false,
+    };
+    emulate_launch_shaped(shape, half, block, keys, key_index, input, out)
 }
 
-/// [`emulate_launch`] with the kernel built for `window` and `threads_per_request` (1, or 2 with
-/// window 5: the default kernel, each block's threads run concurrently with a real barrier).
-/// `block` is threads per block; with two threads per request it must be even.
-#[allow(clippy::too_many_arguments)] // the kernel's own arguments, plus its shape
+/// A kernel's shape: what `-D` options it is built with (`kernels/rsa_kernel.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelShape {
+    /// Exponent window width, one of [`WINDOWS`].
+    pub window: u32,
+    /// Threads per request, one of [`THREADS_PER_REQUEST`]: 1, 2 (one per CRT half), or 8, 16,
+    /// 32 (a group of 4, 8, 16 lanes per CRT half, `kernels/rsa_group.h`).
+    pub threads_per_request: u32,
+    /// The group kernels' window table in shared memory instead of a local array per thread.
+    pub table_shared: bool,
+    /// The group kernels' multiply-accumulate rows as PTX carry chains (`mad.lo.cc`,
+    /// `madc.hi.cc`) instead of portable C. CUDA only: the host emulation runs the portable
+    /// rows, and the device's self-check compares the two.
+    pub carry_chains: bool,
+}
+
+/// Threads per request a kernel can be built for.
+pub const THREADS_PER_REQUEST: [u32; 5] = [1, 2, 8, 16, 32];
+
+impl KernelShape {
+    /// Lanes per CRT half of a group kernel (`None` for one or two threads per request).
+    pub fn group(&self) -> Option<u32> {
+        (self.threads_per_request > 2).then_some(self.threads_per_request / 2)
+    }
+
+    /// Shared memory a launch of `block` threads needs for primes of `half` limbs beyond the
+    /// kernel's static arrays: the window table when it is in shared memory.
+    pub fn dynamic_shared_bytes(&self, half: usize, block: u32) -> usize {
+        match self.group() {
+            Some(g) if self.table_shared => {
+                (1usize << self.window) * (half / g as usize) * block as usize * 4
+            }
+            _ => 0,
+        }
+    }
+
+    /// Why this shape cannot be built or launched in blocks of `block` threads, if it cannot.
+    pub fn check(&self, block: u32) -> Result<(), String> {
+        if !WINDOWS.contains(&self.window) {
+            return Err(format!(
+                "window width {}: expected one of {WINDOWS:?}",
+                self.window
+            ));
+        }
+        if !THREADS_PER_REQUEST.contains(&self.threads_per_request) {
+            return Err(format!(
+                "{} threads per request: expected one of {THREADS_PER_REQUEST:?}",
+                self.threads_per_request
+            ));
+        }
+        if (self.table_shared || self.carry_chains) && self.group().is_none() {
+            return Err(
+                "a shared window table and carry chains need 8, 16 or 32 threads per request"
+                    .into(),
+            );
+        }
+        let tpr = self.threads_per_request;
+        if tpr > 1 && (!block.is_multiple_of(tpr) || block > MAX_SPLIT_BLOCK) {
+            return Err(format!(
+                "{tpr} threads per request need a block that is a multiple of {tpr} of at most {MAX_SPLIT_BLOCK} threads, not {block}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Largest block the kernels with several threads per request take (`RSA_MAX_BLOCK` in
+/// `kernels/rsa_kernel.cu`: their shared hand-over is sized for it).
+pub const MAX_SPLIT_BLOCK: u32 = 256;
+
+/// [`emulate_launch`] with the kernel built in `shape`. With several threads per request each
+/// block's threads run at once (OS threads and a real barrier for two; fibers exchanging values
+/// as warp shuffles and ballots for a group); `block` must suit the shape
+/// ([`KernelShape::check`]).
 pub fn emulate_launch_shaped(
-    window: u32,
-    threads_per_request: u32,
+    shape: KernelShape,
     half: usize,
     block: u32,
     keys: &[u32],
@@ -294,19 +373,26 @@ pub fn emulate_launch_shaped(
     out: &mut [u32],
 ) {
     assert!(HALF_LIMBS.contains(&half), "unsupported limb count {half}");
-    let launch = match (window, threads_per_request) {
-        (4, 1) => ffi::rsa_emulate_launch_w4,
-        (5, 1) => ffi::rsa_emulate_launch_w5,
-        (6, 1) => ffi::rsa_emulate_launch_w6,
-        (5, 2) => ffi::rsa_emulate_launch_w5_s2,
-        _ => panic!(
-            "no emulated kernel for window {window}, {threads_per_request} threads per request"
-        ),
+    let KernelShape {
+        window,
+        threads_per_request,
+        table_shared,
+        ..
+    } = shape;
+    let launch = match (window, threads_per_request, table_shared) {
+        (4, 1, false) => ffi::rsa_emulate_launch_w4,
+        (5, 1, false) => ffi::rsa_emulate_launch_w5,
+        (6, 1, false) => ffi::rsa_emulate_launch_w6,
+        (5, 2, false) => ffi::rsa_emulate_launch_w5_s2,
+        (5, 8, false) => ffi::rsa_emulate_launch_w5_s8,
+        (5, 16, false) => ffi::rsa_emulate_launch_w5_s16,
+        (5, 32, false) => ffi::rsa_emulate_launch_w5_s32,
+        (5, 16, true) => ffi::rsa_emulate_launch_w5_s16_sh,
+        _ => panic!("no emulated kernel for {shape:?}"),
     };
-    assert!(
-        threads_per_request == 1 || block.is_multiple_of(2),
-        "two threads per request need an even block"
-    );
+    if let Err(e) = shape.check(block) {
+        panic!("{e}");
+    }
     let count = key_index.len();
     let words = KeyLayout::words(half);
     assert!(block > 0);
@@ -318,8 +404,9 @@ pub fn emulate_launch_shaped(
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: sizes checked above (the thread(s) of every request i < count read input/out at
     // i·2·half limbs and a key record at key_index[i]·words, all in bounds; threads past count
-    // touch nothing); the emulator's globals are guarded by ONE_AT_A_TIME, and a block's OS
-    // threads are joined before the launch returns.
+    // write nothing, and a group kernel's read request 0, which exists as count > 0); the
+    // emulator's globals are guarded by ONE_AT_A_TIME, and a block's OS threads are joined (its
+    // fibers finished) before the launch returns.
     let rc = unsafe {
         launch(
             half as c_int,

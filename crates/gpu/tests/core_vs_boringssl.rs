@@ -194,7 +194,13 @@ fn kernel_entry_point_matches_boringssl_at_every_window_width() {
 /// by the idle threads of the last block (which must still reach the barrier).
 #[test]
 fn two_threads_per_request_kernel_emulated_matches_boringssl() {
-    use gpu_engine::host_core::emulate_launch_shaped;
+    use gpu_engine::host_core::{emulate_launch_shaped, KernelShape};
+    let shape = KernelShape {
+        window: 5,
+        threads_per_request: 2,
+        table_shared: false,
+        carry_chains: false,
+    };
     let keys: Vec<Rsa<boring::pkey::Private>> =
         (0..2).map(|_| Rsa::generate(2048).unwrap()).collect();
     let mut rng = fastrand::Rng::with_seed(9);
@@ -206,8 +212,48 @@ fn two_threads_per_request_kernel_emulated_matches_boringssl() {
             block as usize,
             &mut rng,
             |table, index, input, out| {
-                emulate_launch_shaped(5, 2, 32, block, table, index, input, out)
+                emulate_launch_shaped(shape, 32, block, table, index, input, out)
             },
         );
+    }
+}
+
+/// The group kernels (a CRT half's exponentiation spread over 4, 8 or 16 lanes exchanging limbs
+/// by warp shuffles and carries by ballots, `kernels/rsa_group.h`), emulated with each block's
+/// threads as fibers that exchange values as a warp does: right results at every key size and
+/// group width, keys mixed within a block, the window table local or in shared memory, and
+/// nothing written by the idle groups of the last block.
+#[test]
+fn group_kernels_emulated_match_boringssl() {
+    use gpu_engine::host_core::{emulate_launch_shaped, KernelShape};
+    let mut rng = fastrand::Rng::with_seed(11);
+    let shape = |threads_per_request, table_shared| KernelShape {
+        window: 5,
+        threads_per_request,
+        table_shared,
+        carry_chains: false,
+    };
+    for bits in [2048u32, 3072, 4096] {
+        let keys: Vec<Rsa<boring::pkey::Private>> =
+            (0..2).map(|_| Rsa::generate(bits).unwrap()).collect();
+        let half = bits as usize / 64;
+        // Every shape at 2048 bits (three requests: two blocks, the second half idle); one
+        // request of one shape at the larger sizes (the emulation is slow there).
+        let runs: Vec<(KernelShape, Vec<u32>)> = match bits {
+            2048 => vec![
+                (shape(8, false), vec![1, 0, 1]),
+                (shape(16, false), vec![0, 1, 1]),
+                (shape(32, false), vec![1, 0, 0]),
+                (shape(16, true), vec![1, 1, 0]),
+            ],
+            3072 => vec![(shape(16, false), vec![1])],
+            _ => vec![(shape(32, false), vec![0])],
+        };
+        for (shape, index) in runs {
+            let block = 2 * shape.threads_per_request;
+            check_launch(&keys, &index, 1, &mut rng, |table, index, input, out| {
+                emulate_launch_shaped(shape, half, block, table, index, input, out)
+            });
+        }
     }
 }
