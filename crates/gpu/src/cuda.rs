@@ -282,10 +282,7 @@ impl CudaBackend {
             .visible .entry rampart_fault(.param .u64 p)\n{\n\
             .reg .u64 %rd<2>;\n.reg .b32 %r<2>;\n\
             ld.param.u64 %rd1, [p];\nmov.u32 %r1, 1;\nst.global.u32 [%rd1], %r1;\nret;\n}\n";
-        let module = self
-            .ctx
-            .load_module(Ptx::from_src(PTX))
-            .map_err(driver)?;
+        let module = self.ctx.load_module(Ptx::from_src(PTX)).map_err(driver)?;
         let f = module.load_function("rampart_fault").map_err(driver)?;
         let stream = self.ctx.new_stream().map_err(driver)?;
         let address: u64 = 0x10;

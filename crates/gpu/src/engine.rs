@@ -26,7 +26,7 @@
 use crate::backend::{BackendError, BatchBackend, StreamRunner};
 use crate::error::GpuError;
 use crate::host_core::KeyLayout;
-use crate::key::{GpuKey, Prepared};
+use crate::key::{finish_batch, Finish, GpuKey, Prepared};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use keyengine::{Engine, KeyId, SignError, SignFuture, SignRequest};
 use std::collections::HashMap;
@@ -939,15 +939,24 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             c.batch_ns
                 .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
             let sigs: Vec<Option<Vec<u8>>> = {
-                let indexed: Vec<(usize, &(Job, Prepared))> = ready.iter().enumerate().collect();
-                par_map(threads, &indexed, |(i, (j, p))| {
-                    j.key.finish(
-                        p,
-                        &out[i * 2 * half..(i + 1) * 2 * half],
-                        j.request.algorithm,
-                        &j.request.digest,
-                    )
-                })
+                let items: Vec<Finish> = ready
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (j, p))| Finish {
+                        key: &j.key,
+                        prepared: p,
+                        raw: &out[i * 2 * half..(i + 1) * 2 * half],
+                        alg: j.request.algorithm,
+                        digest: &j.request.digest,
+                    })
+                    .collect();
+                // Chunks of whole lane groups, about one per CPU thread.
+                let size = items.len().div_ceil(threads).next_multiple_of(8);
+                let chunks: Vec<&[Finish]> = items.chunks(size).collect();
+                par_map(threads, &chunks, |chunk| finish_batch(chunk))
+                    .into_iter()
+                    .flatten()
+                    .collect()
             };
             let mut faults = 0;
             for ((mut job, _), sig) in ready.into_iter().zip(sigs) {

@@ -34,6 +34,71 @@ pub(crate) struct Prepared {
     pub input: Vec<u32>,
     /// r⁻¹·R mod n for this request.
     unblind: Zeroizing<Vec<u32>>,
+    /// The encoded message: the signature raised to e must give exactly this.
+    em: Zeroizing<Vec<u8>>,
+}
+
+/// One kernel result to finish: its key, what `prepare` made for it, the kernel's output, and
+/// the request (for the one-by-one verifier).
+pub(crate) struct Finish<'a> {
+    pub key: &'a GpuKey,
+    pub prepared: &'a Prepared,
+    pub raw: &'a [u32],
+    pub alg: SignatureAlgorithm,
+    pub digest: &'a [u8],
+}
+
+/// The lanes the public-exponent check runs on: mbcrypto's AVX-512 IFMA pass where the CPU has
+/// it (8 signatures at once), else none (aws-lc, one by one, is faster than portable lanes).
+fn verify_lanes() -> Option<mbcrypto::Backend> {
+    static LANES: std::sync::OnceLock<Option<mbcrypto::Backend>> = std::sync::OnceLock::new();
+    *LANES.get_or_init(|| {
+        let best = mbcrypto::Backend::best();
+        (best.lanes() > 1).then_some(best)
+    })
+}
+
+/// Unblinds each result and releases it only if it verifies with the public key: `None` for a
+/// result that does not. Checked lanes at a time where the CPU allows ([`verify_lanes`]).
+pub(crate) fn finish_batch(items: &[Finish]) -> Vec<Option<Vec<u8>>> {
+    let sigs: Vec<Option<Vec<u8>>> = items
+        .iter()
+        .map(|f| f.key.unblind(f.prepared, f.raw))
+        .collect();
+    let Some(lanes) = verify_lanes() else {
+        return items
+            .iter()
+            .zip(sigs)
+            .map(|(f, sig)| sig.filter(|s| f.key.private.verify_digest(f.alg, f.digest, s)))
+            .collect();
+    };
+    let checked: Vec<(usize, mbcrypto::rsa::VerifyItem)> = items
+        .iter()
+        .zip(&sigs)
+        .enumerate()
+        .filter_map(|(i, (f, sig))| {
+            sig.as_ref().map(|sig| {
+                let item = mbcrypto::rsa::VerifyItem {
+                    key: &f.key.public,
+                    signature: sig,
+                    expected: &f.prepared.em,
+                };
+                (i, item)
+            })
+        })
+        .collect();
+    let (index, batch): (Vec<usize>, Vec<mbcrypto::rsa::VerifyItem>) = checked.into_iter().unzip();
+    let mut ok = vec![false; items.len()];
+    for (i, good) in index
+        .into_iter()
+        .zip(mbcrypto::rsa::verify_batch(lanes, &batch))
+    {
+        ok[i] = good;
+    }
+    sigs.into_iter()
+        .zip(ok)
+        .map(|(sig, good)| sig.filter(|_| good))
+        .collect()
 }
 
 /// An RSA key prepared for the GPU engine. `Debug` shows only id and size.
@@ -43,6 +108,8 @@ pub struct GpuKey {
     bits: usize,
     crt: CrtKey,
     modulus: Modulus,
+    /// n and e for the lanes' public-exponent check.
+    public: mbcrypto::rsa::RsaPublicKey,
     blinding: Vec<Mutex<BlindPair>>,
     next: AtomicUsize,
 }
@@ -78,6 +145,8 @@ impl GpuKey {
             )));
         }
         let e = f.e.iter().fold(0u64, |a, &b| (a << 8) | b as u64);
+        let public = mbcrypto::rsa::RsaPublicKey::new(f.n, e)
+            .map_err(|_| GpuError::Key(crate::host_core::CoreKeyError::Unsupported(bits)))?;
         let sub2 = |x: &[u8]| {
             let mut out = x.to_vec();
             let mut borrow = 2u16;
@@ -98,6 +167,7 @@ impl GpuKey {
             bits,
             crt,
             modulus,
+            public,
             blinding,
             next: AtomicUsize::new(0),
         })
@@ -150,11 +220,12 @@ impl GpuKey {
         pair.unblind.zeroize();
         pair.blind = blind;
         pair.unblind = unb;
-        Ok(Prepared { input, unblind })
+        Ok(Prepared { input, unblind, em })
     }
 
     /// Unblinds the kernel's output for `prepared`, and releases the signature only if it
-    /// verifies with the public key.
+    /// verifies with the public key ([`finish_batch`] of one).
+    #[cfg(test)]
     pub(crate) fn finish(
         &self,
         prepared: &Prepared,
@@ -162,14 +233,24 @@ impl GpuKey {
         alg: SignatureAlgorithm,
         digest: &[u8],
     ) -> Option<Vec<u8>> {
-        // A faulty raw value may be ≥ n; the Montgomery product needs operands below n. Any such
-        // value is wrong anyway (verification would fail), so refuse it here.
+        let item = Finish {
+            key: self,
+            prepared,
+            raw,
+            alg,
+            digest,
+        };
+        finish_batch(&[item]).pop().flatten()
+    }
+
+    /// The kernel's output for `prepared` times r⁻¹: the signature, not yet verified. `None`
+    /// for an output not below n (a fault: the Montgomery product needs operands below n).
+    fn unblind(&self, prepared: &Prepared, raw: &[u32]) -> Option<Vec<u8>> {
         if !below(raw, self.modulus.value()) {
             return None;
         }
         let s = Zeroizing::new(self.modulus.mont_mul(raw, &prepared.unblind));
-        let sig = limbs_to_be(&s, self.bits / 8);
-        self.private.verify_digest(alg, digest, &sig).then_some(sig)
+        Some(limbs_to_be(&s, self.bits / 8))
     }
 
     fn take_pair(&self) -> std::sync::MutexGuard<'_, BlindPair> {

@@ -380,8 +380,9 @@ unsafe fn crt_sign<V: Lanes, const L: usize, const L2: usize>(io: &mut CrtInputs
 }
 
 /// sig^e mod n for each lane's public exponent `e` (variable time: everything is public).
+/// `L` limbs of n, `L2` = 2·L (the squarings' double-width product).
 #[inline(always)]
-unsafe fn public_op<V: Lanes, const L: usize>(
+unsafe fn public_op<V: Lanes, const L: usize, const L2: usize>(
     sig: &[u64],
     n: &[u64],
     n_k0: &[u64],
@@ -413,7 +414,7 @@ unsafe fn public_op<V: Lanes, const L: usize>(
         }
         let start = if top_set { bits - 1 } else { bits };
         for bit in (0..start).rev() {
-            y = amm(&y, &y, &n, k0);
+            y = ams::<V, L, L2>(&y, &n, k0);
             let mut set = [0u64; 8];
             let mut any = false;
             for (i, s) in set.iter_mut().enumerate().take(e.len()) {
@@ -502,7 +503,7 @@ unsafe fn pub_zmm<const L: usize, const L2: usize>(
     out: &mut [u64],
 ) {
     // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { public_op::<crate::lanes::Zmm, L2>(s, n, k0, rr, e, out) }
+    unsafe { public_op::<crate::lanes::Zmm, L, L2>(s, n, k0, rr, e, out) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -516,10 +517,10 @@ unsafe fn pub_ymm<const L: usize, const L2: usize>(
     out: &mut [u64],
 ) {
     // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { public_op::<crate::lanes::Ymm, L2>(s, n, k0, rr, e, out) }
+    unsafe { public_op::<crate::lanes::Ymm, L, L2>(s, n, k0, rr, e, out) }
 }
 
-unsafe fn pub_scalar<const L2: usize>(
+unsafe fn pub_scalar<const L: usize, const L2: usize>(
     s: &[u64],
     n: &[u64],
     k0: &[u64],
@@ -528,7 +529,7 @@ unsafe fn pub_scalar<const L2: usize>(
     out: &mut [u64],
 ) {
     // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { public_op::<Scalar, L2>(s, n, k0, rr, e, out) }
+    unsafe { public_op::<Scalar, L, L2>(s, n, k0, rr, e, out) }
 }
 
 /// The CRT signing pass for a prime size of `half_limbs` limbs (20, 30 or 40).
@@ -544,9 +545,10 @@ pub(crate) fn crt_fn(backend: crate::Backend, half_limbs: usize) -> CrtFn {
 /// The public-exponent pass for a modulus of `2 * half_limbs` limbs.
 pub(crate) fn public_fn(backend: crate::Backend, half_limbs: usize) -> PublicFn {
     match half_limbs {
-        20 => dispatch!(backend, 20, 40, pub_scalar::<40>, pub_zmm, pub_ymm),
-        30 => dispatch!(backend, 30, 60, pub_scalar::<60>, pub_zmm, pub_ymm),
-        40 => dispatch!(backend, 40, 80, pub_scalar::<80>, pub_zmm, pub_ymm),
+        // Instantiated on the whole modulus (2·half limbs) and its double width.
+        20 => dispatch!(backend, 40, 80, pub_scalar::<40, 80>, pub_zmm, pub_ymm),
+        30 => dispatch!(backend, 60, 120, pub_scalar::<60, 120>, pub_zmm, pub_ymm),
+        40 => dispatch!(backend, 80, 160, pub_scalar::<80, 160>, pub_zmm, pub_ymm),
         _ => unreachable!("prime sizes are checked at key load"),
     }
 }

@@ -487,6 +487,121 @@ fn sign_pass(
     results
 }
 
+/// An RSA public key prepared for [`verify_batch`]: the modulus in the lanes' 52-bit limbs with
+/// its Montgomery constants, and the public exponent. `Debug` shows only the size.
+pub struct RsaPublicKey {
+    len: usize,
+    /// The modulus, big-endian, `len` bytes.
+    n_be: Vec<u8>,
+    /// Limbs per prime (20, 30 or 40): half the modulus's limbs.
+    half: usize,
+    n: Vec<u64>,
+    n_k0: u64,
+    n_rr: Vec<u64>,
+    e: u64,
+}
+
+impl fmt::Debug for RsaPublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RsaPublicKey(RSA-{})", self.len * 8)
+    }
+}
+
+impl RsaPublicKey {
+    /// From the modulus (big-endian; 2048, 3072 or 4096 bits) and an odd public exponent.
+    pub fn new(n: &[u8], e: u64) -> Result<Self, RsaError> {
+        let bits = bit_len(n);
+        let half = match bits {
+            2048 => 20,
+            3072 => 30,
+            4096 => 40,
+            _ => return Err(RsaError::Unsupported(bits)),
+        };
+        if e & 1 == 0 || e < 3 {
+            return Err(RsaError::Unsupported(bits));
+        }
+        let n_be = n[n.len() - bits / 8..].to_vec();
+        let n = bytes_to_limbs(n, 2 * half);
+        Ok(RsaPublicKey {
+            len: bits / 8,
+            n_be,
+            half,
+            n_k0: neg_inv52(n[0]),
+            n_rr: pow2_mod(2 * 52 * 2 * half, &n),
+            n,
+            e,
+        })
+    }
+
+    /// Signature length in bytes.
+    pub fn signature_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// One signature to check: `signature^e mod n` must equal `expected` (both big-endian, the
+/// modulus's length).
+pub struct VerifyItem<'a> {
+    pub key: &'a RsaPublicKey,
+    pub signature: &'a [u8],
+    pub expected: &'a [u8],
+}
+
+/// Checks signatures `backend.lanes()` at a time with the public exponent: for each item,
+/// whether `signature^e mod n` is exactly `expected` (the encoded message the signer padded, so
+/// for PSS this is stricter than a verifier that recovers the salt). Items may mix keys and
+/// sizes. A signature of the wrong length or not below n fails. Variable time: everything here
+/// is public.
+pub fn verify_batch(backend: Backend, items: &[VerifyItem]) -> Vec<bool> {
+    assert!(
+        backend.available(),
+        "backend {backend} is not available on this CPU"
+    );
+    let lanes = backend.lanes();
+    let mut results = vec![false; items.len()];
+    for half in [20, 30, 40] {
+        let wide = 2 * half;
+        let same: Vec<(usize, Vec<u64>)> = items
+            .iter()
+            .enumerate()
+            .filter(|(_, it)| it.key.half == half)
+            .filter(|(_, it)| {
+                it.signature.len() == it.key.len
+                    && it.expected.len() == it.key.len
+                    && below(it.signature, &it.key.n_be)
+            })
+            .map(|(i, it)| (i, bytes_to_limbs(it.signature, wide)))
+            .collect();
+        for chunk in same.chunks(lanes) {
+            let pick = |l: usize| &chunk[l.min(chunk.len() - 1)];
+            let keys: Vec<&RsaPublicKey> = (0..lanes).map(|l| items[pick(l).0].key).collect();
+            let sigs: Vec<&[u64]> = (0..lanes).map(|l| pick(l).1.as_slice()).collect();
+            let per_lane = |f: &dyn Fn(&RsaPublicKey) -> &[u64]| {
+                let v: Vec<&[u64]> = keys.iter().map(|k| f(k)).collect();
+                interleave(&v, lanes, wide)
+            };
+            let n = per_lane(&|k| &k.n);
+            let n_rr = per_lane(&|k| &k.n_rr);
+            let n_k0: Vec<u64> = keys.iter().map(|k| k.n_k0).collect();
+            let e: Vec<u64> = keys.iter().map(|k| k.e).collect();
+            let sig = interleave(&sigs, lanes, wide);
+            let mut check = vec![0u64; wide * lanes];
+            // SAFETY: `backend.available()` was asserted above; every buffer has `lanes` lanes
+            // of `wide` limbs for this size, and each signature is below its lane's modulus.
+            unsafe { mont::public_fn(backend, half)(&sig, &n, &n_k0, &n_rr, &e, &mut check) };
+            for (l, (i, _)) in chunk.iter().enumerate() {
+                results[*i] = lane_of(&check, lanes, l) == bytes_to_limbs(items[*i].expected, wide);
+            }
+        }
+    }
+    results
+}
+
+/// a < b for big-endian numbers of equal length (public values).
+fn below(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a < b
+}
+
 /// Timing-leak check of the exponentiation kernel (dudect: Reparaz, Balasch, Verbauwhede,
 /// "Dude, is my code constant time?", 2017). Runs whole kernel passes of `key` with the CRT
 /// exponents replaced, in random order, by a fixed exponent (zero: every window selects table

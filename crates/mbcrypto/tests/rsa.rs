@@ -282,3 +282,82 @@ fn keys_whose_limbs_hit_edge_values_match_boringssl() {
         check(backend, &keys, rounds, 77);
     }
 }
+
+/// The batched public-exponent check against BoringSSL's private-key operation: on every
+/// backend this CPU runs, with keys of all three sizes mixed in one call and more items than
+/// lanes, a true result for each real (signature, encoded message) pair, and false for a flipped
+/// bit, a swapped pair, a signature not below n and one of the wrong length.
+#[test]
+fn verify_batch_checks_each_signature_with_the_public_exponent() {
+    use mbcrypto::rsa::{verify_batch, RsaPublicKey, VerifyItem};
+    let mut rng = fastrand::Rng::with_seed(5);
+    let mut cases = Vec::new(); // (public key, signature, encoded message)
+    for bits in [2048u32, 3072, 4096] {
+        let rsa = Rsa::generate(bits).unwrap();
+        let n = rsa.n().to_vec();
+        let e = u64::from_str_radix(&rsa.e().to_hex_str().unwrap(), 16).unwrap();
+        for _ in 0..if bits == 2048 { 11 } else { 3 } {
+            let mut em: Vec<u8> = (0..n.len()).map(|_| rng.u8(..)).collect();
+            em[0] = 0;
+            let mut sig = vec![0u8; n.len()];
+            rsa.private_encrypt(&em, &mut sig, Padding::NONE).unwrap();
+            cases.push((e, n.clone(), sig, em));
+        }
+    }
+    let publics: Vec<RsaPublicKey> = cases
+        .iter()
+        .map(|(e, n, _, _)| RsaPublicKey::new(n, *e).unwrap())
+        .collect();
+    for backend in Backend::all_available() {
+        let items: Vec<VerifyItem> = cases
+            .iter()
+            .zip(&publics)
+            .map(|((_, _, sig, em), key)| VerifyItem {
+                key,
+                signature: sig,
+                expected: em,
+            })
+            .collect();
+        assert!(
+            verify_batch(backend, &items).iter().all(|&ok| ok),
+            "{backend}"
+        );
+        // Faults: a flipped bit, the neighbour's message, n itself, a short signature.
+        let mut flipped = cases[1].2.clone();
+        flipped[40] ^= 0x04;
+        let n_itself = cases[2].1.clone();
+        let short = cases[3].2[1..].to_vec();
+        let bad = [
+            VerifyItem {
+                key: &publics[1],
+                signature: &flipped,
+                expected: &cases[1].3,
+            },
+            VerifyItem {
+                key: &publics[4],
+                signature: &cases[4].2,
+                expected: &cases[5].3,
+            },
+            VerifyItem {
+                key: &publics[2],
+                signature: &n_itself,
+                expected: &cases[2].3,
+            },
+            VerifyItem {
+                key: &publics[3],
+                signature: &short,
+                expected: &cases[3].3,
+            },
+            VerifyItem {
+                key: &publics[0],
+                signature: &cases[0].2,
+                expected: &cases[0].3,
+            },
+        ];
+        assert_eq!(
+            verify_batch(backend, &bad),
+            [false, false, false, false, true],
+            "{backend}"
+        );
+    }
+}
