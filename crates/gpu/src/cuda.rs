@@ -56,7 +56,9 @@ pub fn compile_kernel_source(
         options: nvrtc_options(format!("compute_{major}{minor}"), shape)?,
         ..Default::default()
     };
-    compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile(e.to_string()))
+    on_compile_stack(|| {
+        compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile(e.to_string()))
+    })
 }
 
 /// Compiles the kernel with NVRTC straight to a cubin for `sm_{major}{minor}` (NVRTC runs the
@@ -66,16 +68,37 @@ pub fn compile_cubin(
     (major, minor): (i32, i32),
     shape: KernelShape,
 ) -> Result<Vec<u8>, GpuError> {
-    use cudarc::nvrtc::{result, sys};
     let options = nvrtc_options(format!("sm_{major}{minor}"), shape)?;
-    let compile = |e: cudarc::nvrtc::result::NvrtcError| GpuError::Compile(e.to_string());
     let src = std::ffi::CString::new(source)
         .map_err(|_| GpuError::Compile("kernel source holds a NUL byte".into()))?;
-    let prog = result::create_program(&src, None).map_err(compile)?;
+    on_compile_stack(|| cubin_of(&src, &options))
+}
+
+/// NVRTC on a thread with a deep stack: the group kernels' unrolled templates recurse deeper
+/// in NVRTC than a default 2 MiB thread stack holds (it overflowed in a test thread).
+fn on_compile_stack<T: Send>(
+    f: impl FnOnce() -> Result<T, GpuError> + Send,
+) -> Result<T, GpuError> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("nvrtc".into())
+            .stack_size(256 << 20)
+            .spawn_scoped(s, f)
+            .map_err(|e| GpuError::Compile(format!("no thread for NVRTC: {e}")))?
+            .join()
+            .unwrap_or_else(|_| Err(GpuError::Compile("NVRTC panicked".into())))
+    })
+}
+
+/// The cubin NVRTC builds from `src` with `options`.
+fn cubin_of(src: &std::ffi::CStr, options: &[String]) -> Result<Vec<u8>, GpuError> {
+    use cudarc::nvrtc::{result, sys};
+    let compile = |e: cudarc::nvrtc::result::NvrtcError| GpuError::Compile(e.to_string());
+    let prog = result::create_program(src, None).map_err(compile)?;
     // SAFETY: `prog` was created above and is destroyed once, at the end; the size NVRTC
     // reports is the buffer handed to nvrtcGetCUBIN.
     unsafe {
-        let built = result::compile_program(prog, &options)
+        let built = result::compile_program(prog, options)
             .map_err(|e| {
                 let log = result::get_program_log(prog)
                     .map(|l| {
