@@ -209,8 +209,12 @@ impl BatchEngineConfig {
 pub struct GpuEngineConfig {
     /// Requests queued at most; beyond, new handshakes go to the other engines.
     pub queue_capacity: usize,
-    /// Most requests per launch; batches take whatever is queued, up to this.
+    /// Most requests per launch; below it, batches take what is queued up to the largest size
+    /// measured within `batch_latency_target`.
     pub max_batch: usize,
+    /// The time a batch may take on the device: about half the p99 a request sees.
+    #[serde(deserialize_with = "duration")]
+    pub batch_latency_target: Duration,
     /// CUDA streams: batches in flight at once.
     pub streams: usize,
     /// Threads per request: 2 (one per CRT half), 1, or 8, 16, 32 (a group of 4, 8, 16
@@ -239,6 +243,7 @@ impl Default for GpuEngineConfig {
         GpuEngineConfig {
             queue_capacity: d.queue_capacity,
             max_batch: d.max_batch,
+            batch_latency_target: d.batch_latency_target,
             streams: d.streams,
             threads_per_request: d.threads_per_request,
             table_shared: d.table_shared,
@@ -294,6 +299,9 @@ impl GpuEngineConfig {
         if self.batch_deadline.is_zero() {
             return Some(("batch_deadline", "more than zero".into()));
         }
+        if self.batch_latency_target.is_zero() {
+            return Some(("batch_latency_target", "more than zero".into()));
+        }
         None
     }
 
@@ -303,6 +311,7 @@ impl GpuEngineConfig {
         gpu_engine::GpuConfig {
             queue_capacity: self.queue_capacity,
             max_batch: self.max_batch,
+            batch_latency_target: self.batch_latency_target,
             streams: self.streams,
             threads_per_request: self.threads_per_request,
             table_shared: self.table_shared,

@@ -24,6 +24,7 @@
 //! opportunistic offload).
 
 use crate::backend::{BackendError, BatchBackend, StreamRunner};
+use crate::batch_size::BatchSizer;
 use crate::error::GpuError;
 use crate::host_core::KeyLayout;
 use crate::key::{finish_batch, Finish, GpuKey, Prepared};
@@ -44,8 +45,12 @@ const NAME: &str = "gpu";
 pub struct GpuConfig {
     /// Requests queued at most (beyond: `Overloaded`).
     pub queue_capacity: usize,
-    /// Most requests per launch (also capped by the backend).
+    /// Most requests per launch (also capped by the backend). Below it, batches are as large
+    /// as keeps their measured time within `batch_latency_target`.
     pub max_batch: usize,
+    /// The time a batch may take on the device (copy in, compute, copy out): a request waits
+    /// about one batch in flight plus its own, so half the latency a p99 must stay within.
+    pub batch_latency_target: Duration,
     /// A batch not finished within `batch_deadline_base + batch_deadline_per_item × items`
     /// is abandoned and re-run on the CPU.
     pub batch_deadline_base: Duration,
@@ -91,6 +96,7 @@ impl Default for GpuConfig {
         GpuConfig {
             queue_capacity: 262_144,
             max_batch: 65_536,
+            batch_latency_target: Duration::from_millis(5),
             batch_deadline_base: Duration::from_millis(100),
             batch_deadline_per_item: Duration::from_micros(5),
             backoff_initial: Duration::from_millis(100),
@@ -177,6 +183,7 @@ struct Shared {
     health: Mutex<HealthState>,
     counters: Counters,
     fallback: OnceLock<Arc<dyn Engine>>,
+    sizer: BatchSizer,
 }
 
 /// The `gpu` engine. See the module docs.
@@ -384,7 +391,6 @@ impl GpuEngine {
 impl Shared {
     fn new(config: GpuConfig, status: GpuStatus) -> Self {
         Shared {
-            config,
             backend: OnceLock::new(),
             status: Mutex::new(status),
             ready: AtomicBool::new(false),
@@ -400,6 +406,8 @@ impl Shared {
             }),
             counters: Counters::default(),
             fallback: OnceLock::new(),
+            sizer: BatchSizer::new(config.batch_latency_target, config.max_batch, 256),
+            config,
         }
     }
 
@@ -632,6 +640,24 @@ impl GpuEngine {
             get(&c.batch_items),
         );
         metric(
+            "batch_limit",
+            "gauge",
+            "Most requests the next batch may take: the largest measured within the latency target.",
+            self.shared.sizer.limit().min(self.max_batch).to_string(),
+        );
+        metric(
+            "batch_latency_target_seconds",
+            "gauge",
+            "The time a batch may take on the device ([key_engine.gpu] batch_latency_target).",
+            format!("{:.6}", self.shared.sizer.target().as_secs_f64()),
+        );
+        metric(
+            "batch_latency_target_met",
+            "gauge",
+            "0 when batches of every size measured took longer than the latency target.",
+            u8::from(self.shared.sizer.target_met()).to_string(),
+        );
+        metric(
             "batch_seconds_total",
             "counter",
             "Time spent in completed batches (copy in, compute, copy out).",
@@ -751,7 +777,8 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
             Msg::Probe => probe = true,
         };
         push(first, &mut jobs);
-        while jobs.len() < max_batch {
+        let limit = shared.sizer.limit().min(max_batch);
+        while jobs.len() < limit {
             match rx.try_recv() {
                 Ok(m) => push(m, &mut jobs),
                 Err(_) => break,
@@ -938,6 +965,7 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             c.last_batch.store(ready.len() as u64, Ordering::Relaxed);
             c.batch_ns
                 .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+            shared.sizer.record(ready.len(), took);
             let sigs: Vec<Option<Vec<u8>>> = {
                 let items: Vec<Finish> = ready
                     .iter()

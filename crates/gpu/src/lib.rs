@@ -10,6 +10,7 @@
 //! * [`probe`] and [`bench_batch`]: for `rampart bench engine`.
 
 mod backend;
+mod batch_size;
 mod bench;
 #[cfg(feature = "cuda")]
 pub mod cuda;

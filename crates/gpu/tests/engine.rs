@@ -98,7 +98,12 @@ fn metric(engine: &GpuEngine, name: &str) -> u64 {
 
 #[tokio::test]
 async fn batches_follow_the_queue_and_every_signature_verifies() {
-    let (gpu, control) = sim_engine(ms(5), config());
+    // A 5 ms launch: a latency target that batches of a few can meet.
+    let cfg = GpuConfig {
+        batch_latency_target: Duration::from_secs(1),
+        ..config()
+    };
+    let (gpu, control) = sim_engine(ms(5), cfg);
     let key = private_key();
     // One request alone is launched at once as a batch of one: no timer to fill a batch.
     let t = Instant::now();
@@ -428,4 +433,29 @@ async fn the_kernel_builds_in_the_background_and_the_engine_joins_when_it_is_loa
         matches!(&r, Err(SignError::Unavailable(_, why)) if why.contains("no good")),
         "{r:?}"
     );
+}
+
+/// The batch-size controller as the engine runs it: with a latency target no batch can meet
+/// (1 µs), batches shrink to single requests and the metrics say the target is not met; every
+/// request is still signed on the device.
+#[tokio::test]
+async fn an_unreachable_latency_target_is_reported_and_batches_shrink_to_one() {
+    let cfg = GpuConfig {
+        batch_latency_target: Duration::from_micros(1),
+        ..config()
+    };
+    let (gpu, control) = sim_engine(ms(1), cfg);
+    let key = private_key();
+    assert_eq!(
+        metric(&gpu, "batch_latency_target_met"),
+        1,
+        "nothing measured yet"
+    );
+    sign_many(&*gpu, &key, 40).await;
+    assert_eq!(metric(&gpu, "batch_latency_target_met"), 0);
+    assert_eq!(metric(&gpu, "batch_limit"), 1);
+    control.max_items.store(0, Ordering::SeqCst);
+    sign_many(&*gpu, &key, 20).await;
+    assert_eq!(control.max_items.load(Ordering::SeqCst), 1);
+    assert_eq!(gpu.gpu_signed(), 60);
 }
