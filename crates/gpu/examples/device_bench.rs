@@ -170,7 +170,8 @@ fn main() {
 }
 
 /// A real device fault (an illegal address on the backend's context), then what still works:
-/// a batch on the same backend, and a backend built afresh once the first is dropped.
+/// batches on either backend sharing the device, each backend's `reset` (what the engine's
+/// re-probe calls), and batches after it.
 fn fault(
     backend: std::sync::Arc<dyn gpu_engine::BatchBackend>,
     config: &GpuConfig,
@@ -185,19 +186,21 @@ fn fault(
     };
     batch(&*backend, "before the fault");
     let cuda = gpu_engine::cuda::CudaBackend::with_module(config, module(config, cubin))
-        .expect("a second backend on the same context");
-    let t = Instant::now();
+        .expect("a second backend on the same device");
     println!("fault injected: {:?}", cuda.inject_illegal_address());
-    batch(&*backend, "same context, existing backend");
-    batch(&cuda, "same context, the faulting backend");
-    drop(cuda);
-    drop(backend);
-    println!("both backends dropped after {:?}", t.elapsed());
-    match gpu_engine::cuda::CudaBackend::with_module(config, module(config, cubin)) {
-        Ok(fresh) => batch(&fresh, "backend built afresh"),
-        Err(e) => println!("backend built afresh: failed: {e}"),
-    }
-    println!("recovery attempt took {:?}", t.elapsed());
+    batch(&*backend, "after the fault, the other backend");
+    batch(&cuda, "after the fault, the faulting backend");
+    let t = Instant::now();
+    let reset = gpu_engine::BatchBackend::reset(&cuda);
+    println!("faulting backend's reset: {reset:?} in {:?}", t.elapsed());
+    batch(&cuda, "after its reset, the faulting backend");
+    let t = Instant::now();
+    println!(
+        "other backend's reset: {:?} in {:?}",
+        backend.reset(),
+        t.elapsed()
+    );
+    batch(&*backend, "after its reset, the other backend");
 }
 
 /// The module to load: the prebuilt cubin, else the built-in kernel compiled by NVRTC.

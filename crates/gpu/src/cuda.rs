@@ -177,8 +177,10 @@ pub fn probe() -> Result<DeviceInfo, GpuError> {
 
 /// The CUDA batch backend on device 0.
 pub struct CudaBackend {
-    ctx: Arc<CudaContext>,
-    funcs: [CudaFunction; 3],
+    /// The context and the kernel loaded in it; both replaced by [`BatchBackend::reset`].
+    loaded: std::sync::RwLock<Loaded>,
+    /// The module, kept to load again after a reset.
+    module: Ptx,
     info: DeviceInfo,
     streams: usize,
     max_batch: usize,
@@ -261,35 +263,26 @@ impl CudaBackend {
         info: DeviceInfo,
         ptx: Ptx,
     ) -> Result<Self, GpuError> {
-        let module = ctx.load_module(ptx).map_err(driver)?;
-        let f = |n: usize| {
-            module
-                .load_function(&format!("rsa_crt_batch_{n}"))
-                .map_err(driver)
-        };
-        let funcs = [f(32)?, f(48)?, f(64)?];
         let (shape, block) = (config.shape(), Self::block_of(config));
-        for (func, half) in funcs.iter().zip(crate::host_core::HALF_LIMBS) {
-            // A window table in shared memory may take more than the 48 KiB a launch gets
-            // without asking.
-            let bytes = shape.dynamic_shared_bytes(half, block);
-            if bytes > 0 {
-                func.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    i32::try_from(bytes).unwrap_or(i32::MAX),
-                )
-                .map_err(driver)?;
-            }
-        }
+        let funcs = load_functions(&ctx, ptx.clone(), shape, block)?;
         Ok(CudaBackend {
-            funcs,
-            ctx,
+            loaded: std::sync::RwLock::new(Loaded { ctx, funcs }),
+            module: ptx,
             info,
             streams: config.streams.max(2),
             max_batch: config.max_batch.max(1),
             block,
             shape,
         })
+    }
+
+    /// The device this backend runs on (device 0: see `open_context`).
+    fn info_ordinal(&self) -> usize {
+        0
+    }
+
+    fn loaded(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
+        self.loaded.read().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -305,9 +298,10 @@ impl CudaBackend {
             .visible .entry rampart_fault(.param .u64 p)\n{\n\
             .reg .u64 %rd<2>;\n.reg .b32 %r<2>;\n\
             ld.param.u64 %rd1, [p];\nmov.u32 %r1, 1;\nst.global.u32 [%rd1], %r1;\nret;\n}\n";
-        let module = self.ctx.load_module(Ptx::from_src(PTX)).map_err(driver)?;
+        let ctx = self.loaded().ctx.clone();
+        let module = ctx.load_module(Ptx::from_src(PTX)).map_err(driver)?;
         let f = module.load_function("rampart_fault").map_err(driver)?;
-        let stream = self.ctx.new_stream().map_err(driver)?;
+        let stream = ctx.new_stream().map_err(driver)?;
         let address: u64 = 0x10;
         let mut b = stream.launch_builder(&f);
         b.arg(&address);
@@ -317,6 +311,41 @@ impl CudaBackend {
         let waited = stream.synchronize();
         Ok(format!("launch: {launched:?}; synchronize: {waited:?}"))
     }
+}
+
+/// A context and the kernel's entry points loaded in it.
+struct Loaded {
+    ctx: Arc<CudaContext>,
+    funcs: [CudaFunction; 3],
+}
+
+/// Loads `module` in `ctx` and returns its three entry points, each allowed the dynamic shared
+/// memory a launch of `block` threads in `shape` takes (a window table in shared memory may take
+/// more than the 48 KiB a launch gets without asking).
+fn load_functions(
+    ctx: &Arc<CudaContext>,
+    module: Ptx,
+    shape: KernelShape,
+    block: u32,
+) -> Result<[CudaFunction; 3], GpuError> {
+    let module = ctx.load_module(module).map_err(driver)?;
+    let f = |n: usize| {
+        module
+            .load_function(&format!("rsa_crt_batch_{n}"))
+            .map_err(driver)
+    };
+    let funcs = [f(32)?, f(48)?, f(64)?];
+    for (func, half) in funcs.iter().zip(crate::host_core::HALF_LIMBS) {
+        let bytes = shape.dynamic_shared_bytes(half, block);
+        if bytes > 0 {
+            func.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                i32::try_from(bytes).unwrap_or(i32::MAX),
+            )
+            .map_err(driver)?;
+        }
+    }
+    Ok(funcs)
 }
 
 impl BatchBackend for CudaBackend {
@@ -332,8 +361,33 @@ impl BatchBackend for CudaBackend {
         self.max_batch
     }
 
+    /// After a sticky fault (an illegal address, a failed launch: the context reports the same
+    /// error to every call from then on) the device's primary context is reset, a fresh one
+    /// retained and the module loaded again. Runners of the old context fail from then on; the
+    /// engine reopens them. Without such a fault nothing is done.
+    fn reset(&self) -> Result<bool, BackendError> {
+        let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
+        let Err(fault) = loaded.ctx.synchronize() else {
+            return Ok(false);
+        };
+        tracing::warn!(error = %fault, "gpu engine: the CUDA context is unusable; resetting the device");
+        let dev = loaded.ctx.cu_device();
+        // SAFETY: `dev` is the device this backend's context was created on; the context's
+        // users are this backend's runners, which the engine drops and reopens after a reset
+        // (their buffers die with the context; freeing them later only records an error).
+        unsafe { cudarc::driver::sys::cuDevicePrimaryCtxReset_v2(dev) }
+            .result()
+            .map_err(device)?;
+        let ctx = CudaContext::new(self.info_ordinal()).map_err(device)?;
+        let funcs = load_functions(&ctx, self.module.clone(), self.shape, self.block)
+            .map_err(|e| BackendError::Device(e.to_string()))?;
+        *loaded = Loaded { ctx, funcs };
+        Ok(true)
+    }
+
     fn open_stream(&self, _index: usize) -> Result<Box<dyn StreamRunner>, BackendError> {
-        let ctx = &self.ctx;
+        let loaded = self.loaded();
+        let ctx = &loaded.ctx;
         let stream = ctx.new_stream().map_err(device)?;
         let io_words = self.max_batch * 2 * 64;
         let key_words = self.max_keys() * KeyLayout::words(64);
@@ -353,7 +407,7 @@ impl BatchBackend for CudaBackend {
             d_index: stream.alloc_zeros::<u32>(self.max_batch).map_err(device)?,
             d_in: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
             d_out: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
-            funcs: self.funcs.clone(),
+            funcs: loaded.funcs.clone(),
             block: self.block,
             shape: self.shape,
             staged: None,

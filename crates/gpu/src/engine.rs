@@ -144,6 +144,7 @@ struct Counters {
     not_on_gpu: AtomicU64,
     probes: AtomicU64,
     probe_failures: AtomicU64,
+    resets: AtomicU64,
     last_batch: AtomicU64,
 }
 
@@ -184,6 +185,8 @@ struct Shared {
     counters: Counters,
     fallback: OnceLock<Arc<dyn Engine>>,
     sizer: BatchSizer,
+    /// Device resets so far: a runner opened before the latest is reopened.
+    generation: AtomicU64,
 }
 
 /// The `gpu` engine. See the module docs.
@@ -407,6 +410,7 @@ impl Shared {
             counters: Counters::default(),
             fallback: OnceLock::new(),
             sizer: BatchSizer::new(config.batch_latency_target, config.max_batch, 256),
+            generation: AtomicU64::new(0),
             config,
         }
     }
@@ -707,6 +711,12 @@ impl GpuEngine {
             get(&c.probes),
         );
         metric(
+            "device_resets_total",
+            "counter",
+            "Re-probes that recreated the device's state (context and kernel) after a fault.",
+            get(&c.resets),
+        );
+        metric(
             "probe_failures_total",
             "counter",
             "Re-probes that failed.",
@@ -769,6 +779,7 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
         .cloned()
         .expect("batching threads start after the backend is set");
     let mut runner: Option<Box<dyn StreamRunner>> = None;
+    let mut runner_generation = 0;
     let mut jobs: Vec<Job> = Vec::with_capacity(max_batch.min(4096));
     while let Ok(first) = rx.recv() {
         let mut probe = false;
@@ -786,6 +797,11 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
         }
         if probe {
             run_probe(shared, &*backend, index, &mut runner);
+            runner_generation = shared.generation.load(Ordering::SeqCst);
+        }
+        if runner_generation != shared.generation.load(Ordering::SeqCst) {
+            // Another thread's re-probe reset the device: this runner's buffers are gone.
+            runner = None;
         }
         if jobs.is_empty() {
             continue;
@@ -795,6 +811,7 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
             continue;
         }
         if runner.is_none() {
+            runner_generation = shared.generation.load(Ordering::SeqCst);
             match backend.open_stream(index) {
                 Ok(r) => runner = Some(r),
                 Err(e) => {
@@ -830,6 +847,13 @@ fn run_probe(
         .cloned();
     let result = (|| -> Result<(), String> {
         *runner = None;
+        // A fault that left the device unusable (a CUDA context after an illegal address) is
+        // only cleared by recreating its state: the backend does so if it must.
+        if backend.reset().map_err(|e| format!("device reset: {e}"))? {
+            shared.generation.fetch_add(1, Ordering::SeqCst);
+            shared.counters.resets.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("gpu engine: device state recreated after a fault");
+        }
         let mut r = backend.open_stream(index).map_err(|e| e.to_string())?;
         if let Some(key) = key {
             let half = key.half();

@@ -327,7 +327,11 @@ async fn light_load_stays_on_the_cpu_and_a_deep_queue_goes_to_the_gpu() {
     // The GPU's service time is a 20 ms launch, far above a CPU signature: the scheduler's
     // estimate keeps one-at-a-time traffic on the CPU engine.
     let launch = ms(20);
-    let (gpu, control) = sim_engine(launch, config());
+    let cfg = GpuConfig {
+        batch_latency_target: Duration::from_secs(1), // a 20 ms launch is within it
+        ..config()
+    };
+    let (gpu, control) = sim_engine(launch, cfg);
     let threads: Arc<dyn Engine> = Arc::new(ThreadsEngine::new(2, 4096));
     let (ke, id) = facade(
         vec![threads, gpu.clone()],
@@ -458,4 +462,40 @@ async fn an_unreachable_latency_target_is_reported_and_batches_shrink_to_one() {
     sign_many(&*gpu, &key, 20).await;
     assert_eq!(control.max_items.load(Ordering::SeqCst), 1);
     assert_eq!(gpu.gpu_signed(), 60);
+}
+
+/// A fault that leaves the device unusable until its state is recreated (as an illegal address
+/// leaves a CUDA context): the batch is re-run on the CPU, the re-probe after the backoff resets
+/// the device once, both streams' runners are reopened (one opened before the reset would
+/// fail), and the engine signs on the device again.
+#[tokio::test]
+async fn a_sticky_device_fault_is_reset_by_the_reprobe_and_the_engine_comes_back() {
+    let (gpu, control) = sim_engine(ms(2), config());
+    gpu.set_fallback(Arc::new(ThreadsEngine::new(1, 1024)));
+    let key = private_key();
+    sign_many(&*gpu, &key, 16).await; // both streams have runners
+    control.sticky.store(true, Ordering::SeqCst);
+    sign_many(&*gpu, &key, 4).await;
+    assert!(!gpu.healthy());
+    assert!(metric(&gpu, "device_errors_total") >= 1);
+    tokio::time::sleep(ms(130)).await;
+    sign_many(&*gpu, &key, 1).await; // triggers the re-probe, which resets the device
+    wait_metric(&gpu, "device_resets_total", 1).await;
+    for _ in 0..400 {
+        if gpu.healthy() {
+            break;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(gpu.healthy());
+    assert_eq!(control.resets.load(Ordering::SeqCst), 1);
+    let signed = gpu.gpu_signed();
+    sign_many(&*gpu, &key, 40).await;
+    assert_eq!(
+        gpu.gpu_signed(),
+        signed + 40,
+        "back on the GPU, on every stream"
+    );
+    assert!(gpu.healthy());
+    assert_eq!(metric(&gpu, "device_resets_total"), 1);
 }
