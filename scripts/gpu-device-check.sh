@@ -9,7 +9,7 @@
 #   (on the device, from the repo root)  OUT=/some/dir scripts/gpu-device-check.sh
 # Settings: SECS per batch size (1), DURATION per end-to-end row (8s), VSIZES for the variant
 # rows (1,256,4096,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows,
-# SKIP_E2E=1 the end-to-end handshake runs,
+# SKIP_E2E=1 the end-to-end handshake runs, LEVELS the gpu engine's `bench engine` concurrencies,
 # ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead.
 # With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the kernel shapes are
 # measured side by side instead of the built-in kernel's sweep, the fastest at RSA-2048 whose
@@ -30,14 +30,18 @@ if [ "${1:-}" = --prepare ]; then
   # Kernel variants as cubins for sm_90 (H100/H200), if NVRTC and ptxas are at hand (pip wheels
   # nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12: NVRTC_LIB=<its lib dir> PTXAS=<ptxas>).
   if [ -n "${PTXAS:-}" ]; then
-    mkdir -p "$D/cubins"
+    rm -rf "$D/cubins"; mkdir -p "$D/cubins"
     # name: device_bench flags (s = threads per request, g = group kernel of that many threads
     # per request, sh = window table in shared memory, cc = carry chains, w = window, b = block).
-    for v in "s1w5 --split 1" "s2w5 --split 2" "g8 --split 8" "g16 --split 16" "g32 --split 32" \
-      "g16sh --split 16 --table-shared" "g32sh --split 32 --table-shared" \
-      "g32cc --split 32 --carry-chains" "g32shcc --split 32 --table-shared --carry-chains" \
-      "g16shcc --split 16 --table-shared --carry-chains" "g32shw4 --split 32 --table-shared --window 4" \
-      "g32b64 --split 32 --block 64" "g32shb256 --split 32 --table-shared --block 256"; do
+    # VARIANTS (';'-separated) picks some of them.
+    IFS=';' read -r -a variants <<<"${VARIANTS:-s1w5 --split 1;s2w5 --split 2;g8 --split 8;g16 --split 16;g32 --split 32;\
+g16sh --split 16 --table-shared;g32sh --split 32 --table-shared;g32cc --split 32 --carry-chains;\
+g32shcc --split 32 --table-shared --carry-chains;g16shcc --split 16 --table-shared --carry-chains;\
+g16shccw4 --split 16 --table-shared --carry-chains --window 4;g8shcc --split 8 --table-shared --carry-chains;\
+g8shccw4 --split 8 --table-shared --carry-chains --window 4;g32shccw4 --split 32 --table-shared --carry-chains --window 4;\
+g32shw4 --split 32 --table-shared --window 4;g16shccb64 --split 16 --table-shared --carry-chains --block 64;\
+g32b64 --split 32 --block 64;g32shb256 --split 32 --table-shared --block 256}"
+    for v in "${variants[@]}"; do
       set -- $v; name=$1; shift
       LD_LIBRARY_PATH=${NVRTC_LIB:-} target/release/examples/device_bench --emit-ptx "$D/$name.ptx" "$@"
       "$PTXAS" -arch=sm_90 -v "$D/$name.ptx" -o "$D/cubins/$name.cubin" 2>"$D/cubins/$name.ptxas" && rm "$D/$name.ptx"
@@ -202,7 +206,7 @@ say "the gpu engine as configured: $GPU_ENGINE [key_engine.gpu] ${gpu_settings:-
 cache_start "${gpu_settings}"
 say "rampart bench engine (RSA-2048 and P-256; gpu takes RSA only)"
 [ -n "${SKIP_CPU_ENGINES:-}" ] || timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
-timeout 150 $D/rampart bench engine --engines "$GPU_ENGINE" --levels 1,64,1024,16384,65536 -d 2s
+timeout 150 $D/rampart bench engine --engines "$GPU_ENGINE" --levels "${LEVELS:-1,64,1024,16384,65536}" -d 2s
 
 [ -n "${SKIP_E2E:-}" ] && { say done; exit 0; }
 say "end to end: RSA-2048 handshakes, gateway on CPUs 0-7, client on 8-15"

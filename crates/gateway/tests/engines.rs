@@ -92,7 +92,17 @@ fn gpu_settings_out_of_range_are_config_errors_naming_the_field() {
         (
             "threads_per_request = 3",
             "key_engine.gpu.threads_per_request",
-            "1 or 2",
+            "1, 2, 8, 16 or 32",
+        ),
+        (
+            "threads_per_request = 2\ntable_shared = true",
+            "key_engine.gpu.table_shared",
+            "threads_per_request of 8, 16 or 32",
+        ),
+        (
+            "batch_latency_target = \"0ms\"",
+            "key_engine.gpu.batch_latency_target",
+            "more than zero",
         ),
         (
             "threads_per_block = 512",

@@ -69,9 +69,10 @@ pub struct GpuConfig {
     /// Where built kernels are kept between starts (a cubin per device architecture and
     /// kernel text); `None` builds at every start.
     pub kernel_cache: Option<std::path::PathBuf>,
-    /// Threads per request: 2 (the CRT halves on neighbouring threads), 1, or 8, 16, 32 (a
-    /// group of 4, 8, 16 lanes per CRT half). On an H200 two cut a lone request's time on the
-    /// device from 38 to 12 ms (docs/benchmarks.md).
+    /// Threads per request: 16 (a group of 8 lanes per CRT half), 8 or 32 (groups of 4 or
+    /// 16), 2 (the CRT halves on neighbouring threads) or 1. On an H100 16 with the table in
+    /// shared memory and carry chains signed the most within a 10 ms p99 and cut a lone
+    /// request from 11.7 ms (two threads) to 2.5 ms (docs/benchmarks.md).
     pub threads_per_request: u32,
     /// The group kernels' window table in shared memory (else a local array per thread).
     pub table_shared: bool,
@@ -105,9 +106,9 @@ impl Default for GpuConfig {
             streams: 2,
             threads_per_block: 128,
             window: crate::host_core::DEFAULT_WINDOW,
-            threads_per_request: 2,
-            table_shared: false,
-            carry_chains: false,
+            threads_per_request: 16,
+            table_shared: true,
+            carry_chains: true,
             kernel_cache: None,
         }
     }
