@@ -3,11 +3,12 @@
 //! target of half the p99 goal keeps the p99 within it.
 //!
 //! Batch times are kept per size class (batches of 2^k to 2^(k+1) − 1 requests) as a moving
-//! average. The limit is the top of the largest class measured within the target; when no
-//! larger class has been measured, the next class up is tried (the device's time grows in steps
-//! of whole waves, so a class twice as large often costs about the same): a class that turns
-//! out over the target costs one batch, and lowers the limit from then on. Before anything is
-//! measured the limit is `start`.
+//! average. The limit is the top of the largest class measured within the target; the next
+//! class up is tried while it is unmeasured or measured over the target fewer than `CONFIRM`
+//! times (the device's time grows in steps of whole waves, so a class twice as large often
+//! costs about the same; and a first launch or a burst on the other stream can make one batch
+//! slow), and once every `RETRY` batches after that (the device may have become faster). Before
+//! anything is measured the limit is `start`.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,13 +17,30 @@ use std::time::Duration;
 const CLASSES: usize = 21;
 /// Weight of the newest batch in a class's moving average.
 const ALPHA: f64 = 0.25;
+/// Batches of a class over the target before the class is taken to be over it.
+const CONFIRM: u32 = 3;
+/// Batches between retries of the class above the limit.
+const RETRY: u64 = 256;
+
+/// A size class's moving average of batch seconds and how many batches it has seen.
+#[derive(Clone, Copy, Default)]
+struct Class {
+    seconds: f64,
+    batches: u32,
+}
+
+#[derive(Default)]
+struct State {
+    classes: [Class; CLASSES],
+    /// Batches recorded, all classes.
+    batches: u64,
+}
 
 pub(crate) struct BatchSizer {
     target: Duration,
     max: usize,
     start: usize,
-    /// Moving average of batch seconds per class (`None`: not measured).
-    classes: Mutex<[Option<f64>; CLASSES]>,
+    state: Mutex<State>,
 }
 
 impl BatchSizer {
@@ -33,7 +51,7 @@ impl BatchSizer {
             target,
             max,
             start: start.clamp(1, max),
-            classes: Mutex::new([None; CLASSES]),
+            state: Mutex::new(State::default()),
         }
     }
 
@@ -44,26 +62,38 @@ impl BatchSizer {
     /// Records a completed batch of `items` requests that took `took` on the device.
     pub(crate) fn record(&self, items: usize, took: Duration) {
         let k = Self::class(items).min(CLASSES - 1);
-        let mut c = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.batches += 1;
+        let c = &mut st.classes[k];
         let t = took.as_secs_f64();
-        c[k] = Some(c[k].map_or(t, |avg| avg + ALPHA * (t - avg)));
+        c.seconds = if c.batches == 0 {
+            t
+        } else {
+            c.seconds + ALPHA * (t - c.seconds)
+        };
+        c.batches = c.batches.saturating_add(1);
     }
 
     /// The most requests the next batch may take.
     pub(crate) fn limit(&self) -> usize {
-        let c = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let target = self.target.as_secs_f64();
-        let largest_measured = c.iter().rposition(Option::is_some);
-        let within = c.iter().rposition(|t| t.is_some_and(|t| t <= target));
-        let limit = match (within, largest_measured) {
-            (None, None) => self.start,
-            // Even the smallest measured class is over the target: one request at a time.
-            (None, Some(_)) => 1,
-            (Some(k), Some(top)) => {
-                let class = if k == top { k + 1 } else { k };
-                (1usize << (class + 1).min(CLASSES)) - 1
+        let c = &st.classes;
+        let measured = |k: usize| c[k].batches > 0;
+        let within = (0..CLASSES).rev().find(|&k| measured(k) && c[k].seconds <= target);
+        let limit = match within {
+            None if (0..CLASSES).any(measured) => {
+                // Even the smallest measured class is over the target: one request at a time.
+                1
             }
-            (Some(_), None) => unreachable!("a class within the target is measured"),
+            None => self.start,
+            Some(k) => {
+                let next = (k + 1).min(CLASSES - 1);
+                let confirmed_over = c[next].batches >= CONFIRM && c[next].seconds > target;
+                let retry = st.batches % RETRY == 0;
+                let class = if !confirmed_over || retry { next } else { k };
+                (1usize << (class + 1)) - 1
+            }
         };
         limit.clamp(1, self.max)
     }
@@ -71,9 +101,10 @@ impl BatchSizer {
     /// Whether the target can be met: false once batches were measured and none of any size
     /// was within it.
     pub(crate) fn target_met(&self) -> bool {
-        let c = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let target = self.target.as_secs_f64();
-        c.iter().all(Option::is_none) || c.iter().flatten().any(|&t| t <= target)
+        let measured = st.classes.iter().filter(|c| c.batches > 0);
+        st.batches == 0 || measured.clone().any(|c| c.seconds <= target)
     }
 
     pub(crate) fn target(&self) -> Duration {
@@ -145,6 +176,26 @@ mod tests {
         for _ in 0..10 {
             sizer.record(4096, Duration::from_millis(9));
         }
+        // 4,096's class is over now; 1,024's is within and the class between untried: tried.
+        assert_eq!(sizer.limit(), 4095);
+        for _ in 0..3 {
+            sizer.record(2048, Duration::from_millis(6));
+        }
         assert_eq!(sizer.limit(), 2047);
+    }
+
+    #[test]
+    fn one_slow_first_batch_does_not_stick() {
+        // The first launch of a kernel is slow (lazy module loading): 60 ms for 256 requests.
+        let sizer = BatchSizer::new(Duration::from_millis(5), 65_536, 256);
+        sizer.record(256, Duration::from_millis(60));
+        assert_eq!(sizer.limit(), 1, "nothing within the target yet");
+        sizer.record(1, Duration::from_millis(2));
+        // Class 256 was over once only: it is tried again, and then is within.
+        assert_eq!(sizer.limit(), 3);
+        for _ in 0..30 {
+            sizer.record(256, Duration::from_millis(2));
+        }
+        assert!(sizer.limit() >= 1023, "{}", sizer.limit());
     }
 }

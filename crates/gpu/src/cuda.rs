@@ -335,8 +335,25 @@ fn load_functions(
             .map_err(driver)
     };
     let funcs = [f(32)?, f(48)?, f(64)?];
+    let most = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(driver)?;
     for (func, half) in funcs.iter().zip(crate::host_core::HALF_LIMBS) {
         let bytes = shape.dynamic_shared_bytes(half, block);
+        // The static hand-over of the halves' results: 2·half words per request the largest
+        // block holds.
+        let requests = (crate::host_core::MAX_SPLIT_BLOCK / shape.threads_per_request) as usize;
+        let total = bytes + requests * 8 * half;
+        if bytes > 0 && total > most as usize {
+            return Err(GpuError::Compile(format!(
+                "the window table in shared memory takes {} KiB per block of {block} threads at \
+                 RSA-{} and this device allows {} KiB: use fewer threads per block, a 4-bit \
+                 window or more threads per request",
+                total >> 10,
+                half * 64,
+                most >> 10
+            )));
+        }
         if bytes > 0 {
             func.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
