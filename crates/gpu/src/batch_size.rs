@@ -80,7 +80,9 @@ impl BatchSizer {
         let target = self.target.as_secs_f64();
         let c = &st.classes;
         let measured = |k: usize| c[k].batches > 0;
-        let within = (0..CLASSES).rev().find(|&k| measured(k) && c[k].seconds <= target);
+        let within = (0..CLASSES)
+            .rev()
+            .find(|&k| measured(k) && c[k].seconds <= target);
         let limit = match within {
             None if (0..CLASSES).any(measured) => {
                 // Even the smallest measured class is over the target: one request at a time.
