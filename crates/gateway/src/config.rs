@@ -220,9 +220,11 @@ pub struct GpuEngineConfig {
     /// Threads per request: 2 (one per CRT half), 1, or 8, 16, 32 (a group of 4, 8, 16
     /// lanes per CRT half).
     pub threads_per_request: u32,
-    /// The group kernels' window table in shared memory (else a local array per thread).
+    /// The group kernels' window table in shared memory (else a local array per thread);
+    /// ignored with 1 or 2 threads per request.
     pub table_shared: bool,
-    /// The group kernels' multiply-accumulate rows as PTX carry chains.
+    /// The group kernels' multiply-accumulate rows as PTX carry chains; ignored with 1 or 2
+    /// threads per request.
     pub carry_chains: bool,
     /// Threads per block of a launch.
     pub threads_per_block: u32,
@@ -287,14 +289,6 @@ impl GpuEngineConfig {
         }
         if !gpu_engine::host_core::WINDOWS.contains(&self.window) {
             return Some(("window", "4, 5 or 6".into()));
-        }
-        if (self.table_shared || self.carry_chains) && self.threads_per_request <= 2 {
-            let field = if self.table_shared {
-                "table_shared"
-            } else {
-                "carry_chains"
-            };
-            return Some((field, "threads_per_request of 8, 16 or 32 with it".into()));
         }
         if self.batch_deadline.is_zero() {
             return Some(("batch_deadline", "more than zero".into()));

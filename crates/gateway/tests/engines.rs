@@ -95,11 +95,6 @@ fn gpu_settings_out_of_range_are_config_errors_naming_the_field() {
             "1, 2, 8, 16 or 32",
         ),
         (
-            "threads_per_request = 2\ntable_shared = true",
-            "key_engine.gpu.table_shared",
-            "threads_per_request of 8, 16 or 32",
-        ),
-        (
             "batch_latency_target = \"0ms\"",
             "key_engine.gpu.batch_latency_target",
             "more than zero",

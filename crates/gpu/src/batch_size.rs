@@ -92,7 +92,7 @@ impl BatchSizer {
             Some(k) => {
                 let next = (k + 1).min(CLASSES - 1);
                 let confirmed_over = c[next].batches >= CONFIRM && c[next].seconds > target;
-                let retry = st.batches % RETRY == 0;
+                let retry = st.batches.is_multiple_of(RETRY);
                 let class = if !confirmed_over || retry { next } else { k };
                 (1usize << (class + 1)) - 1
             }

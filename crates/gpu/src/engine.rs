@@ -77,20 +77,24 @@ pub struct GpuConfig {
     /// shared memory and carry chains signed the most within a 10 ms p99 and cut a lone
     /// request from 11.7 ms (two threads) to 2.5 ms (docs/benchmarks.md).
     pub threads_per_request: u32,
-    /// The group kernels' window table in shared memory (else a local array per thread).
+    /// The group kernels' window table in shared memory (else a local array per thread);
+    /// ignored with 1 or 2 threads per request.
     pub table_shared: bool,
-    /// The group kernels' multiply-accumulate rows as PTX carry chains.
+    /// The group kernels' multiply-accumulate rows as PTX carry chains; ignored with 1 or 2
+    /// threads per request.
     pub carry_chains: bool,
 }
 
 impl GpuConfig {
-    /// The kernel shape these settings build.
+    /// The kernel shape these settings build (`table_shared` and `carry_chains` apply to the
+    /// group kernels only, and are ignored with 1 or 2 threads per request).
     pub fn shape(&self) -> crate::host_core::KernelShape {
+        let group = self.threads_per_request > 2;
         crate::host_core::KernelShape {
             window: self.window,
             threads_per_request: self.threads_per_request,
-            table_shared: self.table_shared,
-            carry_chains: self.carry_chains,
+            table_shared: self.table_shared && group,
+            carry_chains: self.carry_chains && group,
         }
     }
 }

@@ -327,32 +327,23 @@ fn verify_batch_checks_each_signature_with_the_public_exponent() {
         flipped[40] ^= 0x04;
         let n_itself = cases[2].1.clone();
         let short = cases[3].2[1..].to_vec();
+        fn item<'a>(
+            key: &'a RsaPublicKey,
+            signature: &'a [u8],
+            expected: &'a [u8],
+        ) -> VerifyItem<'a> {
+            VerifyItem {
+                key,
+                signature,
+                expected,
+            }
+        }
         let bad = [
-            VerifyItem {
-                key: &publics[1],
-                signature: &flipped,
-                expected: &cases[1].3,
-            },
-            VerifyItem {
-                key: &publics[4],
-                signature: &cases[4].2,
-                expected: &cases[5].3,
-            },
-            VerifyItem {
-                key: &publics[2],
-                signature: &n_itself,
-                expected: &cases[2].3,
-            },
-            VerifyItem {
-                key: &publics[3],
-                signature: &short,
-                expected: &cases[3].3,
-            },
-            VerifyItem {
-                key: &publics[0],
-                signature: &cases[0].2,
-                expected: &cases[0].3,
-            },
+            item(&publics[1], &flipped, &cases[1].3),
+            item(&publics[4], &cases[4].2, &cases[5].3),
+            item(&publics[2], &n_itself, &cases[2].3),
+            item(&publics[3], &short, &cases[3].3),
+            item(&publics[0], &cases[0].2, &cases[0].3),
         ];
         assert_eq!(
             verify_batch(backend, &bad),
