@@ -55,6 +55,7 @@ g32b64 --split 32 --block 64;g32shb256 --split 32 --table-shared --block 256}"
 fi
 OUT=${OUT:-/tmp/gpu-device-check}
 TMPD=$(mktemp -d)   # per-shape rows and the kernel cache: $OUT brings back few files
+trap 'rm -rf "$TMPD"' EXIT
 SECS=${SECS:-1}            # per batch size in device_bench
 DURATION=${DURATION:-8s}   # per end-to-end handshake run
 mkdir -p "$OUT"
@@ -182,8 +183,10 @@ PY
       timeout 90 $D/device_bench $bits "$SECS" --sizes 1,4096,65536 $(cat $C/$v.flags) --cubin $C/$v.cubin | grep -E '^(batch|crossover)|panicked'
     done
   done
-  say "a real device fault (illegal address) on the $best kernel's context, and after"
-  timeout 60 $D/device_bench 2048 fault $best_flags --cubin $C/$best.cubin
+  if [ -n "$best" ]; then
+    say "a real device fault (illegal address) on the $best kernel's context, and after"
+    timeout 60 $D/device_bench 2048 fault $best_flags --cubin $C/$best.cubin
+  fi
   [ "${ONLY:-}" = kernels ] && { say done; exit 0; }
 else
   say "kernel: RSA-2048 against batch size"
@@ -213,7 +216,7 @@ say "end to end: RSA-2048 handshakes, gateway on CPUs 0-7, client on 8-15"
 UP=18080; GW=18443
 $D/rampart upstream --listen 127.0.0.1:$UP >"$OUT/upstream.log" 2>&1 &
 up=$!
-trap 'kill $up 2>/dev/null' EXIT
+trap 'kill $up 2>/dev/null; rm -rf "$TMPD"' EXIT
 for run in '"batch"|512' '"gpu"|512' '"batch", "gpu"|512' '"gpu"|2048'; do
   engines=${run%|*}; conc=${run#*|}
   gw_config 8 "engines = [$engines]

@@ -170,8 +170,9 @@ fn main() {
 }
 
 /// A real device fault (an illegal address on the backend's context), then what still works:
-/// batches on either backend sharing the device, each backend's `reset` (what the engine's
-/// re-probe calls), and batches after it.
+/// batches on either backend sharing the device, and a backend built afresh once both are
+/// dropped. (On an H100 with driver 580 nothing does: the fault lasts as long as the process;
+/// resetting the primary context and loading the kernel again failed too.)
 fn fault(
     backend: std::sync::Arc<dyn gpu_engine::BatchBackend>,
     config: &GpuConfig,
@@ -187,20 +188,17 @@ fn fault(
     batch(&*backend, "before the fault");
     let cuda = gpu_engine::cuda::CudaBackend::with_module(config, module(config, cubin))
         .expect("a second backend on the same device");
+    let t = Instant::now();
     println!("fault injected: {:?}", cuda.inject_illegal_address());
     batch(&*backend, "after the fault, the other backend");
     batch(&cuda, "after the fault, the faulting backend");
-    let t = Instant::now();
-    let reset = gpu_engine::BatchBackend::reset(&cuda);
-    println!("faulting backend's reset: {reset:?} in {:?}", t.elapsed());
-    batch(&cuda, "after its reset, the faulting backend");
-    let t = Instant::now();
-    println!(
-        "other backend's reset: {:?} in {:?}",
-        backend.reset(),
-        t.elapsed()
-    );
-    batch(&*backend, "after its reset, the other backend");
+    drop(cuda);
+    drop(backend);
+    match gpu_engine::cuda::CudaBackend::with_module(config, module(config, cubin)) {
+        Ok(fresh) => batch(&fresh, "backend built afresh"),
+        Err(e) => println!("backend built afresh: failed: {e}"),
+    }
+    println!("recovery attempt took {:?}", t.elapsed());
 }
 
 /// The module to load: the prebuilt cubin, else the built-in kernel compiled by NVRTC.

@@ -2,10 +2,12 @@
  * CUDA entry points around rsa_core.h (concatenated in front of this text by src/cuda.rs and
  * compiled by NVRTC at run time).
  *
- * Mapping: one thread per request (RSA_SPLIT=1), or two (RSA_SPLIT=2, one per CRT half), with
- * n a compile-time constant (one kernel per key size, so loops unroll); requests of a batch
- * share the key table (few keys per batch). Both run the host-tested functions of rsa_core.h;
- * docs/benchmarks.md has what each mapping measured on a device.
+ * Mapping: one thread per request (RSA_SPLIT=1), two (RSA_SPLIT=2, one per CRT half), or a
+ * group of RSA_SPLIT/2 lanes per CRT half (RSA_SPLIT=8, 16, 32: rsa_group.h), with n a
+ * compile-time constant (one kernel per key size, so loops unroll); requests of a batch share
+ * the key table (few keys per batch). Every mapping runs host-tested code (rsa_core.h, and
+ * rsa_group.h through the host emulation); docs/benchmarks.md has what each measured on a
+ * device.
  */
 /* The host emulation (emulate.cpp) is built once per window width and makes these static. */
 #ifndef RSA_ENTRY_LINKAGE

@@ -47,13 +47,6 @@ pub trait BatchBackend: Send + Sync + 'static {
     }
     /// Opens runner `index` (its stream and buffers).
     fn open_stream(&self, index: usize) -> Result<Box<dyn StreamRunner>, BackendError>;
-    /// Recreates what a device fault destroyed (a CUDA context an illegal address or a failed
-    /// launch left unusable, and the kernel loaded in it), if the device is in that state.
-    /// Returns whether anything was recreated: then every runner opened before is useless and
-    /// must be reopened. A re-probe calls it before opening its runner.
-    fn reset(&self) -> Result<bool, BackendError> {
-        Ok(false)
-    }
 }
 
 /// One stream with its buffers. Used by one thread at a time.
@@ -98,11 +91,6 @@ pub struct SimControl {
     pub corrupt_batches: AtomicUsize,
     /// While set, opening a stream fails (a device that stays broken).
     pub broken: AtomicBool,
-    /// While set, every batch and stream open fails until [`BatchBackend::reset`] (a context
-    /// left unusable by a fault, as an illegal address leaves a CUDA context).
-    pub sticky: AtomicBool,
-    /// Resets that recreated the device's state.
-    pub resets: AtomicUsize,
     /// Batches run to completion, and the requests in them.
     pub batches: AtomicUsize,
     pub items: AtomicUsize,
@@ -158,13 +146,11 @@ impl BatchBackend for SimulatedGpu {
     }
 
     fn open_stream(&self, _index: usize) -> Result<Box<dyn StreamRunner>, BackendError> {
-        if self.control.broken.load(Ordering::SeqCst) || self.control.sticky.load(Ordering::SeqCst)
-        {
+        if self.control.broken.load(Ordering::SeqCst) {
             return Err(BackendError::Device("simulated device is broken".into()));
         }
         Ok(Box::new(SimRunner {
             cost: self.cost,
-            generation: self.control.resets.load(Ordering::SeqCst),
             control: self.control.clone(),
             device: self.device.clone(),
             half: 0,
@@ -175,21 +161,10 @@ impl BatchBackend for SimulatedGpu {
             output: Vec::new(),
         }))
     }
-
-    fn reset(&self) -> Result<bool, BackendError> {
-        if !self.control.sticky.swap(false, Ordering::SeqCst) {
-            return Ok(false);
-        }
-        self.control.resets.fetch_add(1, Ordering::SeqCst);
-        Ok(true)
-    }
 }
 
 struct SimRunner {
     cost: CostModel,
-    /// Resets before this runner was opened: one opened before a reset fails, as buffers in a
-    /// destroyed CUDA context would.
-    generation: usize,
     control: Arc<SimControl>,
     device: Arc<Mutex<()>>,
     half: usize,
@@ -223,16 +198,6 @@ impl StreamRunner for SimRunner {
         let start = Instant::now();
         if take_one(&self.control.fail_batches) {
             return Err(BackendError::Device("simulated launch failure".into()));
-        }
-        if self.control.sticky.load(Ordering::SeqCst) {
-            return Err(BackendError::Device(
-                "simulated illegal address (sticky)".into(),
-            ));
-        }
-        if self.generation != self.control.resets.load(Ordering::SeqCst) {
-            return Err(BackendError::Device(
-                "runner from before a device reset".into(),
-            ));
         }
         let mut modelled = self.cost.batch_time(self.items);
         if take_one(&self.control.slow_batches) {

@@ -8,7 +8,9 @@
 //! times (the device's time grows in steps of whole waves, so a class twice as large often
 //! costs about the same; and a first launch or a burst on the other stream can make one batch
 //! slow), and once every `RETRY` batches after that (the device may have become faster). Before
-//! anything is measured the limit is `start`.
+//! anything is measured the limit is `start`. Where no batch size meets the target, the bound is
+//! twice the fastest batch measured instead (said by `target_met`): batching then adds at most
+//! one such batch of latency. The engine keeps one sizer per key size.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -77,27 +79,32 @@ impl BatchSizer {
     /// The most requests the next batch may take.
     pub(crate) fn limit(&self) -> usize {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let target = self.target.as_secs_f64();
         let c = &st.classes;
-        let measured = |k: usize| c[k].batches > 0;
-        let within = (0..CLASSES)
-            .rev()
-            .find(|&k| measured(k) && c[k].seconds <= target);
-        let limit = match within {
-            None if (0..CLASSES).any(measured) => {
-                // Even the smallest measured class is over the target: one request at a time.
-                1
-            }
-            None => self.start,
-            Some(k) => {
-                let next = (k + 1).min(CLASSES - 1);
-                let confirmed_over = c[next].batches >= CONFIRM && c[next].seconds > target;
-                let retry = st.batches.is_multiple_of(RETRY);
-                let class = if !confirmed_over || retry { next } else { k };
-                (1usize << (class + 1)) - 1
-            }
+        let measured = |k: &usize| c[*k].batches > 0;
+        let Some(fastest) = (0..CLASSES)
+            .filter(measured)
+            .map(|k| c[k].seconds)
+            .min_by(f64::total_cmp)
+        else {
+            return self.start.clamp(1, self.max);
         };
-        limit.clamp(1, self.max)
+        // The target where some batch size meets it; where none does, twice the fastest batch
+        // measured, so batching adds at most one such batch of latency.
+        let target = self.target.as_secs_f64();
+        let bound = if fastest <= target {
+            target
+        } else {
+            2.0 * fastest
+        };
+        let k = (0..CLASSES)
+            .rev()
+            .find(|&k| measured(&k) && c[k].seconds <= bound)
+            .expect("the fastest class is within the bound");
+        let next = (k + 1).min(CLASSES - 1);
+        let confirmed_over = c[next].batches >= CONFIRM && c[next].seconds > bound;
+        let retry = st.batches.is_multiple_of(RETRY);
+        let class = if !confirmed_over || retry { next } else { k };
+        ((1usize << (class + 1)) - 1).clamp(1, self.max)
     }
 
     /// Whether the target can be met: false once batches were measured and none of any size
@@ -155,14 +162,17 @@ mod tests {
 
     #[test]
     fn says_so_when_the_target_cannot_be_met() {
-        // A launch alone takes longer than the target: one request at a time, and said so.
+        // A launch alone takes longer than the target: said so, and batches grow only while
+        // they take at most twice the fastest batch (one wave: 9 ms; up to 8 waves in 18 ms).
         let cost = CostModel {
             launch: Duration::from_millis(8),
-            per_item: Duration::from_micros(1),
+            per_item: Duration::from_nanos(1000),
         };
         let (limit, met) = settle(cost, 1024, Duration::from_millis(5), 65_536);
-        assert_eq!(limit, 1);
         assert!(!met);
+        let time = |b: usize| cost.launch + cost.per_item * 1024 * b.div_ceil(1024) as u32;
+        assert!(time(limit) <= time(1) * 2, "{limit}");
+        assert!(time(2 * (limit + 1)) > time(1) * 2, "{limit}");
     }
 
     #[test]
@@ -191,7 +201,7 @@ mod tests {
         // The first launch of a kernel is slow (lazy module loading): 60 ms for 256 requests.
         let sizer = BatchSizer::new(Duration::from_millis(5), 65_536, 256);
         sizer.record(256, Duration::from_millis(60));
-        assert_eq!(sizer.limit(), 1, "nothing within the target yet");
+        assert!(!sizer.target_met(), "nothing within the target yet");
         sizer.record(1, Duration::from_millis(2));
         // Class 256 was over once only: it is tried again, and then is within.
         assert_eq!(sizer.limit(), 3);

@@ -177,10 +177,8 @@ pub fn probe() -> Result<DeviceInfo, GpuError> {
 
 /// The CUDA batch backend on device 0.
 pub struct CudaBackend {
-    /// The context and the kernel loaded in it; both replaced by [`BatchBackend::reset`].
-    loaded: std::sync::RwLock<Loaded>,
-    /// The module, kept to load again after a reset.
-    module: Ptx,
+    /// The context and the kernel loaded in it.
+    loaded: Loaded,
     info: DeviceInfo,
     streams: usize,
     max_batch: usize,
@@ -264,10 +262,9 @@ impl CudaBackend {
         ptx: Ptx,
     ) -> Result<Self, GpuError> {
         let (shape, block) = (config.shape(), Self::block_of(config));
-        let funcs = load_functions(&ctx, ptx.clone(), shape, block)?;
+        let funcs = load_functions(&ctx, ptx, shape, block)?;
         Ok(CudaBackend {
-            loaded: std::sync::RwLock::new(Loaded { ctx, funcs }),
-            module: ptx,
+            loaded: Loaded { ctx, funcs },
             info,
             streams: config.streams.max(2),
             max_batch: config.max_batch.max(1),
@@ -276,13 +273,8 @@ impl CudaBackend {
         })
     }
 
-    /// The device this backend runs on (device 0: see `open_context`).
-    fn info_ordinal(&self) -> usize {
-        0
-    }
-
-    fn loaded(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
-        self.loaded.read().unwrap_or_else(|e| e.into_inner())
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -376,33 +368,6 @@ impl BatchBackend for CudaBackend {
 
     fn max_batch(&self) -> usize {
         self.max_batch
-    }
-
-    /// After a sticky fault (an illegal address, a failed launch: the context reports the same
-    /// error to every call from then on) the device's primary context is reset, a fresh one
-    /// retained and the module loaded again. Runners of the old context fail from then on; the
-    /// engine reopens them. Without such a fault nothing is done. Measured on an H100 with
-    /// driver 580 (`device_bench fault`): after an illegal address this fails too (loading the
-    /// kernel in the fresh context reports the same error): the fault lasts as long as the
-    /// process, and the engine stays on the CPU, re-probing with backoff.
-    fn reset(&self) -> Result<bool, BackendError> {
-        let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
-        let Err(fault) = loaded.ctx.synchronize() else {
-            return Ok(false);
-        };
-        tracing::warn!(error = %fault, "gpu engine: the CUDA context is unusable; resetting the device");
-        let dev = loaded.ctx.cu_device();
-        // SAFETY: `dev` is the device this backend's context was created on; the context's
-        // users are this backend's runners, which the engine drops and reopens after a reset
-        // (their buffers die with the context; freeing them later only records an error).
-        unsafe { cudarc::driver::sys::cuDevicePrimaryCtxReset_v2(dev) }
-            .result()
-            .map_err(device)?;
-        let ctx = CudaContext::new(self.info_ordinal()).map_err(device)?;
-        let funcs = load_functions(&ctx, self.module.clone(), self.shape, self.block)
-            .map_err(|e| BackendError::Device(e.to_string()))?;
-        *loaded = Loaded { ctx, funcs };
-        Ok(true)
     }
 
     fn open_stream(&self, _index: usize) -> Result<Box<dyn StreamRunner>, BackendError> {

@@ -152,7 +152,6 @@ struct Counters {
     not_on_gpu: AtomicU64,
     probes: AtomicU64,
     probe_failures: AtomicU64,
-    resets: AtomicU64,
     last_batch: AtomicU64,
 }
 
@@ -192,9 +191,8 @@ struct Shared {
     health: Mutex<HealthState>,
     counters: Counters,
     fallback: OnceLock<Arc<dyn Engine>>,
-    sizer: BatchSizer,
-    /// Device resets so far: a runner opened before the latest is reopened.
-    generation: AtomicU64,
+    /// Batch sizing per key size (RSA-2048, 3072, 4096: their batches take different times).
+    sizers: [BatchSizer; 3],
 }
 
 /// The `gpu` engine. See the module docs.
@@ -417,10 +415,20 @@ impl Shared {
             }),
             counters: Counters::default(),
             fallback: OnceLock::new(),
-            sizer: BatchSizer::new(config.batch_latency_target, config.max_batch, 256),
-            generation: AtomicU64::new(0),
+            sizers: std::array::from_fn(|_| {
+                BatchSizer::new(config.batch_latency_target, config.max_batch, 256)
+            }),
             config,
         }
+    }
+
+    /// The batch sizer for primes of `half` limbs.
+    fn sizer(&self, half: usize) -> &BatchSizer {
+        &self.sizers[match half {
+            32 => 0,
+            48 => 1,
+            _ => 2,
+        }]
     }
 
     fn set_status(&self, status: GpuStatus) {
@@ -652,23 +660,12 @@ impl GpuEngine {
             get(&c.batch_items),
         );
         metric(
-            "batch_limit",
-            "gauge",
-            "Most requests the next batch may take: the largest measured within the latency target.",
-            self.shared.sizer.limit().min(self.max_batch).to_string(),
-        );
-        metric(
             "batch_latency_target_seconds",
             "gauge",
             "The time a batch may take on the device ([key_engine.gpu] batch_latency_target).",
-            format!("{:.6}", self.shared.sizer.target().as_secs_f64()),
+            format!("{:.6}", self.shared.sizer(32).target().as_secs_f64()),
         );
-        metric(
-            "batch_latency_target_met",
-            "gauge",
-            "0 when batches of every size measured took longer than the latency target.",
-            u8::from(self.shared.sizer.target_met()).to_string(),
-        );
+
         metric(
             "batch_seconds_total",
             "counter",
@@ -719,17 +716,33 @@ impl GpuEngine {
             get(&c.probes),
         );
         metric(
-            "device_resets_total",
-            "counter",
-            "Re-probes that recreated the device's state (context and kernel) after a fault.",
-            get(&c.resets),
-        );
-        metric(
             "probe_failures_total",
             "counter",
             "Re-probes that failed.",
             get(&c.probe_failures),
         );
+        let per_size = [
+            (
+                "batch_limit",
+                "Most requests the next batch of this key size may take: the largest measured within the latency target.",
+            ),
+            (
+                "batch_latency_target_met",
+                "0 when batches of every size measured for this key size took longer than the latency target.",
+            ),
+        ];
+        for (name, help) in per_size {
+            let _ = writeln!(out, "# HELP rampart_gpu_{name} {help}");
+            let _ = writeln!(out, "# TYPE rampart_gpu_{name} gauge");
+            for half in crate::host_core::HALF_LIMBS {
+                let sizer = self.shared.sizer(half);
+                let value = match name {
+                    "batch_limit" => sizer.limit().min(self.max_batch),
+                    _ => usize::from(sizer.target_met()),
+                };
+                let _ = writeln!(out, "rampart_gpu_{name}{{bits=\"{}\"}} {value}", half * 64);
+            }
+        }
         out
     }
 }
@@ -787,7 +800,6 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
         .cloned()
         .expect("batching threads start after the backend is set");
     let mut runner: Option<Box<dyn StreamRunner>> = None;
-    let mut runner_generation = 0;
     let mut jobs: Vec<Job> = Vec::with_capacity(max_batch.min(4096));
     while let Ok(first) = rx.recv() {
         let mut probe = false;
@@ -796,7 +808,9 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
             Msg::Probe => probe = true,
         };
         push(first, &mut jobs);
-        let limit = shared.sizer.limit().min(max_batch);
+        // Sized for the first request's key size (most batches hold one size).
+        let half = jobs.first().map_or(32, |j| j.key.half());
+        let limit = shared.sizer(half).limit().min(max_batch);
         while jobs.len() < limit {
             match rx.try_recv() {
                 Ok(m) => push(m, &mut jobs),
@@ -805,11 +819,6 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
         }
         if probe {
             run_probe(shared, &*backend, index, &mut runner);
-            runner_generation = shared.generation.load(Ordering::SeqCst);
-        }
-        if runner_generation != shared.generation.load(Ordering::SeqCst) {
-            // Another thread's re-probe reset the device: this runner's buffers are gone.
-            runner = None;
         }
         if jobs.is_empty() {
             continue;
@@ -819,7 +828,6 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
             continue;
         }
         if runner.is_none() {
-            runner_generation = shared.generation.load(Ordering::SeqCst);
             match backend.open_stream(index) {
                 Ok(r) => runner = Some(r),
                 Err(e) => {
@@ -855,13 +863,6 @@ fn run_probe(
         .cloned();
     let result = (|| -> Result<(), String> {
         *runner = None;
-        // A fault that left the device unusable (a CUDA context after an illegal address) is
-        // only cleared by recreating its state: the backend does so if it must.
-        if backend.reset().map_err(|e| format!("device reset: {e}"))? {
-            shared.generation.fetch_add(1, Ordering::SeqCst);
-            shared.counters.resets.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("gpu engine: device state recreated after a fault");
-        }
         let mut r = backend.open_stream(index).map_err(|e| e.to_string())?;
         if let Some(key) = key {
             let half = key.half();
@@ -935,10 +936,15 @@ fn run_jobs(
     }
 }
 
-/// Runs `f` over `items` split into up to `threads` chunks on scoped threads.
-fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    const MIN_CHUNK: usize = 32;
-    let chunks = threads.min(items.len().div_ceil(MIN_CHUNK)).max(1);
+/// Runs `f` over `items` split into up to `threads` chunks of at least `min_chunk` items on
+/// scoped threads.
+fn par_map<T: Sync, R: Send>(
+    threads: usize,
+    min_chunk: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let chunks = threads.min(items.len().div_ceil(min_chunk.max(1))).max(1);
     if chunks == 1 {
         return items.iter().map(f).collect();
     }
@@ -959,7 +965,7 @@ fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + 
 fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: Vec<Job>) {
     let c = &shared.counters;
     let threads = shared.config.cpu_threads.max(1);
-    let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, &jobs, |j| {
+    let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, 32, &jobs, |j| {
         j.key.prepare(j.request.algorithm, &j.request.digest)
     });
     let mut ready: Vec<(Job, Prepared)> = Vec::with_capacity(jobs.len());
@@ -997,7 +1003,7 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             c.last_batch.store(ready.len() as u64, Ordering::Relaxed);
             c.batch_ns
                 .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-            shared.sizer.record(ready.len(), took);
+            shared.sizer(half).record(ready.len(), took);
             let sigs: Vec<Option<Vec<u8>>> = {
                 let items: Vec<Finish> = ready
                     .iter()
@@ -1013,7 +1019,8 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
                 // Chunks of whole lane groups, about one per CPU thread.
                 let size = items.len().div_ceil(threads).next_multiple_of(8);
                 let chunks: Vec<&[Finish]> = items.chunks(size).collect();
-                par_map(threads, &chunks, |chunk| finish_batch(chunk))
+                // One chunk per thread (each is already a lane group or more).
+                par_map(threads, 1, &chunks, |chunk| finish_batch(chunk))
                     .into_iter()
                     .flatten()
                     .collect()
@@ -1043,6 +1050,10 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             }
         }
         Err(e) => {
+            if let BackendError::Deadline(d) = &e {
+                // Past its deadline: at least that long, for the sizer.
+                shared.sizer(half).record(ready.len(), *d);
+            }
             match &e {
                 BackendError::Deadline(_) => c.deadline_misses.fetch_add(1, Ordering::Relaxed),
                 BackendError::Device(_) => c.device_errors.fetch_add(1, Ordering::Relaxed),

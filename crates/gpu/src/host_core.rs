@@ -346,6 +346,11 @@ impl KernelShape {
             );
         }
         let tpr = self.threads_per_request;
+        if self.group().is_some() && !block.is_multiple_of(32) {
+            return Err(format!(
+                "the group kernels exchange values across whole warps: a block that is a multiple of 32 threads, not {block}"
+            ));
+        }
         if tpr > 1 && (!block.is_multiple_of(tpr) || block > MAX_SPLIT_BLOCK) {
             return Err(format!(
                 "{tpr} threads per request need a block that is a multiple of {tpr} of at most {MAX_SPLIT_BLOCK} threads, not {block}"
