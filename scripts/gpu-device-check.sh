@@ -200,7 +200,9 @@ if [ -n "$best" ]; then
   case $best_flags in *--table-shared*) shape=${shape}sh; gpu_settings="$gpu_settings, table_shared = true";; esac
   case $best_flags in *--carry-chains*) shape=${shape}cc; gpu_settings="$gpu_settings, carry_chains = true";; esac
   case $best_flags in *"--window 4"*) shape=${shape}w4; gpu_settings="$gpu_settings, window = 4";; esac
-  case $best_flags in *"--block "*) gpu_settings="$gpu_settings, threads_per_block = $(sed -E 's/.*--block ([0-9]+).*/\1/' <<<"$best_flags")";; esac
+  case $best_flags in *"--block "*)
+    block=$(sed -E 's/.*--block ([0-9]+).*/\1/' <<<"$best_flags")
+    shape=${shape}b$block; gpu_settings="$gpu_settings, threads_per_block = $block";; esac
 fi
 say "the CPU's share of a GPU signature (device_bench cpu-side)"
 timeout 60 $D/device_bench cpu-side

@@ -81,13 +81,16 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
 }
 
 /// The gpu engine's settings for `gpu:SHAPE`: threads per request, then `sh` (window table in
-/// shared memory), `cc` (carry chains) and `w4`/`w6` (window width) in any order, e.g. `32sh`;
-/// empty for the defaults.
+/// shared memory), `cc` (carry chains), `w4`/`w6` (window width) and `bN` (N threads per block)
+/// in any order, e.g. `16shccb64`; empty for the defaults. Settings not named keep the
+/// defaults' values, except `sh` and `cc`, which are off unless named.
 fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
     let mut config = gpu_engine::GpuConfig::default();
     if shape.is_empty() {
         return Ok(config);
     }
+    config.table_shared = false;
+    config.carry_chains = false;
     let digits = shape.len() - shape.trim_start_matches(|c: char| c.is_ascii_digit()).len();
     config.threads_per_request = shape[..digits]
         .parse()
@@ -103,8 +106,16 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
         } else if let Some(r) = rest.strip_prefix("w4").or(rest.strip_prefix("w6")) {
             config.window = if rest.starts_with("w4") { 4 } else { 6 };
             rest = r;
+        } else if let Some(r) = rest.strip_prefix('b') {
+            let digits = r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            config.threads_per_block = r[..digits]
+                .parse()
+                .map_err(|_| format!("gpu:{shape}: b needs threads per block, as in b64"))?;
+            rest = &r[digits..];
         } else {
-            return Err(format!("gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6)"));
+            return Err(format!(
+                "gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6, bN)"
+            ));
         }
     }
     config
@@ -346,4 +357,34 @@ pub fn ct_rsa(args: &BenchArgs) -> anyhow::Result<()> {
         println!("max |t| = {:.2} (threshold 4.5): {verdict}", r.max_abs_t());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_config;
+
+    #[test]
+    fn gpu_shapes_parse_and_bad_ones_say_why() {
+        let c = gpu_config("16shccb64").unwrap();
+        assert_eq!(
+            (
+                c.threads_per_request,
+                c.table_shared,
+                c.carry_chains,
+                c.threads_per_block
+            ),
+            (16, true, true, 64)
+        );
+        let c = gpu_config("32w4").unwrap();
+        assert_eq!(
+            (c.threads_per_request, c.window, c.table_shared),
+            (32, 4, false)
+        );
+        assert!(gpu_config("16x").unwrap_err().contains("unknown"));
+        assert!(gpu_config("sh")
+            .unwrap_err()
+            .contains("threads per request first"));
+        assert!(gpu_config("16b48").unwrap_err().contains("multiple of 32"));
+        assert_eq!(gpu_config("").unwrap().threads_per_request, 16);
+    }
 }
