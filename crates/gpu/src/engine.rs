@@ -74,8 +74,8 @@ pub struct GpuConfig {
     pub kernel_cache: Option<std::path::PathBuf>,
     /// Threads per request: 16 (a group of 8 lanes per CRT half), 8 or 32 (groups of 4 or
     /// 16), 2 (the CRT halves on neighbouring threads) or 1. On an H100 16 with the table in
-    /// shared memory and carry chains signed the most within a 10 ms p99 and cut a lone
-    /// request from 11.7 ms (two threads) to 2.5 ms (docs/benchmarks.md).
+    /// shared memory, carry chains and 4-bit windows signed the most within a 10 ms p99 and
+    /// cut a lone request from 11.7 ms (two threads) to 2.5 ms (docs/benchmarks.md).
     pub threads_per_request: u32,
     /// The group kernels' window table in shared memory (else a local array per thread);
     /// ignored with 1 or 2 threads per request.
@@ -112,7 +112,9 @@ impl Default for GpuConfig {
             cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             streams: 2,
             threads_per_block: 128,
-            window: crate::host_core::DEFAULT_WINDOW,
+            // 4 bits: half the shared table of 5, so more blocks fit an SM (H100, same run:
+            // 505 k against 383 k signs/s within a 10 ms p99) and RSA-4096's fits 100 KiB.
+            window: 4,
             threads_per_request: 16,
             table_shared: true,
             carry_chains: true,

@@ -63,7 +63,8 @@ mod ffi {
         rsa_emulate_launch_w5_s8,
         rsa_emulate_launch_w5_s16,
         rsa_emulate_launch_w5_s32,
-        rsa_emulate_launch_w5_s16_sh
+        rsa_emulate_launch_w5_s16_sh,
+        rsa_emulate_launch_w4_s16_sh
     );
 }
 
@@ -393,6 +394,7 @@ pub fn emulate_launch_shaped(
         (5, 16, false) => ffi::rsa_emulate_launch_w5_s16,
         (5, 32, false) => ffi::rsa_emulate_launch_w5_s32,
         (5, 16, true) => ffi::rsa_emulate_launch_w5_s16_sh,
+        (4, 16, true) => ffi::rsa_emulate_launch_w4_s16_sh,
         _ => panic!("no emulated kernel for {shape:?}"),
     };
     if let Err(e) = shape.check(block) {

@@ -233,6 +233,11 @@ fn group_kernels_emulated_match_boringssl() {
         table_shared,
         carry_chains: false,
     };
+    // The engine's default: 16 threads per request, shared table, 4-bit window.
+    let default = KernelShape {
+        window: 4,
+        ..shape(16, true)
+    };
     for bits in [2048u32, 3072, 4096] {
         let keys: Vec<Rsa<boring::pkey::Private>> =
             (0..2).map(|_| Rsa::generate(bits).unwrap()).collect();
@@ -245,8 +250,9 @@ fn group_kernels_emulated_match_boringssl() {
                 (shape(16, false), vec![0, 1, 1]),
                 (shape(32, false), vec![1, 0, 0]),
                 (shape(16, true), vec![1, 1, 0]),
+                (default, vec![0, 1]),
             ],
-            3072 => vec![(shape(16, false), vec![1])],
+            3072 => vec![(shape(16, false), vec![1]), (default, vec![0])],
             _ => vec![(shape(32, false), vec![0])],
         };
         for (shape, index) in runs {
