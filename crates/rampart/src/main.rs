@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// mimalloc: measured to cut the proxied-request CPU (docs/benchmarks.md); glibc malloc
-/// showed as ~9% of a keep-alive proxying profile.
+/// showed as ~9% of a keep-alive proxying profile. The `system-alloc` feature leaves the
+/// system allocator in place, for heap profilers that hook malloc.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
