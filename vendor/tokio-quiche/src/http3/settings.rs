@@ -121,7 +121,7 @@ impl From<&Http3Settings> for Http3SettingsEnforcer {
             },
             timeouts: Http3Timeouts {
                 post_accept_timeout: value.post_accept_timeout,
-                delay_queue: DelayQueue::new(),
+                delay_queue: None,
             },
         }
     }
@@ -147,14 +147,21 @@ impl Http3SettingsEnforcer {
     pub fn add_timeout(
         &mut self, typ: Http3TimeoutType, duration: Duration,
     ) -> TimeoutKey {
-        let key = self.timeouts.delay_queue.insert(typ, duration);
+        let key = self
+            .timeouts
+            .delay_queue
+            .get_or_insert_with(DelayQueue::new)
+            .insert(typ, duration);
         TimeoutKey(key)
     }
 
     /// Checks whether the [Http3SettingsEnforcer] has any pending timeouts.
     /// This should be used to selectively poll `enforce_timeouts`.
     pub fn has_pending_timeouts(&self) -> bool {
-        !self.timeouts.delay_queue.is_empty()
+        self.timeouts
+            .delay_queue
+            .as_ref()
+            .is_some_and(|q| !q.is_empty())
     }
 
     /// Checks which timeouts have expired.
@@ -162,9 +169,10 @@ impl Http3SettingsEnforcer {
         let mut changed = false;
         let mut result = TimeoutCheckResult::default();
 
-        while let Poll::Ready(Some(exp)) =
-            self.timeouts.delay_queue.poll_expired(cx)
-        {
+        let Some(queue) = self.timeouts.delay_queue.as_mut() else {
+            return Poll::Pending;
+        };
+        while let Poll::Ready(Some(exp)) = queue.poll_expired(cx) {
             changed |= result.set_expired(exp.into_inner());
         }
 
@@ -193,7 +201,9 @@ impl Http3SettingsEnforcer {
 
     /// Cancels a timeout that was previously registered with `add_timeout`.
     pub fn cancel_timeout(&mut self, key: TimeoutKey) {
-        self.timeouts.delay_queue.remove(&key.0);
+        if let Some(queue) = self.timeouts.delay_queue.as_mut() {
+            queue.remove(&key.0);
+        }
     }
 }
 
@@ -205,7 +215,9 @@ struct Http3Limits {
 
 struct Http3Timeouts {
     post_accept_timeout: Option<Duration>,
-    delay_queue: DelayQueue<Http3TimeoutType>,
+    /// Created on the first timeout: a `DelayQueue` allocates its timer wheel (about 6 KB) at
+    /// once, and every accepted connection, a pending handshake included, has one of these.
+    delay_queue: Option<DelayQueue<Http3TimeoutType>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -227,5 +239,36 @@ impl TimeoutCheckResult {
 
         *field = true;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timeout_queue_exists_only_once_a_timeout_is_added() {
+        let settings = Http3Settings {
+            post_accept_timeout: Some(Duration::from_secs(1)),
+            ..Default::default()
+        };
+        let mut enforcer = Http3SettingsEnforcer::from(&settings);
+        assert!(enforcer.timeouts.delay_queue.is_none());
+        assert!(!enforcer.has_pending_timeouts());
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(enforcer.poll_timeouts(&mut cx).is_pending());
+
+        let key = enforcer.add_timeout(Http3TimeoutType::PostAccept, Duration::from_secs(1));
+        assert!(enforcer.has_pending_timeouts());
+        enforcer.cancel_timeout(key);
+        assert!(!enforcer.has_pending_timeouts());
+
+        enforcer.add_timeout(Http3TimeoutType::PostAccept, Duration::from_millis(10));
+        tokio::time::advance(Duration::from_millis(20)).await;
+        match enforcer.poll_timeouts(&mut cx) {
+            Poll::Ready(result) => assert!(result.connection_timed_out),
+            Poll::Pending => panic!("the timeout expired"),
+        }
     }
 }
