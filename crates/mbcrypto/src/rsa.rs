@@ -80,13 +80,8 @@ impl Drop for BlindPair {
 /// An RSA private key prepared for the multi-buffer kernel. `Debug` shows only the size.
 pub struct RsaKey {
     bits: usize,
-    len: usize,
-    /// Limbs per prime (20, 30 or 40).
-    half: usize,
-    n: Vec<u64>,
-    n_k0: u64,
-    n_rr: Vec<u64>,
-    e: u64,
+    /// The public half: n (its limbs, Montgomery constants) and e.
+    public: RsaPublicKey,
     p: Prime,
     q: Prime,
     /// q⁻¹·R mod p.
@@ -166,18 +161,10 @@ impl RsaKey {
         let qinv = mont_mul(&qinv_plain, &p_rr, &p.m, p.k0);
         qinv_plain.zeroize();
         p_rr.zeroize();
-        let n = bytes_to_limbs(f.n, 2 * half);
-        let n_k0 = neg_inv52(n[0]);
-        let n_rr = pow2_mod(2 * 52 * 2 * half, &n);
         let e = bytes_to_words(f.e, 1)[0];
         Ok(RsaKey {
             bits,
-            len: bits / 8,
-            half,
-            n,
-            n_k0,
-            n_rr,
-            e,
+            public: RsaPublicKey::prepared(f.n, bits, half, e),
             p,
             q,
             qinv,
@@ -195,7 +182,7 @@ impl RsaKey {
 
     /// Signature length in bytes.
     pub fn signature_len(&self) -> usize {
-        self.len
+        self.public.len
     }
 
     /// Test hook: corrupt this key's next signature after the kernel and before verification,
@@ -209,8 +196,8 @@ impl RsaKey {
     /// the CRT kernel itself with exponents p-2 and q-2 (Fermat), then slot i holds r^(i+1).
     fn blinding(&self) -> &[Mutex<BlindPair>] {
         self.blinding.get_or_init(|| {
-            let wide = 2 * self.half;
-            let mut r_bytes = vec![0u8; self.len];
+            let wide = 2 * self.public.half;
+            let mut r_bytes = vec![0u8; self.public.len];
             loop {
                 aws_lc_rs::rand::fill(&mut r_bytes[1..]).expect("system randomness");
                 if r_bytes.iter().any(|&b| b != 0) {
@@ -223,25 +210,25 @@ impl RsaKey {
             // SAFETY: the portable backend needs no CPU feature; every buffer has one lane of
             // the limb counts the pass expects.
             unsafe {
-                mont::public_fn(Backend::Portable, self.half)(
+                mont::public_fn(Backend::Portable, self.public.half)(
                     &r,
-                    &self.n,
-                    &[self.n_k0],
-                    &self.n_rr,
-                    &[self.e],
+                    &self.public.n,
+                    &[self.public.n_k0],
+                    &self.public.n_rr,
+                    &[self.public.e],
                     &mut r_e,
                 )
             };
             let mut unit = vec![0u64; wide];
             unit[0] = 1;
-            let one = mont_mul(&self.n_rr, &unit, &self.n, self.n_k0);
+            let one = mont_mul(&self.public.n_rr, &unit, &self.public.n, self.public.n_k0);
             let mut r_inv = vec![0u64; wide];
             let mut id_blind = one.clone();
             let mut id_unblind = one;
             let mut io = CrtInputs {
                 msg: &r,
-                n: &self.n,
-                n_k0: &[self.n_k0],
+                n: &self.public.n,
+                n_k0: &[self.public.n_k0],
                 blind: &mut id_blind,
                 unblind: &mut id_unblind,
                 p: self.half_inputs(&self.p, [&self.p.m_minus_2[..]; 8]),
@@ -249,10 +236,10 @@ impl RsaKey {
                 qinv: &self.qinv,
             };
             // SAFETY: as above.
-            unsafe { mont::crt_fn(Backend::Portable, self.half)(&mut io, &mut r_inv) };
+            unsafe { mont::crt_fn(Backend::Portable, self.public.half)(&mut io, &mut r_inv) };
             let base = BlindPair {
-                blind: mont_mul(&r_e, &self.n_rr, &self.n, self.n_k0),
-                unblind: mont_mul(&r_inv, &self.n_rr, &self.n, self.n_k0),
+                blind: mont_mul(&r_e, &self.public.n_rr, &self.public.n, self.public.n_k0),
+                unblind: mont_mul(&r_inv, &self.public.n_rr, &self.public.n, self.public.n_k0),
             };
             r_inv.zeroize();
             let mut slots = Vec::with_capacity(BLINDING_SLOTS);
@@ -262,8 +249,13 @@ impl RsaKey {
             };
             for _ in 0..BLINDING_SLOTS {
                 let next = BlindPair {
-                    blind: mont_mul(&cur.blind, &base.blind, &self.n, self.n_k0),
-                    unblind: mont_mul(&cur.unblind, &base.unblind, &self.n, self.n_k0),
+                    blind: mont_mul(&cur.blind, &base.blind, &self.public.n, self.public.n_k0),
+                    unblind: mont_mul(
+                        &cur.unblind,
+                        &base.unblind,
+                        &self.public.n,
+                        self.public.n_k0,
+                    ),
                 };
                 slots.push(Mutex::new(cur));
                 cur = next;
@@ -299,7 +291,7 @@ impl RsaKey {
 
     fn encode(&self, scheme: Scheme, digest: &[u8]) -> Result<Vec<u8>, RsaError> {
         Ok(match scheme {
-            Scheme::Pkcs1(h) => padding::pkcs1_v15(h, digest, self.len)?,
+            Scheme::Pkcs1(h) => padding::pkcs1_v15(h, digest, self.public.len)?,
             Scheme::Pss(h) => padding::pss(h, digest, self.bits)?,
         })
     }
@@ -346,7 +338,7 @@ pub fn sign_batch(backend: Backend, jobs: &[SignJob]) -> Vec<Result<Vec<u8>, Rsa
     for half in [20, 30, 40] {
         let same: Vec<&(usize, Vec<u8>)> = ready
             .iter()
-            .filter(|(i, _)| jobs[*i].key.half == half)
+            .filter(|(i, _)| jobs[*i].key.public.half == half)
             .collect();
         for chunk in same.chunks(backend.lanes()) {
             let out = sign_pass(backend, jobs, chunk, None);
@@ -374,7 +366,7 @@ fn sign_pass(
         .map(|l| jobs[chunk[l.min(chunk.len() - 1)].0].key)
         .collect();
     let first = keys[0];
-    let (half, wide) = (first.half, 2 * first.half);
+    let (half, wide) = (first.public.half, 2 * first.public.half);
     let msgs: Vec<Vec<u64>> = chunk
         .iter()
         .map(|(_, em)| bytes_to_limbs(em, wide))
@@ -401,10 +393,10 @@ fn sign_pass(
         interleave(&v, lanes, limbs)
     };
     let msg = interleave(&msg_refs, lanes, wide);
-    let n = per_lane(&|k| &k.n, wide);
-    let n_rr = per_lane(&|k| &k.n_rr, wide);
-    let n_k0: Vec<u64> = keys.iter().map(|k| k.n_k0).collect();
-    let e: Vec<u64> = keys.iter().map(|k| k.e).collect();
+    let n = per_lane(&|k| &k.public.n, wide);
+    let n_rr = per_lane(&|k| &k.public.n_rr, wide);
+    let n_k0: Vec<u64> = keys.iter().map(|k| k.public.n_k0).collect();
+    let e: Vec<u64> = keys.iter().map(|k| k.public.e).collect();
     let mut pm = per_lane(&|k| &k.p.m, half);
     let mut qm = per_lane(&|k| &k.q.m, half);
     let mut prrr = per_lane(&|k| &k.p.rrr, half);
@@ -465,7 +457,7 @@ fn sign_pass(
     let results = (0..chunk.len())
         .map(|l| {
             if lane_of(&check, lanes, l) == msgs[l] {
-                Ok(limbs_to_bytes(&lane_of(&sig, lanes, l), first.len))
+                Ok(limbs_to_bytes(&lane_of(&sig, lanes, l), first.public.len))
             } else {
                 Err(RsaError::FaultDetected)
             }
@@ -520,9 +512,14 @@ impl RsaPublicKey {
         if e & 1 == 0 || e < 3 {
             return Err(RsaError::Unsupported(bits));
         }
+        Ok(Self::prepared(n, bits, half, e))
+    }
+
+    /// The key for a modulus `n` of `bits` (checked by the caller) and `half` limbs per prime.
+    fn prepared(n: &[u8], bits: usize, half: usize, e: u64) -> Self {
         let n_be = n[n.len() - bits / 8..].to_vec();
         let n = bytes_to_limbs(n, 2 * half);
-        Ok(RsaPublicKey {
+        RsaPublicKey {
             len: bits / 8,
             n_be,
             half,
@@ -530,7 +527,7 @@ impl RsaPublicKey {
             n_rr: pow2_mod(2 * 52 * 2 * half, &n),
             n,
             e,
-        })
+        }
     }
 
     /// Signature length in bytes.
