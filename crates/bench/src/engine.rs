@@ -91,11 +91,15 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
     }
     config.table_shared = false;
     config.carry_chains = false;
-    let digits = shape.len() - shape.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-    config.threads_per_request = shape[..digits]
-        .parse()
-        .map_err(|_| format!("gpu:{shape}: expected threads per request first, as in gpu:32sh"))?;
-    let mut rest = &shape[digits..];
+    /// A number at the start of `s`, and what follows it.
+    fn number(s: &str) -> (Option<u32>, &str) {
+        let digits = s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        (s[..digits].parse().ok(), &s[digits..])
+    }
+    let (threads, mut rest) = number(shape);
+    config.threads_per_request = threads.ok_or_else(|| {
+        format!("gpu:{shape}: expected threads per request first, as in gpu:32sh")
+    })?;
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix("sh") {
             config.table_shared = true;
@@ -107,11 +111,10 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
             config.window = if rest.starts_with("w4") { 4 } else { 6 };
             rest = r;
         } else if let Some(r) = rest.strip_prefix('b') {
-            let digits = r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-            config.threads_per_block = r[..digits]
-                .parse()
-                .map_err(|_| format!("gpu:{shape}: b needs threads per block, as in b64"))?;
-            rest = &r[digits..];
+            let (block, r) = number(r);
+            config.threads_per_block = block
+                .ok_or_else(|| format!("gpu:{shape}: b needs threads per block, as in b64"))?;
+            rest = r;
         } else {
             return Err(format!(
                 "gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6, bN)"

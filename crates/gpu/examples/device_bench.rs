@@ -107,14 +107,10 @@ fn main() {
     let t = Instant::now();
     let backend: std::sync::Arc<dyn gpu_engine::BatchBackend> = match (&kernel_dir, &cubin) {
         (_, Some(file)) => {
-            let image = std::fs::read(file).unwrap_or_else(|e| panic!("{file}: {e}"));
             println!("module from {file}");
             std::sync::Arc::new(
-                gpu_engine::cuda::CudaBackend::with_module(
-                    &config,
-                    gpu_engine::cuda::Ptx::from_binary(image),
-                )
-                .expect("module load"),
+                gpu_engine::cuda::CudaBackend::with_module(&config, module(&config, Some(file)))
+                    .expect("module load"),
             )
         }
         (None, None) => gpu_engine::cuda_backend(&config).expect("kernel build"),

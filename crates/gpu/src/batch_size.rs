@@ -115,10 +115,6 @@ impl BatchSizer {
         let measured = st.classes.iter().filter(|c| c.batches > 0);
         st.batches == 0 || measured.clone().any(|c| c.seconds <= target)
     }
-
-    pub(crate) fn target(&self) -> Duration {
-        self.target
-    }
 }
 
 #[cfg(test)]

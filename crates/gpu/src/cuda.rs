@@ -177,8 +177,8 @@ pub fn probe() -> Result<DeviceInfo, GpuError> {
 
 /// The CUDA batch backend on device 0.
 pub struct CudaBackend {
-    /// The context and the kernel loaded in it.
-    loaded: Loaded,
+    ctx: Arc<CudaContext>,
+    funcs: [CudaFunction; 3],
     info: DeviceInfo,
     streams: usize,
     max_batch: usize,
@@ -264,17 +264,14 @@ impl CudaBackend {
         let (shape, block) = (config.shape(), Self::block_of(config));
         let funcs = load_functions(&ctx, ptx, shape, block)?;
         Ok(CudaBackend {
-            loaded: Loaded { ctx, funcs },
+            ctx,
+            funcs,
             info,
             streams: config.streams.max(2),
             max_batch: config.max_batch.max(1),
             block,
             shape,
         })
-    }
-
-    fn loaded(&self) -> &Loaded {
-        &self.loaded
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -290,7 +287,7 @@ impl CudaBackend {
             .visible .entry rampart_fault(.param .u64 p)\n{\n\
             .reg .u64 %rd<2>;\n.reg .b32 %r<2>;\n\
             ld.param.u64 %rd1, [p];\nmov.u32 %r1, 1;\nst.global.u32 [%rd1], %r1;\nret;\n}\n";
-        let ctx = self.loaded().ctx.clone();
+        let ctx = &self.ctx;
         let module = ctx.load_module(Ptx::from_src(PTX)).map_err(driver)?;
         let f = module.load_function("rampart_fault").map_err(driver)?;
         let stream = ctx.new_stream().map_err(driver)?;
@@ -303,12 +300,6 @@ impl CudaBackend {
         let waited = stream.synchronize();
         Ok(format!("launch: {launched:?}; synchronize: {waited:?}"))
     }
-}
-
-/// A context and the kernel's entry points loaded in it.
-struct Loaded {
-    ctx: Arc<CudaContext>,
-    funcs: [CudaFunction; 3],
 }
 
 /// Loads `module` in `ctx` and returns its three entry points, each allowed the dynamic shared
@@ -332,11 +323,14 @@ fn load_functions(
         .map_err(driver)?;
     for (func, half) in funcs.iter().zip(crate::host_core::HALF_LIMBS) {
         let bytes = shape.dynamic_shared_bytes(half, block);
+        if bytes == 0 {
+            continue;
+        }
         // The static hand-over of the halves' results: 2·half words per request the largest
         // block holds.
         let requests = (crate::host_core::MAX_SPLIT_BLOCK / shape.threads_per_request) as usize;
         let total = bytes + requests * 8 * half;
-        if bytes > 0 && total > most as usize {
+        if total > most as usize {
             return Err(GpuError::Compile(format!(
                 "the window table in shared memory takes {} KiB per block of {block} threads at \
                  RSA-{} and this device allows {} KiB: use fewer threads per block, a 4-bit \
@@ -346,13 +340,11 @@ fn load_functions(
                 most >> 10
             )));
         }
-        if bytes > 0 {
-            func.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                i32::try_from(bytes).unwrap_or(i32::MAX),
-            )
-            .map_err(driver)?;
-        }
+        func.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            i32::try_from(bytes).unwrap_or(i32::MAX),
+        )
+        .map_err(driver)?;
     }
     Ok(funcs)
 }
@@ -371,8 +363,7 @@ impl BatchBackend for CudaBackend {
     }
 
     fn open_stream(&self, _index: usize) -> Result<Box<dyn StreamRunner>, BackendError> {
-        let loaded = self.loaded();
-        let ctx = &loaded.ctx;
+        let ctx = &self.ctx;
         let stream = ctx.new_stream().map_err(device)?;
         let io_words = self.max_batch * 2 * 64;
         let key_words = self.max_keys() * KeyLayout::words(64);
@@ -392,7 +383,7 @@ impl BatchBackend for CudaBackend {
             d_index: stream.alloc_zeros::<u32>(self.max_batch).map_err(device)?,
             d_in: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
             d_out: stream.alloc_zeros::<u32>(io_words).map_err(device)?,
-            funcs: loaded.funcs.clone(),
+            funcs: self.funcs.clone(),
             block: self.block,
             shape: self.shape,
             staged: None,
@@ -466,11 +457,7 @@ impl StreamRunner for CudaRunner {
             &mut self.d_in.slice_mut(..iw),
         )
         .map_err(device)?;
-        let f = &self.funcs[match half {
-            32 => 0,
-            48 => 1,
-            _ => 2,
-        }];
+        let f = &self.funcs[crate::host_core::size_index(half)];
         let count = items as u32;
         let cfg = LaunchConfig {
             grid_dim: (

@@ -426,11 +426,7 @@ impl Shared {
 
     /// The batch sizer for primes of `half` limbs.
     fn sizer(&self, half: usize) -> &BatchSizer {
-        &self.sizers[match half {
-            32 => 0,
-            48 => 1,
-            _ => 2,
-        }]
+        &self.sizers[crate::host_core::size_index(half)]
     }
 
     fn set_status(&self, status: GpuStatus) {
@@ -665,9 +661,11 @@ impl GpuEngine {
             "batch_latency_target_seconds",
             "gauge",
             "The time a batch may take on the device ([key_engine.gpu] batch_latency_target).",
-            format!("{:.6}", self.shared.sizer(32).target().as_secs_f64()),
+            format!(
+                "{:.6}",
+                self.shared.config.batch_latency_target.as_secs_f64()
+            ),
         );
-
         metric(
             "batch_seconds_total",
             "counter",
@@ -905,12 +903,7 @@ fn run_jobs(
 ) {
     let mut by_size: [Vec<Job>; 3] = Default::default();
     for j in jobs {
-        let slot = match j.key.half() {
-            32 => 0,
-            48 => 1,
-            _ => 2,
-        };
-        by_size[slot].push(j);
+        by_size[crate::host_core::size_index(j.key.half())].push(j);
     }
     for group in by_size.into_iter().filter(|g| !g.is_empty()) {
         let mut rest = group;

@@ -70,6 +70,15 @@ mod ffi {
 
 /// Limbs per prime the core supports (RSA-2048, -3072, -4096).
 pub const HALF_LIMBS: [usize; 3] = [32, 48, 64];
+
+/// The index of primes of `half` limbs in [`HALF_LIMBS`] (and in anything kept per key size).
+pub fn size_index(half: usize) -> usize {
+    match half {
+        32 => 0,
+        48 => 1,
+        _ => 2,
+    }
+}
 /// Largest modulus the generic helpers take (`RSA_MAX_LIMBS` in the C core).
 const MAX_LIMBS: usize = 128;
 

@@ -72,29 +72,17 @@ pub(crate) fn finish_batch(items: &[Finish]) -> Vec<Option<Vec<u8>>> {
             .map(|(f, sig)| sig.filter(|s| f.key.private.verify_digest(f.alg, f.digest, s)))
             .collect();
     };
-    let checked: Vec<(usize, mbcrypto::rsa::VerifyItem)> = items
+    // A result refused before the check (not below n) goes in empty: the wrong length fails.
+    let batch: Vec<mbcrypto::rsa::VerifyItem> = items
         .iter()
         .zip(&sigs)
-        .enumerate()
-        .filter_map(|(i, (f, sig))| {
-            sig.as_ref().map(|sig| {
-                let item = mbcrypto::rsa::VerifyItem {
-                    key: &f.key.public,
-                    signature: sig,
-                    expected: &f.prepared.em,
-                };
-                (i, item)
-            })
+        .map(|(f, sig)| mbcrypto::rsa::VerifyItem {
+            key: &f.key.public,
+            signature: sig.as_deref().unwrap_or_default(),
+            expected: &f.prepared.em,
         })
         .collect();
-    let (index, batch): (Vec<usize>, Vec<mbcrypto::rsa::VerifyItem>) = checked.into_iter().unzip();
-    let mut ok = vec![false; items.len()];
-    for (i, good) in index
-        .into_iter()
-        .zip(mbcrypto::rsa::verify_batch(lanes, &batch))
-    {
-        ok[i] = good;
-    }
+    let ok = mbcrypto::rsa::verify_batch(lanes, &batch);
     sigs.into_iter()
         .zip(ok)
         .map(|(sig, good)| sig.filter(|_| good))
