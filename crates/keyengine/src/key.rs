@@ -10,6 +10,7 @@ use aws_lc_rs::digest::Digest;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, ParsedPublicKey, RsaKeyPair};
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A key's identity: the subject key identifier, SHA-1 over the SubjectPublicKey bit string
@@ -110,6 +111,44 @@ pub struct PublicKey {
     /// Parsing (DER, and for RSA the modulus's Montgomery set-up) cost about as much as the
     /// verification itself, and the `batch` and `gpu` engines verify every signature.
     parsed: Arc<ParsedKeys>,
+    /// For P-256, the key's precomputed verification table (on first use, within
+    /// [`P256_TABLES_MAX`]); `None` where the budget was spent or the point is not one.
+    p256: Arc<OnceLock<Option<P256Table>>>,
+}
+
+/// P-256 keys that get a precomputed verification table, process-wide (each holds
+/// [`mbcrypto::ecdsa::P256PublicKey::TABLE_BYTES`], about 152 KB: 256 keys about 39 MB). The
+/// first keys to verify a signature get one; the rest verify with aws-lc, about 2.5× slower.
+pub const P256_TABLES_MAX: usize = 256;
+
+static P256_TABLES: AtomicUsize = AtomicUsize::new(0);
+
+/// A P-256 verification table holding one of the [`P256_TABLES_MAX`] slots until dropped
+/// (with the last clone of its key, so reloads do not use the budget up).
+struct P256Table(mbcrypto::ecdsa::P256PublicKey);
+
+impl P256Table {
+    /// Builds the table for an uncompressed point, if a slot is left and the point is one.
+    fn build(point: &[u8]) -> Option<Self> {
+        P256_TABLES
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < P256_TABLES_MAX).then_some(n + 1)
+            })
+            .ok()?;
+        match mbcrypto::ecdsa::P256PublicKey::from_sec1(point) {
+            Some(t) => Some(P256Table(t)),
+            None => {
+                P256_TABLES.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for P256Table {
+    fn drop(&mut self) {
+        P256_TABLES.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 type ParsedKeys = [OnceLock<Option<ParsedPublicKey>>; SignatureAlgorithm::ALL.len()];
@@ -142,6 +181,7 @@ impl PublicKey {
             kind,
             bits,
             parsed: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+            p256: Arc::default(),
         }
     }
 
@@ -162,6 +202,16 @@ impl PublicKey {
     ) -> bool {
         if algorithm.key_kind() != self.kind {
             return false;
+        }
+        if self.kind == KeyKind::EcdsaP256 {
+            if digest.len() != algorithm.hash().output_len() {
+                return false;
+            }
+            // Built on the first verification (about 1 ms), not at load: a gateway with
+            // thousands of certificates builds tables only for the keys that sign.
+            if let Some(table) = self.p256.get_or_init(|| P256Table::build(&self.bits)) {
+                return table.0.verify(digest, signature);
+            }
         }
         let Ok(d) = import_digest(algorithm, digest) else {
             return false;
@@ -494,6 +544,40 @@ pub(crate) mod tests {
             key.sign_digest(SignatureAlgorithm::RsaPssSha256, &digest),
             Err(SignError::UnsupportedAlgorithm(_))
         ));
+    }
+
+    #[test]
+    fn p256_verification_by_table_agrees_with_aws_lc() {
+        for _ in 0..4 {
+            let key = PrivateKey::from_der("PRIVATE KEY", &generate_ecdsa_p256_pkcs8()).unwrap();
+            let independent = signature::UnparsedPublicKey::new(
+                &signature::ECDSA_P256_SHA256_ASN1,
+                key.public_key_bits(),
+            );
+            let alg = SignatureAlgorithm::EcdsaP256Sha256;
+            for i in 0..20u8 {
+                let msg = [i; 16];
+                let digest = alg.hash().digest(&msg);
+                let sig = key.sign_digest(alg, &digest).unwrap();
+                assert!(key.verify_digest(alg, &digest, &sig));
+                let mut bad = sig.clone();
+                let at = usize::from(i) % bad.len();
+                bad[at] ^= 1 << (i % 8);
+                assert_eq!(
+                    key.verify_digest(alg, &digest, &bad),
+                    independent.verify(&msg, &bad).is_ok(),
+                    "byte {at}"
+                );
+                assert!(
+                    !key.verify_digest(alg, &digest[..31], &sig),
+                    "a short digest"
+                );
+            }
+            assert!(
+                key.public.p256.get().is_some_and(|t| t.is_some()),
+                "the table was built and used"
+            );
+        }
     }
 
     #[test]

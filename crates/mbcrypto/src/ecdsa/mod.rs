@@ -13,6 +13,9 @@
 //! them, table lookups scan every entry with masks, and buffers holding them are wiped.
 
 mod kernel;
+mod verify;
+
+pub use verify::P256PublicKey;
 
 use crate::bignum::{bytes_to_limbs, limbs_to_bytes};
 use crate::Backend;
