@@ -190,6 +190,19 @@ impl Modulus {
     }
 }
 
+/// a·b·R⁻¹ mod p: one copy, specialized to p, called from everywhere (inlining it into every
+/// formula made the code several times larger and no faster once other work shares the
+/// instruction cache).
+#[inline(never)]
+fn fe_mul(a: &Limbs, b: &Limbs) -> Limbs {
+    P.mul(a, b)
+}
+
+#[inline(never)]
+fn fe_sqr(a: &Limbs) -> Limbs {
+    P.mul(a, a)
+}
+
 const P: Modulus = Modulus::new([
     0xFFFF_FFFF_FFFF_FFFF,
     0x0000_0000_FFFF_FFFF,
@@ -240,7 +253,9 @@ fn be_to_limbs(be: &[u8]) -> Limbs {
     w
 }
 
+/// One cache line: an entry is read with one miss, not two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
 struct Affine {
     x: Limbs,
     y: Limbs,
@@ -277,22 +292,22 @@ impl Jacobian {
         if self.is_identity() {
             return *self;
         }
-        let delta = P.sqr(&self.z);
-        let gamma = P.sqr(&self.y);
-        let beta = P.mul(&self.x, &gamma);
-        let t = P.mul(&P.sub(&self.x, &delta), &P.add(&self.x, &delta));
+        let delta = fe_sqr(&self.z);
+        let gamma = fe_sqr(&self.y);
+        let beta = fe_mul(&self.x, &gamma);
+        let t = fe_mul(&P.sub(&self.x, &delta), &P.add(&self.x, &delta));
         let alpha = P.add(&P.add(&t, &t), &t);
         let beta2 = P.add(&beta, &beta);
         let beta4 = P.add(&beta2, &beta2);
         let beta8 = P.add(&beta4, &beta4);
-        let x = P.sub(&P.sqr(&alpha), &beta8);
+        let x = P.sub(&fe_sqr(&alpha), &beta8);
         let yz = P.add(&self.y, &self.z);
-        let z = P.sub(&P.sub(&P.sqr(&yz), &gamma), &delta);
-        let g2 = P.sqr(&gamma);
+        let z = P.sub(&P.sub(&fe_sqr(&yz), &gamma), &delta);
+        let g2 = fe_sqr(&gamma);
         let g2x2 = P.add(&g2, &g2);
         let g2x4 = P.add(&g2x2, &g2x2);
         let g2x8 = P.add(&g2x4, &g2x4);
-        let y = P.sub(&P.mul(&alpha, &P.sub(&beta4, &x)), &g2x8);
+        let y = P.sub(&fe_mul(&alpha, &P.sub(&beta4, &x)), &g2x8);
         Jacobian { x, y, z }
     }
 
@@ -302,9 +317,9 @@ impl Jacobian {
         if self.is_identity() {
             return Jacobian::from_affine(q);
         }
-        let z1z1 = P.sqr(&self.z);
-        let u2 = P.mul(&q.x, &z1z1);
-        let s2 = P.mul(&q.y, &P.mul(&self.z, &z1z1));
+        let z1z1 = fe_sqr(&self.z);
+        let u2 = fe_mul(&q.x, &z1z1);
+        let s2 = fe_mul(&q.y, &fe_mul(&self.z, &z1z1));
         let h = P.sub(&u2, &self.x);
         let r = P.sub(&s2, &self.y);
         if is_zero(&h) {
@@ -314,12 +329,12 @@ impl Jacobian {
                 Jacobian::IDENTITY
             };
         }
-        let hh = P.sqr(&h);
-        let hhh = P.mul(&h, &hh);
-        let v = P.mul(&self.x, &hh);
-        let x = P.sub(&P.sub(&P.sub(&P.sqr(&r), &hhh), &v), &v);
-        let y = P.sub(&P.mul(&r, &P.sub(&v, &x)), &P.mul(&self.y, &hhh));
-        let z = P.mul(&self.z, &h);
+        let hh = fe_sqr(&h);
+        let hhh = fe_mul(&h, &hh);
+        let v = fe_mul(&self.x, &hh);
+        let x = P.sub(&P.sub(&P.sub(&fe_sqr(&r), &hhh), &v), &v);
+        let y = P.sub(&fe_mul(&r, &P.sub(&v, &x)), &fe_mul(&self.y, &hhh));
+        let z = fe_mul(&self.z, &h);
         Jacobian { x, y, z }
     }
 }
@@ -329,7 +344,7 @@ fn batch_to_affine(pts: &[Jacobian]) -> Vec<Affine> {
     let mut prefix = Vec::with_capacity(pts.len());
     let mut acc = P.one;
     for p in pts {
-        acc = P.mul(&acc, &p.z);
+        acc = fe_mul(&acc, &p.z);
         prefix.push(acc);
     }
     let mut inv = P.inv(&acc);
@@ -344,13 +359,13 @@ fn batch_to_affine(pts: &[Jacobian]) -> Vec<Affine> {
         let zi = if i == 0 {
             inv
         } else {
-            P.mul(&inv, &prefix[i - 1])
+            fe_mul(&inv, &prefix[i - 1])
         };
-        inv = P.mul(&inv, &pts[i].z);
-        let zi2 = P.sqr(&zi);
+        inv = fe_mul(&inv, &pts[i].z);
+        let zi2 = fe_sqr(&zi);
         out[i] = Affine {
-            x: P.mul(&pts[i].x, &zi2),
-            y: P.mul(&pts[i].y, &P.mul(&zi2, &zi)),
+            x: fe_mul(&pts[i].x, &zi2),
+            y: fe_mul(&pts[i].y, &fe_mul(&zi2, &zi)),
         };
     }
     out
@@ -397,41 +412,60 @@ impl Comb {
     }
 
     /// Signed digits of k (below 2^256): k = Σ dᵢ·2^(w·i) with −2^(w−1) < dᵢ ≤ 2^(w−1).
-    fn digits(&self, k: &Limbs) -> Vec<i32> {
+    fn digits(&self, k: &Limbs) -> Digits {
         let w = self.w as usize;
-        let half = self.half() as i64;
-        let mut carry = 0i64;
-        (0..Self::windows(self.w))
-            .map(|i| {
-                let bit = i * w;
-                let mut v = 0u64;
-                if bit < 256 {
-                    let (limb, shift) = (bit / 64, bit % 64);
-                    v = k[limb] >> shift;
-                    if shift + w > 64 && limb + 1 < 4 {
-                        v |= k[limb + 1] << (64 - shift);
-                    }
-                    v &= (1 << w) - 1;
+        let half = self.half() as i32;
+        let mut out = Digits {
+            d: [0; MAX_WINDOWS],
+            len: Self::windows(self.w),
+        };
+        let mut carry = 0i32;
+        for (i, slot) in out.d[..out.len].iter_mut().enumerate() {
+            let bit = i * w;
+            let mut v = 0u64;
+            if bit < 256 {
+                let (limb, shift) = (bit / 64, bit % 64);
+                v = k[limb] >> shift;
+                if shift + w > 64 && limb + 1 < 4 {
+                    v |= k[limb + 1] << (64 - shift);
                 }
-                let mut d = v as i64 + carry;
-                carry = 0;
-                if d > half {
-                    d -= 1 << w;
-                    carry = 1;
-                }
-                d as i32
-            })
-            .collect()
+                v &= (1 << w) - 1;
+            }
+            let mut d = v as i32 + carry;
+            carry = 0;
+            if d > half {
+                d -= 1 << w;
+                carry = 1;
+            }
+            *slot = d;
+        }
+        out
     }
 
-    /// acc + k·P.
-    fn accumulate(&self, mut acc: Jacobian, k: &Limbs) -> Jacobian {
-        let half = self.half();
-        for (i, d) in self.digits(k).into_iter().enumerate() {
+    /// The entry for digit `d` (nonzero) of window `i`, before its sign is applied.
+    fn entry(&self, i: usize, d: i32) -> &Affine {
+        &self.entries[i * self.half() + d.unsigned_abs() as usize - 1]
+    }
+
+    /// Starts loading every entry `digits` will use. One addition is longer than the
+    /// processor's reorder window, so without this each entry that has left the cache (other
+    /// connections' work evicts them between handshakes) is waited for in turn; read here,
+    /// back to back, the misses overlap.
+    fn prefetch(&self, digits: &Digits) {
+        for (i, &d) in digits.as_slice().iter().enumerate() {
+            if d != 0 {
+                std::hint::black_box(self.entry(i, d).x[0]);
+            }
+        }
+    }
+
+    /// acc + k·P, k given by its digits.
+    fn accumulate(&self, mut acc: Jacobian, digits: &Digits) -> Jacobian {
+        for (i, &d) in digits.as_slice().iter().enumerate() {
             if d == 0 {
                 continue;
             }
-            let e = &self.entries[i * half + d.unsigned_abs() as usize - 1];
+            let e = self.entry(i, d);
             acc = if d > 0 {
                 acc.add_affine(e)
             } else {
@@ -442,6 +476,21 @@ impl Comb {
             };
         }
         acc
+    }
+}
+
+/// Most windows of any table (w = 6 would need 43).
+const MAX_WINDOWS: usize = 43;
+
+/// A scalar's signed window digits.
+struct Digits {
+    d: [i32; MAX_WINDOWS],
+    len: usize,
+}
+
+impl Digits {
+    fn as_slice(&self) -> &[i32] {
+        &self.d[..self.len]
     }
 }
 
@@ -487,10 +536,10 @@ impl P256PublicKey {
             y: P.to_mont(&y),
         };
         // y² = x³ − 3x + b.
-        let x3 = P.mul(&P.sqr(&q.x), &q.x);
+        let x3 = fe_mul(&fe_sqr(&q.x), &q.x);
         let three_x = P.add(&P.add(&q.x, &q.x), &q.x);
         let rhs = P.add(&P.sub(&x3, &three_x), &P.to_mont(&B));
-        if P.sqr(&q.y) != rhs {
+        if fe_sqr(&q.y) != rhs {
             return None;
         }
         Some(P256PublicKey {
@@ -512,19 +561,21 @@ impl P256PublicKey {
         let s_inv = N.inv(&N.to_mont(&s));
         let u1 = N.mul(&z, &s_inv);
         let u2 = N.mul(&r, &s_inv);
-        let sum = self
-            .comb
-            .accumulate(g_comb().accumulate(Jacobian::IDENTITY, &u1), &u2);
+        let (g, q) = (g_comb(), &self.comb);
+        let (d1, d2) = (g.digits(&u1), q.digits(&u2));
+        g.prefetch(&d1);
+        q.prefetch(&d2);
+        let sum = q.accumulate(g.accumulate(Jacobian::IDENTITY, &d1), &d2);
         if sum.is_identity() {
             return false;
         }
         // x(sum) = X/Z² ≡ r (mod n): X = r·Z², or X = (r + n)·Z² where r + n < p.
-        let zz = P.sqr(&sum.z);
-        if P.mul(&P.to_mont(&r), &zz) == sum.x {
+        let zz = fe_sqr(&sum.z);
+        if fe_mul(&P.to_mont(&r), &zz) == sum.x {
             return true;
         }
         let (rn, carry) = add4(&r, &N.m);
-        carry == 0 && less_than(&rn, &P.m) && P.mul(&P.to_mont(&rn), &zz) == sum.x
+        carry == 0 && less_than(&rn, &P.m) && fe_mul(&P.to_mont(&rn), &zz) == sum.x
     }
 }
 
@@ -612,7 +663,8 @@ mod tests {
         let bytes: Vec<[u8; 32]> = scalars.iter().map(scalar_bytes).collect();
         let want = crate::ecdsa::base_mul(crate::Backend::Portable, &bytes);
         for (k, want) in scalars.iter().zip(want) {
-            let p = g_comb().accumulate(Jacobian::IDENTITY, k);
+            let g = g_comb();
+            let p = g.accumulate(Jacobian::IDENTITY, &g.digits(k));
             let a = batch_to_affine(&[p])[0];
             let mut got = [4u8; 65];
             got[1..33].copy_from_slice(&scalar_bytes(&P.out_of_mont(&a.x)));
@@ -629,6 +681,7 @@ mod tests {
         };
         for k in [[u64::MAX; 4], [0; 4], [1 << 63, 0, 0, 1 << 63], [0x40; 4]] {
             let d = comb.digits(&k);
+            let d = d.as_slice();
             // Σ dᵢ·2^(7i), evaluated as a 320-bit number in i128 chunks is awkward: check by
             // re-deriving k from the digits with carries.
             let mut acc = [0i128; 5];
