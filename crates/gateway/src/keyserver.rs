@@ -2,8 +2,10 @@
 //! from gateways over mutual TLS, signs through its own key engine (so batching applies
 //! across every connected gateway), and serves `/healthz` and `/metrics`.
 
+use crate::assemble_key_engine;
 use crate::config::KeyServerConfig;
-use crate::{admin, assemble_key_engine, metrics::Metrics, server};
+use crate::listener::tcp as server;
+use crate::ops::{admin, metrics::Metrics};
 use anyhow::Context as _;
 use keyengine::{Engine, KeyEngine, KeyRegistry};
 use keyless::server::{KeyServer, ServerStats};

@@ -6,12 +6,12 @@
 //! retired one's health checks stop once the new generation is in force.
 
 use crate::config::{ClusterConfig, Config};
-use crate::health::Health;
-use crate::metrics::Metrics;
-use crate::proxy::Routing;
-use crate::router::Router;
+use crate::http::proxy::Routing;
+use crate::http::router::Router;
+use crate::ops::metrics::Metrics;
+use crate::upstream::health::Health;
+use crate::upstream::tls::UpstreamTls;
 use crate::upstream::{Cluster, RequestSlots};
-use crate::upstream_tls::UpstreamTls;
 use anyhow::Context as _;
 use std::sync::Arc;
 use tokio::sync::watch;

@@ -2,13 +2,13 @@
 //! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
 
 use crate::body::client_body;
-use crate::conn_timers::{Activity, IdleLimits, IdleSet};
-use crate::h2_flood;
-use crate::metrics::{ConnectionCap, GaugeGuard};
-use crate::proxy::{self, ConnInfo, ProxyShared};
-use crate::proxy_protocol;
-use crate::recv_buffer::{ReadAvailable, RecvBuffer};
-use crate::send_coalescer;
+use crate::http::proxy::{self, ConnInfo, ProxyShared};
+use crate::listener::conn_timers::{Activity, IdleLimits, IdleSet};
+use crate::listener::h2_flood;
+use crate::listener::proxy_protocol;
+use crate::listener::recv_buffer::{ReadAvailable, RecvBuffer};
+use crate::listener::send_coalescer;
+use crate::ops::metrics::{ConnectionCap, GaugeGuard};
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
 use hyper::service::service_fn;
@@ -314,7 +314,7 @@ async fn serve_connection(
         // Under memory pressure a new connection may buffer little of what its client sends.
         if shared
             .overload
-            .is_active(crate::overload::Action::ShrinkWindows)
+            .is_active(crate::policy::overload::Action::ShrinkWindows)
         {
             b.initial_stream_window_size(16 * 1024)
                 .initial_connection_window_size(64 * 1024);
@@ -373,14 +373,14 @@ enum Ended {
 /// Serves `conn` until it ends. When the gateway stops, or the overload manager's GOAWAY
 /// action turns on, it is asked once to shut down gracefully (`shutdown`: GOAWAY on HTTP/2,
 /// close once idle on HTTP/1.1) and served on while its requests finish. Its timers
-/// ([`crate::conn_timers`]) and an eviction close it at once.
+/// ([`crate::listener::conn_timers`]) and an eviction close it at once.
 async fn drive<F, E>(
     mut conn: send_coalescer::FlushAtYield<F>,
     shutdown: impl FnOnce(std::pin::Pin<&mut F>),
     mut stop: watch::Receiver<bool>,
     shared: &ProxyShared,
     activity: &Activity,
-    expired: impl std::future::Future<Output = crate::conn_timers::Expiry>,
+    expired: impl std::future::Future<Output = crate::listener::conn_timers::Expiry>,
 ) -> Ended
 where
     F: std::future::Future<Output = Result<(), E>>,

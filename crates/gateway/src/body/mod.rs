@@ -108,25 +108,10 @@ impl RequestBody {
         }
     }
 
-    pub fn empty() -> Self {
-        RequestBody {
-            inner: None,
-            limit: 0,
-            seen: 0,
-            progress: Default::default(),
-            idle: None,
-        }
-    }
-
     /// Fails the body when the client sends nothing for `limit` while it is read.
     pub fn idle_timeout(mut self, limit: std::time::Duration) -> Self {
         self.idle = Some(IdleTimer::new(limit));
         self
-    }
-
-    /// True if the body is known to carry nothing (so the request can be replayed).
-    pub fn is_empty(&self) -> bool {
-        self.inner.is_none()
     }
 }
 
@@ -250,13 +235,13 @@ pub struct ResponseBody {
     /// The cluster's `body_timeout` over the upstream's body.
     upstream_idle: Option<IdleTimer>,
     /// The request counted in flight on its client connection until this body is done.
-    _active: Option<crate::conn_timers::Active>,
+    _active: Option<crate::listener::conn_timers::Active>,
 }
 
 /// A gzipped body's state: the stream, and the trailers held back until its last bytes are out.
 #[derive(Default)]
 struct Gzipping {
-    stream: crate::compress::Gzip,
+    stream: crate::http::compress::Gzip,
     trailers: Option<http::HeaderMap>,
 }
 
@@ -306,7 +291,7 @@ impl ResponseBody {
     }
 
     /// Keeps the request counted in flight on its connection until this body is done.
-    pub fn while_active(mut self, active: crate::conn_timers::Active) -> Self {
+    pub fn while_active(mut self, active: crate::listener::conn_timers::Active) -> Self {
         self._active = Some(active);
         self
     }

@@ -85,7 +85,7 @@ pub struct Overload {
 }
 
 impl Overload {
-    pub fn new(limit: Option<u64>, m: &crate::metrics::Metrics) -> Arc<Self> {
+    pub fn new(limit: Option<u64>, m: &crate::ops::metrics::Metrics) -> Arc<Self> {
         Arc::new(Overload {
             limit,
             active: Default::default(),
@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn actions_turn_on_in_order_and_off_with_hysteresis() {
-        let m = crate::metrics::Metrics::new();
+        let m = crate::ops::metrics::Metrics::new();
         let o = Overload::new(Some(1000), &m);
         let gate = tokio_quiche::quic::RetryGate::when_pending_above(usize::MAX);
         o.watch_retry_gate(gate.clone());
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn without_a_limit_nothing_turns_on() {
-        let o = Overload::new(None, &crate::metrics::Metrics::new());
+        let o = Overload::new(None, &crate::ops::metrics::Metrics::new());
         o.observe(u64::MAX);
         assert!(Action::ALL.iter().all(|a| !o.is_active(*a)));
     }

@@ -1,8 +1,8 @@
 //! Routes: (host, path prefix) → cluster. The most specific host class wins (exact, then
 //! `*.wildcard`, then `*`), then the longest path prefix.
 
-use crate::access::AccessList;
 use crate::config::{HeaderRewriteConfig, RouteConfig};
+use crate::policy::access::AccessList;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// Headers a route removes, then sets (replacing any value), on its requests or responses.
@@ -45,7 +45,7 @@ pub struct Route {
     /// Which clients the route serves; the others get 403.
     pub access: AccessList,
     /// Requests per client address, shared by every worker; beyond it, 429.
-    pub rate_limit: Option<std::sync::Arc<crate::ratelimit::RateLimiter>>,
+    pub rate_limit: Option<std::sync::Arc<crate::policy::ratelimit::RateLimiter>>,
     pub request_headers: HeaderRewrite,
     pub response_headers: HeaderRewrite,
     /// Gzip text-like responses for clients that accept it.
@@ -101,11 +101,12 @@ pub struct Router {
 
 impl Router {
     /// `cluster_index` maps a cluster name to its index (validated by config loading).
+    #[cfg(test)]
     pub fn new(routes: &[RouteConfig], cluster_index: impl Fn(&str) -> usize) -> Self {
         Self::after(routes, cluster_index, None)
     }
 
-    /// [`Router::new`] replacing `previous` (a reload): a route of the same name whose rate
+    /// A router for `routes` replacing `previous` (a reload): a route of the same name whose rate
     /// limit is unchanged keeps its limiter, so its clients' buckets are not refilled.
     pub fn after(
         routes: &[RouteConfig],
@@ -132,7 +133,7 @@ impl Router {
                 Route {
                     rate_limit: r.rate_limit.map(|rl| {
                         kept_limiter(&rl).unwrap_or_else(|| {
-                            std::sync::Arc::new(crate::ratelimit::RateLimiter::new(
+                            std::sync::Arc::new(crate::policy::ratelimit::RateLimiter::new(
                                 rl.per_second,
                                 rl.burst(),
                             ))
@@ -159,7 +160,7 @@ impl Router {
         Router { routes }
     }
 
-    /// `host` without port, any case; `path` normalized (see [`crate::request_target`]).
+    /// `host` without port, any case; `path` normalized (see [`crate::http::request_target`]).
     pub fn route(&self, host: &str, path: &str, case_insensitive: bool) -> Option<&Route> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         self.routes

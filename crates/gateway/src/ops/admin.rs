@@ -1,6 +1,5 @@
 //! The admin listener (loopback only): `/healthz` and `/metrics`.
 
-use crate::metrics::Metrics;
 use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -14,11 +13,6 @@ use tokio::sync::watch;
 
 /// Produces the `/metrics` text.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
-
-/// `/metrics` renders `metrics`.
-pub fn render_metrics(metrics: Metrics) -> Render {
-    Arc::new(move || metrics.render())
-}
 
 fn respond(req: &Request<Incoming>, render: &Render, draining: bool) -> Response<Full<Bytes>> {
     let (status, ctype, body) = match req.uri().path() {

@@ -5,10 +5,13 @@
 //! their endpoint's idle stack when the response body has been read to its end; an h2c
 //! endpoint keeps one multiplexed connection.
 
+pub(crate) mod health;
+pub(crate) mod tls;
+
 use crate::body::RequestBody;
 use crate::config::{ClusterConfig, LbPolicy, UpstreamProtocol};
-use crate::health::Health;
-use crate::upstream_tls::{dial, UpstreamIo, UpstreamTls};
+use crate::upstream::health::Health;
+use crate::upstream::tls::{dial, UpstreamIo, UpstreamTls};
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
@@ -167,7 +170,7 @@ impl From<NoSlot> for UpstreamError {
 }
 
 impl RequestSlots {
-    pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Arc<Self> {
+    pub fn new(cfg: &ClusterConfig, metrics: &crate::ops::metrics::Metrics) -> Arc<Self> {
         Arc::new(RequestSlots {
             in_flight: AtomicUsize::new(0),
             max: AtomicUsize::new(cfg.max_requests),
@@ -304,7 +307,7 @@ impl Cluster {
     /// worker's copy.
     pub fn new(
         cfg: &ClusterConfig,
-        metrics: &crate::metrics::Metrics,
+        metrics: &crate::ops::metrics::Metrics,
         slots: Arc<RequestSlots>,
         health: Arc<Health>,
         tls: Option<Arc<UpstreamTls>>,
@@ -671,7 +674,7 @@ mod tests {
 
     fn cluster_of(cfg: &ClusterConfig) -> Cluster {
         let cfg = cfg.clone();
-        let metrics = crate::metrics::Metrics::new();
+        let metrics = crate::ops::metrics::Metrics::new();
         let (slots, health) = (
             RequestSlots::new(&cfg, &metrics),
             Health::new(&cfg, &metrics),
@@ -682,7 +685,7 @@ mod tests {
     #[test]
     fn request_slots_are_bounded_shared_and_given_back() {
         let cfg = config(LbPolicy::RoundRobin, 1);
-        let metrics = crate::metrics::Metrics::new();
+        let metrics = crate::ops::metrics::Metrics::new();
         let slots = RequestSlots::new(&cfg, &metrics);
         let ip = IpAddr::from([127, 0, 0, 1]);
         let a = slots.take(ip).expect("first");
@@ -714,7 +717,7 @@ mod tests {
             max_requests_per_client: Some(3),
             ..config(LbPolicy::RoundRobin, 1)
         };
-        let slots = RequestSlots::new(&cfg, &crate::metrics::Metrics::new());
+        let slots = RequestSlots::new(&cfg, &crate::ops::metrics::Metrics::new());
         let (greedy, other) = (IpAddr::from([192, 0, 2, 1]), IpAddr::from([192, 0, 2, 2]));
         let held: Vec<_> = (0..3).map(|_| slots.take(greedy).unwrap()).collect();
         assert_eq!(slots.take(greedy).err(), Some(NoSlot::ClientShare(3)));
@@ -811,7 +814,7 @@ mod tests {
         let mut cfg = config(LbPolicy::RoundRobin, 2);
         cfg.max_fails = 2;
         cfg.fail_timeout = Duration::from_millis(100);
-        let health = Health::new(&cfg, &crate::metrics::Metrics::new());
+        let health = Health::new(&cfg, &crate::ops::metrics::Metrics::new());
         health.record_connect(0, false);
         assert!(health.is_healthy(0), "one failure of two");
         health.record_connect(0, true);
@@ -822,7 +825,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(health.is_healthy(0), "back after fail_timeout");
         cfg.max_fails = 0;
-        let never = Health::new(&cfg, &crate::metrics::Metrics::new());
+        let never = Health::new(&cfg, &crate::ops::metrics::Metrics::new());
         for _ in 0..5 {
             never.record_connect(1, false);
         }

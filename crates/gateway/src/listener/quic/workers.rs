@@ -51,14 +51,14 @@ pub fn steering_program(workers: u32) -> Vec<libc::sock_filter> {
 /// program, returns a single socket (HTTP/3 then runs on worker 0 only).
 pub fn bind(addr: SocketAddr, buffer: usize, workers: usize) -> std::io::Result<Vec<UdpSocket>> {
     if workers <= 1 {
-        return Ok(vec![crate::quic::bind_udp(addr, buffer, false)?]);
+        return Ok(vec![crate::listener::quic::bind_udp(addr, buffer, false)?]);
     }
     // A reuseport bind would quietly join another process's group on the same port (another
     // gateway running as the same user): probe with a plain bind first.
     if addr.port() != 0 {
         drop(UdpSocket::bind(addr)?);
     }
-    let first = crate::quic::bind_udp(addr, buffer, true)?;
+    let first = crate::listener::quic::bind_udp(addr, buffer, true)?;
     if let Err(e) = attach_steering(&first, workers as u32) {
         tracing::warn!(%addr, error = %e, "cannot steer QUIC by connection ID; HTTP/3 runs on worker 0 only");
         return Ok(vec![first]);
@@ -68,7 +68,7 @@ pub fn bind(addr: SocketAddr, buffer: usize, workers: usize) -> std::io::Result<
     let addr = first.local_addr()?;
     let mut socks = vec![first];
     for _ in 1..workers {
-        socks.push(crate::quic::bind_udp(addr, buffer, true)?);
+        socks.push(crate::listener::quic::bind_udp(addr, buffer, true)?);
     }
     Ok(socks)
 }

@@ -2,15 +2,15 @@
 //! respond (and log). Each phase is a small function so later phases (access control, 0-RTT
 //! rules) have an obvious place.
 
-use crate::access_log::{AccessLog, AccessRecord};
 use crate::body::{
     BodyProgress, ClientBody, EndCounters, OnResponseDone, RequestBody, ResponseBody, ResponseEnd,
 };
-use crate::compress;
 use crate::config::LimitsConfig;
-use crate::metrics::Metrics;
-use crate::request_target::Target;
-use crate::router::{Route, Router};
+use crate::http::compress;
+use crate::http::request_target::Target;
+use crate::http::router::{Route, Router};
+use crate::ops::access_log::{AccessLog, AccessRecord};
+use crate::ops::metrics::Metrics;
 use crate::upstream::{Cluster, UpstreamError};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
@@ -42,13 +42,13 @@ pub struct ProxyShared {
     /// This listener's `rampart_http_responses_abandoned_total`.
     pub abandoned_responses: prometheus::IntCounter,
     /// Which clients the listener serves (checked when a connection arrives; reloadable).
-    pub access: crate::access::SharedAccessList,
+    pub access: crate::policy::access::SharedAccessList,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
     /// The gateway's overload actions in force.
-    pub overload: Arc<crate::overload::Overload>,
+    pub overload: Arc<crate::policy::overload::Overload>,
     /// How request paths are normalized before routing.
-    pub paths: crate::request_target::PathPolicy,
+    pub paths: crate::http::request_target::PathPolicy,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
     /// connection they came from: shutdown waits for them within its grace period.
     pub tunnels: tokio_util::task::TaskTracker,
@@ -232,7 +232,7 @@ pub async fn handle(
                 && (!replay_safe
                     || shared
                         .overload
-                        .is_active(crate::overload::Action::RefuseEarlyData)) =>
+                        .is_active(crate::policy::overload::Action::RefuseEarlyData)) =>
         {
             shared.metrics.early_data_rejected.inc();
             let too_early = local(
@@ -424,7 +424,7 @@ async fn forward<'a>(
     // timer (an HTTP/1.1 connection is handed over whole instead).
     let tunnel_active = h2_websocket.as_ref().and_then(|_| {
         req.extensions()
-            .get::<Arc<crate::conn_timers::Activity>>()
+            .get::<Arc<crate::listener::conn_timers::Activity>>()
             .map(|a| a.begin())
     });
     let (mut parts, body) = req.into_parts();
@@ -713,17 +713,17 @@ fn only_chunked(h: &HeaderMap) -> bool {
     list_elements(h, &header::TRANSFER_ENCODING).all(|c| c.eq_ignore_ascii_case("chunked"))
 }
 
-/// Phase: the canonical target ([`crate::request_target`]). A malformed host or path ends the
+/// Phase: the canonical target ([`crate::http::request_target`]). A malformed host or path ends the
 /// request with 400 saying which ([`bad_target`]).
 fn canonical_target(
-    policy: &crate::request_target::PathPolicy,
+    policy: &crate::http::request_target::PathPolicy,
     req: &Request<ClientBody>,
-) -> Result<Target, crate::request_target::TargetError> {
-    crate::request_target::normalize(req.version(), req.uri(), req.headers(), policy)
+) -> Result<Target, crate::http::request_target::TargetError> {
+    crate::http::request_target::normalize(req.version(), req.uri(), req.headers(), policy)
 }
 
 /// The 400 for a malformed target.
-fn bad_target(e: crate::request_target::TargetError) -> Response<ResponseBody> {
+fn bad_target(e: crate::http::request_target::TargetError) -> Response<ResponseBody> {
     local(StatusCode::BAD_REQUEST, format!("bad request: {e}\n"))
 }
 

@@ -12,7 +12,7 @@
 //! were (a gateway that refused everything would turn one bad check into an outage).
 
 use crate::config::{ClusterConfig, HealthCheckConfig, UpstreamProtocol};
-use crate::upstream_tls::{dial, UpstreamTls};
+use crate::upstream::tls::{dial, UpstreamTls};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::client::conn::{http1, http2};
@@ -41,7 +41,7 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn new(cfg: &ClusterConfig, metrics: &crate::metrics::Metrics) -> Arc<Self> {
+    pub fn new(cfg: &ClusterConfig, metrics: &crate::ops::metrics::Metrics) -> Arc<Self> {
         let gauges: Vec<_> = cfg
             .endpoints
             .iter()

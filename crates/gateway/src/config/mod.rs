@@ -416,10 +416,10 @@ pub struct ListenerConfig {
     /// Client addresses served (addresses or CIDR blocks); empty: all not denied. Others are
     /// turned away before any TLS or QUIC handshake work.
     #[serde(default)]
-    pub allow: Vec<crate::access::Cidr>,
+    pub allow: Vec<crate::policy::access::Cidr>,
     /// Client addresses turned away, checked before `allow`.
     #[serde(default)]
-    pub deny: Vec<crate::access::Cidr>,
+    pub deny: Vec<crate::policy::access::Cidr>,
     /// Every TCP connection starts with a PROXY protocol header (version 1 or 2) from the
     /// layer-4 balancer in front, whose client address then stands for the connection's peer
     /// (access lists, rate limits, `X-Forwarded-For`, the access log). A connection without
@@ -428,7 +428,7 @@ pub struct ListenerConfig {
     pub proxy_protocol: bool,
     /// How request paths are normalized before routing (`[listeners.paths]`).
     #[serde(default)]
-    pub paths: crate::request_target::PathPolicy,
+    pub paths: crate::http::request_target::PathPolicy,
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.
@@ -711,10 +711,10 @@ pub struct RouteConfig {
     pub name: Option<String>,
     /// Client addresses served (addresses or CIDR blocks); empty: all not denied.
     #[serde(default)]
-    pub allow: Vec<crate::access::Cidr>,
+    pub allow: Vec<crate::policy::access::Cidr>,
     /// Client addresses refused with 403, checked before `allow`.
     #[serde(default)]
-    pub deny: Vec<crate::access::Cidr>,
+    pub deny: Vec<crate::policy::access::Cidr>,
     /// Requests a client address may make; beyond it, 429.
     pub rate_limit: Option<RateLimitConfig>,
     /// Gzip text-like responses for clients that accept it.
@@ -1400,12 +1400,12 @@ impl Config {
             }
             // Requests are matched by their normalized path, so a prefix in any other form
             // would never match.
-            let keep = crate::request_target::PathPolicy {
-                encoded_slash: crate::request_target::SeparatorAction::Keep,
-                backslash: crate::request_target::SeparatorAction::Keep,
+            let keep = crate::http::request_target::PathPolicy {
+                encoded_slash: crate::http::request_target::SeparatorAction::Keep,
+                backslash: crate::http::request_target::SeparatorAction::Keep,
                 ..Default::default()
             };
-            match crate::request_target::normalize_path(r.path_prefix.as_bytes(), &keep) {
+            match crate::http::request_target::normalize_path(r.path_prefix.as_bytes(), &keep) {
                 Ok(n) if n == r.path_prefix => {}
                 Ok(n) => {
                     return err(

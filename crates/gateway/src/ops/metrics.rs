@@ -422,9 +422,9 @@ pub struct ConnectionCap {
     open: prometheus::IntGauge,
     rejected: prometheus::IntCounter,
     max: i64,
-    access: crate::access::SharedAccessList,
+    access: crate::policy::access::SharedAccessList,
     denied: prometheus::IntCounter,
-    overload: std::sync::Arc<crate::overload::Overload>,
+    overload: std::sync::Arc<crate::policy::overload::Overload>,
 }
 
 impl ConnectionCap {
@@ -432,8 +432,8 @@ impl ConnectionCap {
         m: &Metrics,
         label: &str,
         max: usize,
-        access: crate::access::SharedAccessList,
-        overload: std::sync::Arc<crate::overload::Overload>,
+        access: crate::policy::access::SharedAccessList,
+        overload: std::sync::Arc<crate::policy::overload::Overload>,
     ) -> Self {
         ConnectionCap {
             open: m.open_connections.with_label_values(&[label]),
@@ -471,7 +471,7 @@ impl ConnectionCap {
     /// Whether the overload manager stops accepting (not counted).
     pub fn stopped(&self) -> bool {
         self.overload
-            .is_active(crate::overload::Action::StopAccepting)
+            .is_active(crate::policy::overload::Action::StopAccepting)
     }
 
     /// Counts a connection refused for the cap, overload or another limit (pending QUIC
@@ -500,7 +500,7 @@ impl ConnectionCap {
         self.open.get() * 4 > self.max * 3
             || self
                 .overload
-                .is_active(crate::overload::Action::CloseIdleConnections)
+                .is_active(crate::policy::overload::Action::CloseIdleConnections)
     }
 
     /// Counts one open connection until the guard drops.
@@ -569,7 +569,7 @@ mod tests {
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
         let text = m.render();
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../../README.md");
         // The gateway's metrics table (key-server metrics are documented elsewhere).
         let section = readme.split("## Metrics").nth(1).unwrap_or_default();
         let section = section.split("\n## ").next().unwrap_or_default();

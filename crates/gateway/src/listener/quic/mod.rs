@@ -5,9 +5,11 @@
 //! Each request stream becomes an `http::Request` whose body streams from the QUIC stream, goes
 //! through [`proxy::handle`], and the response streams back as HTTP/3 frames.
 
+pub(crate) mod workers;
+
 use crate::body::{client_body, BoxError, ClientBody};
 use crate::config::{QuicConfig, RetryPolicy};
-use crate::proxy::{self, ConnInfo, ProxyShared};
+use crate::http::proxy::{self, ConnInfo, ProxyShared};
 use crate::tls::QuicTls;
 use bytes::Bytes;
 use futures_util::SinkExt;
@@ -48,7 +50,7 @@ use tokio_quiche::{ConnectionParams, ServerH3Controller, ServerH3Driver};
 const H3_REQUEST_BODY_CHUNK: usize = 64 * 1024;
 
 /// Binds a UDP socket of a QUIC listener, with large buffers (warning when capped), in a
-/// `SO_REUSEPORT` group when `reuse_port` (one socket per worker, see [`crate::quic_workers`]).
+/// `SO_REUSEPORT` group when `reuse_port` (one socket per worker, see [`crate::listener::quic::workers`]).
 pub fn bind_udp(
     addr: SocketAddr,
     buffer: usize,
@@ -225,7 +227,7 @@ pub async fn serve(
         }
     };
     let cid_generator: Arc<dyn ConnectionIdGenerator<'static>> = if workers > 1 {
-        Arc::new(crate::quic_workers::WorkerIds {
+        Arc::new(crate::listener::quic::workers::WorkerIds {
             inner: cid_generator(&cfg),
             worker,
             workers,
@@ -259,7 +261,7 @@ pub async fn serve(
     // Load shedding: at `limits.max_connections` open QUIC connections, or from a client the
     // listener's access list turns away, new attempts are refused at once (CONNECTION_REFUSED)
     // before any handshake work, and counted.
-    let cap = crate::metrics::ConnectionCap::new(
+    let cap = crate::ops::metrics::ConnectionCap::new(
         &shared.metrics,
         &format!("{}/quic", shared.listener),
         shared.limits.max_connections,
@@ -414,7 +416,7 @@ async fn serve_connection(
                     }
                     ServerH3Event::Headers { incoming_headers, is_in_early_data, .. } => {
                         next_stream = next_stream.max(incoming_headers.stream_id + 4);
-                        let streams = crate::metrics::GaugeGuard::new(
+                        let streams = crate::ops::metrics::GaugeGuard::new(
                             shared.metrics.quic_open_streams.with_label_values(&[&shared.listener]),
                         );
                         let req = serve_request(
@@ -790,7 +792,7 @@ where
 /// `rampart_tls_handshakes_total{protocol="quic"}`, QUIC version, resumption and the 0-RTT
 /// outcome in `rampart_quic_handshakes_total`.
 pub(crate) fn record_handshake(
-    m: &crate::metrics::Metrics,
+    m: &crate::ops::metrics::Metrics,
     listener: &str,
     ssl: &boring::ssl::SslRef,
 ) {

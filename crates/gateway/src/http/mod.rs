@@ -1,0 +1,7 @@
+//! The request pipeline: the target normalized and checked, the route chosen, the request
+//! forwarded and the response compressed where asked.
+
+pub(crate) mod compress;
+pub(crate) mod proxy;
+pub mod request_target;
+pub(crate) mod router;

@@ -1,0 +1,6 @@
+//! Policies applied to connections and requests: access lists, rate limits, and the overload
+//! manager's actions.
+
+pub(crate) mod access;
+pub(crate) mod overload;
+pub(crate) mod ratelimit;
