@@ -99,7 +99,7 @@ build() {
 modes() { (cd "$1" && find . \( -type l -o -type f -perm -u+x \) ! -name .cargo-ok | sort); }
 
 check() {
-  local crate failed=0 out n
+  local crate failed=0 out modes_diff n
   [ $# -gt 0 ] || set -- "${CRATES[@]}"
   for crate in "$@"; do known_crate "$crate"; done
   for crate in "$@"; do
@@ -107,8 +107,10 @@ check() {
     n=$(patches "$crate" | wc -l | tr -d ' ')
     out=$(diff -rq --no-dereference -x .cargo_vcs_info.json -x .cargo-ok \
       "$TMP/$crate" "vendor/$crate" 2>&1 | sed "s|$TMP/$crate|(pristine + patches)|g") || true
-    if ! diff <(modes "$TMP/$crate") <(modes "vendor/$crate") >/dev/null; then
-      out+=$'\n'"executable files or symlinks differ: $(diff <(modes "$TMP/$crate") <(modes "vendor/$crate") | grep '^[<>]' | tr '\n' ' ')"
+    modes_diff=$(diff <(modes "$TMP/$crate") <(modes "vendor/$crate") | grep '^[<>]') || true
+    if [ -n "$modes_diff" ]; then
+      out+="${out:+$'\n'}executable files or symlinks, < pristine + patches, > vendor/$crate:"
+      out+=$'\n'"$modes_diff"
     fi
     if [ -n "$out" ]; then
       echo "$out" >&2
