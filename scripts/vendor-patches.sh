@@ -11,8 +11,11 @@
 # patch by hand and for upgrades (set PRISTINE's version, url and sha256 to the new release, apply,
 # mend each patch it stops at); it refuses while vendor/CRATE has uncommitted changes unless FORCE=1.
 # The .crate files are cached in ${XDG_CACHE_HOME:-$HOME/.cache}/rampart-vendor and checked against
-# PRISTINE's sha256 on every use. Patches are applied with `git apply`: exact context, no fuzz, and
-# it handles the deleted binary files and symlinks that patch(1) cannot.
+# PRISTINE's sha256 on every use. PRISTINE's `omit PATH` lines (one path a line, a file or a folder,
+# relative to the crate root) name what the vendored copy leaves out of the release: each is removed
+# from the unpacked release before the first patch, so no patch has to delete it; a PATH the release
+# lacks is an error. Patches are applied with `git apply`: exact context, no fuzz, and it handles
+# the binary files and symlinks that patch(1) cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,7 +27,7 @@ unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY
 GIT=(git -c core.quotepath=off -c diff.noprefix=false -c diff.mnemonicPrefix=false
   -c diff.renames=false -c core.autocrlf=false)
 
-usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" >&2; exit 2; }
 die() { echo "vendor-patches: $*" >&2; exit 1; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/rampart-vendor.XXXXXX")
@@ -43,6 +46,9 @@ field() {
   [ -n "$v" ] || die "vendor/patches/$1/PRISTINE has no '$2' line"
   echo "$v"
 }
+
+# omits CRATE: PRISTINE's omit paths, one a line (none is fine).
+omits() { sed -n 's/^omit[[:space:]]\{1,\}//p' "vendor/patches/$1/PRISTINE" | sed 's/[[:space:]]*$//'; }
 
 sha256() {
   if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1
@@ -76,7 +82,7 @@ crate_file() {
   echo "$file"
 }
 
-# build CRATE DIR: pristine release + the series, in DIR (created).
+# build CRATE DIR: pristine release, less PRISTINE's omit paths, + the series, in DIR (created).
 build() {
   local crate=$1 dir=$2 file top p
   file=$(crate_file "$crate")
@@ -85,6 +91,17 @@ build() {
   # -m: extracted files get the current time, so cargo sees every file as changed.
   tar -xzmf "$file" -C "$dir" --strip-components=1 "$top" ||
     die "$file does not unpack as $top/"
+  while IFS= read -r p; do
+    # Checked here, not in omits, where die would only end the process substitution.
+    p=${p%/}
+    case "/$p/" in
+      // | /[/]* | */./* | */../*)
+        die "vendor/patches/$crate/PRISTINE: bad omit path '$p' (relative to the crate root, no . or ..)" ;;
+    esac
+    [ -e "$dir/$p" ] || [ -L "$dir/$p" ] ||
+      die "vendor/patches/$crate/PRISTINE omits '$p', which is not in $top (or a line above omits it already); drop the line"
+    rm -rf -- "${dir:?}/$p"
+  done < <(omits "$crate")
   while read -r p; do
     [ -n "$p" ] || continue
     # The ceiling keeps git from taking $dir for part of a repository around it.
