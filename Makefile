@@ -16,6 +16,8 @@ run: build
 
 ## Run every test (unit, integration with curl/openssl, CLI).
 test: deps
+	# vendor/quiche and vendor/tokio-quiche must be their pristine releases + vendor/patches/.
+	scripts/vendor-patches.sh check
 	$(CARGO) test --workspace
 	scripts/test-vendored.sh
 	# The fuzz targets (their own workspace, run with cargo-fuzz) still build against ours.

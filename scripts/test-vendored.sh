@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the vendored quiche's and tokio-quiche's own unit tests, with rampart's patches applied
-# (vendor/*/RAMPART-PATCHES.md). They are outside the cargo workspace, so `cargo test
+# (vendor/patches/*/README.md). They are outside the cargo workspace, so `cargo test
 # --workspace` does not reach them; tokio-quiche is tested against the patched quiche beside it
 # (its Cargo.toml's [patch]), both against boring 5.4 as in the workspace. They share the
-# workspace's target directory, so BoringSSL is not built a second time.
+# workspace's target directory, so BoringSSL is not built a second time. That the vendored trees
+# are exactly pristine + patches is checked separately, before this, by
+# `scripts/vendor-patches.sh check` in `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/../vendor"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../target}"
