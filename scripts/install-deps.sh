@@ -45,3 +45,7 @@ if ! command -v cargo >/dev/null; then
     rustup default stable
   fi
 fi
+# `make lint` needs rustfmt and clippy (rustup's default profile has them; a minimal one not).
+if command -v rustup >/dev/null && ! cargo clippy --version >/dev/null 2>&1; then
+  rustup component add clippy rustfmt >/dev/null 2>&1 || true
+fi
