@@ -26,6 +26,8 @@ test: deps
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# No import cycles between any crate's modules.
+	scripts/module-cycles.py crates/*/src
 
 ## The foundation benchmark against nginx (see docs/benchmarks.md).
 bench:

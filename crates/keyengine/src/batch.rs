@@ -18,7 +18,8 @@
 //! counted.
 
 use crate::algorithm::{HashAlgorithm, SignatureAlgorithm};
-use crate::engine::{Engine, SignError, SignFuture, SignRequest};
+use crate::engine::{Engine, SignFuture, SignRequest};
+use crate::error::SignError;
 use crate::scheduler::ewma;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use mbcrypto::ecdsa::NoncePool;

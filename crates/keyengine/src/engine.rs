@@ -1,7 +1,9 @@
 //! The engine interface every signing backend implements.
 
 use crate::algorithm::{KeyKind, SignatureAlgorithm};
-use crate::key::{KeyId, PrivateKey};
+use crate::error::SignError;
+use crate::key::PrivateKey;
+use crate::key_id::KeyId;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,43 +26,6 @@ impl SignRequest {
         match &self.private {
             Some(k) => k.sign_digest(self.algorithm, &self.digest),
             None => Err(SignError::KeyNotFound(self.key)),
-        }
-    }
-}
-
-/// Why a signature was not produced.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SignError {
-    #[error("key {0} not found")]
-    KeyNotFound(KeyId),
-    #[error("algorithm {0} does not match the key")]
-    UnsupportedAlgorithm(SignatureAlgorithm),
-    #[error("digest has {got} bytes, expected {expected}")]
-    BadDigest { expected: usize, got: usize },
-    #[error("engine {0} overloaded: queue full")]
-    Overloaded(&'static str),
-    #[error("engine {0} stopped")]
-    Stopped(&'static str),
-    #[error("engine {0} unavailable: {1}")]
-    Unavailable(&'static str, String),
-    #[error("signature from engine {0} failed verification (fault detected)")]
-    FaultDetected(&'static str),
-    #[error("crypto failure: {0}")]
-    Crypto(String),
-}
-
-impl SignError {
-    /// A short stable label for metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            SignError::KeyNotFound(_) => "key_not_found",
-            SignError::UnsupportedAlgorithm(_) => "unsupported_algorithm",
-            SignError::BadDigest { .. } => "bad_digest",
-            SignError::Overloaded(_) => "overloaded",
-            SignError::Stopped(_) => "stopped",
-            SignError::Unavailable(..) => "unavailable",
-            SignError::FaultDetected(_) => "fault",
-            SignError::Crypto(_) => "crypto",
         }
     }
 }

@@ -1,10 +1,11 @@
 //! [`KeyEngine`]: the one object the TLS layer talks to.
 
 use crate::algorithm::SignatureAlgorithm;
-use crate::engine::{SignError, SignRequest};
-use crate::key::KeyId;
+use crate::engine::SignRequest;
+use crate::error::SignError;
 #[cfg(test)]
 use crate::key::PrivateKey;
+use crate::key_id::KeyId;
 use crate::metrics::EngineMetrics;
 use crate::registry::{KeyEntry, KeyRegistry};
 use crate::scheduler::Scheduler;

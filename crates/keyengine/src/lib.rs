@@ -11,9 +11,11 @@
 mod algorithm;
 mod batch;
 mod engine;
+mod error;
 mod facade;
 mod inline;
 mod key;
+mod key_id;
 mod metrics;
 mod registry;
 mod scheduler;
@@ -23,10 +25,12 @@ mod threads;
 
 pub use algorithm::{HashAlgorithm, KeyKind, SignatureAlgorithm};
 pub use batch::{BatchConfig, BatchEngine};
-pub use engine::{Engine, SignError, SignFuture, SignRequest};
+pub use engine::{Engine, SignFuture, SignRequest};
+pub use error::SignError;
 pub use facade::KeyEngine;
 pub use inline::InlineEngine;
-pub use key::{KeyId, KeyLoadError, PrivateKey, PublicKey};
+pub use key::{KeyLoadError, PrivateKey, PublicKey};
+pub use key_id::KeyId;
 /// The multi-buffer kernel's lane types (which one the `batch` engine runs).
 pub use mbcrypto::Backend as KernelBackend;
 pub use metrics::EngineMetrics;

@@ -1,7 +1,8 @@
 //! The key registry: keys by subject key identifier. Each entry has the public key (to verify
 //! every signature before release) and, when this process holds it, the private key.
 
-use crate::key::{KeyId, KeyLoadError, PrivateKey, PublicKey};
+use crate::key::{KeyLoadError, PrivateKey, PublicKey};
+use crate::key_id::KeyId;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;

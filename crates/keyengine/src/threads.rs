@@ -1,7 +1,8 @@
 //! The `threads` engine: dedicated crypto threads fed by a bounded queue, so that event loops
 //! never run an RSA private-key operation.
 
-use crate::engine::{Engine, SignError, SignFuture, SignRequest};
+use crate::engine::{Engine, SignFuture, SignRequest};
+use crate::error::SignError;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

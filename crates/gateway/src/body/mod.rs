@@ -1,7 +1,6 @@
 //! Body wrappers: request bodies streamed upstream under a size limit, and response bodies
 //! that count bytes, tell how they ended and finish the access-log record then.
 
-use crate::upstream::{PooledConn, RequestSlot};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -198,6 +197,16 @@ impl ResponseEnd {
     }
 }
 
+/// What an upstream response holds until its body ends (its pooled connection, its place
+/// among the cluster's requests); the upstream module implements it, so bodies need not know
+/// about pools.
+pub(crate) trait UpstreamLease: Send + 'static {
+    /// The body ended: `reusable` when it was read to its end, so the connection can serve
+    /// another request; otherwise the connection is closed. Dropping a lease without calling
+    /// this closes it too.
+    fn end(self: Box<Self>, reusable: bool);
+}
+
 /// Called once when a response body is finished or dropped, with the bytes sent.
 pub trait OnResponseDone: Send + 'static {
     fn done(self: Box<Self>, bytes_out: u64, end: ResponseEnd);
@@ -224,10 +233,9 @@ pub struct ResponseBody {
     failed: bool,
     on_done: Option<Box<dyn OnResponseDone>>,
     counters: Option<EndCounters>,
-    /// The upstream connection, returned to its pool once this body has been read to its end.
-    conn: Option<PooledConn>,
-    /// The request's place among its cluster's `max_requests`, given back when this body ends.
-    slot: Option<RequestSlot>,
+    /// The upstream connection (returned to its pool once this body has been read to its
+    /// end) and the request's place among its cluster's `max_requests`.
+    lease: Option<Box<dyn UpstreamLease>>,
     /// A request body kept alive (unread) until this response is done.
     _held: Option<RequestBody>,
     /// Compressing the body as it passes ([`ResponseBody::gzip`]).
@@ -248,8 +256,7 @@ struct Gzipping {
 impl ResponseBody {
     pub fn upstream(
         b: Incoming,
-        conn: Option<PooledConn>,
-        slot: Option<RequestSlot>,
+        lease: Option<Box<dyn UpstreamLease>>,
         counters: EndCounters,
     ) -> Self {
         ResponseBody {
@@ -258,8 +265,7 @@ impl ResponseBody {
             failed: false,
             on_done: None,
             counters: Some(counters),
-            conn,
-            slot,
+            lease,
             gzip: None,
             _held: None,
             upstream_idle: None,
@@ -274,9 +280,8 @@ impl ResponseBody {
             failed: false,
             on_done: None,
             counters: None,
-            slot: None,
+            lease: None,
             gzip: None,
-            conn: None,
             _held: None,
             upstream_idle: None,
             _active: None,
@@ -323,12 +328,9 @@ impl ResponseBody {
         };
         // An upstream body read to its end leaves the connection reusable; one abandoned
         // midway is closed by dropping it.
-        if let Some(c) = self.conn.take() {
-            if end == ResponseEnd::Complete {
-                c.release();
-            }
+        if let Some(lease) = self.lease.take() {
+            lease.end(end == ResponseEnd::Complete);
         }
-        self.slot = None;
         if let Some(c) = self.counters.take() {
             match end {
                 ResponseEnd::Complete => {}

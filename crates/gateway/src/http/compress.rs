@@ -15,7 +15,7 @@ const LEVEL: u32 = 4;
 
 /// Whether a request's `Accept-Encoding` takes gzip (with a non-zero q).
 pub fn accepts_gzip(h: &HeaderMap) -> bool {
-    crate::http::proxy::list_elements(h, &header::ACCEPT_ENCODING).any(|coding| {
+    crate::http::headers::list_elements(h, &header::ACCEPT_ENCODING).any(|coding| {
         let mut parts = coding.split(';');
         let name = parts.next().unwrap_or("").trim();
         let q_zero = parts.any(|p| {

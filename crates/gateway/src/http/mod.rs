@@ -2,6 +2,7 @@
 //! forwarded and the response compressed where asked.
 
 pub(crate) mod compress;
+pub(crate) mod headers;
 pub(crate) mod proxy;
 pub mod request_target;
 pub(crate) mod router;

@@ -2,6 +2,7 @@
 //! respond (and log). Each phase is a small function so later phases (access control, 0-RTT
 //! rules) have an obvious place.
 
+use super::headers::list_elements;
 use crate::body::{
     BodyProgress, ClientBody, EndCounters, OnResponseDone, RequestBody, ResponseBody, ResponseEnd,
 };
@@ -11,7 +12,7 @@ use crate::http::request_target::Target;
 use crate::http::router::{Route, Router};
 use crate::ops::access_log::{AccessLog, AccessRecord};
 use crate::ops::metrics::Metrics;
-use crate::upstream::{Cluster, UpstreamError};
+use crate::upstream::{Cluster, Exchange, UpstreamError};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use std::convert::Infallible;
@@ -69,19 +70,6 @@ static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-prot
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// The elements of a comma-separated header list, over all of its fields, trimmed (their
-/// parameters, after `;`, kept).
-pub(crate) fn list_elements<'a>(
-    h: &'a HeaderMap,
-    name: &HeaderName,
-) -> impl Iterator<Item = &'a str> {
-    h.get_all(name)
-        .into_iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-}
 
 /// Whether a request's `TE` lists `trailers`.
 fn accepts_trailers(h: &HeaderMap) -> bool {
@@ -651,8 +639,7 @@ async fn forward<'a>(
         Response::from_parts(parts, {
             let body = ResponseBody::upstream(
                 body,
-                exchange.conn,
-                exchange.slot,
+                Some(Exchange::lease(exchange.conn, exchange.slot)),
                 EndCounters {
                     upstream_failed: cluster.body_errors.clone(),
                     abandoned: shared.abandoned_responses.clone(),

@@ -118,6 +118,7 @@ impl AccessList {
     }
 
     /// True when the list has no entries (everyone is served).
+    #[cfg(test)]
     pub fn is_open(&self) -> bool {
         self.allow.is_empty() && self.deny.is_empty()
     }

@@ -2,5 +2,6 @@
 //! manager's actions.
 
 pub(crate) mod access;
+pub(crate) mod admission;
 pub(crate) mod overload;
 pub(crate) mod ratelimit;

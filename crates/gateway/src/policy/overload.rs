@@ -9,7 +9,7 @@
 //! | 0.75 | 0-RTT requests are refused (425) | `proxy::handle` |
 //! | 0.80 | new HTTP/2 connections get small receive windows (16 KiB a stream, 64 KiB the connection) | `server` |
 //! | 0.85 | idle connections close after `idle_timeout_under_pressure` | `conn_timers` |
-//! | 0.90 | new connections are refused at accept (TCP closed, QUIC CONNECTION_REFUSED) | `metrics::ConnectionCap` |
+//! | 0.90 | new connections are refused at accept (TCP closed, QUIC CONNECTION_REFUSED) | `admission::ConnectionCap` |
 //! | 0.95 | every open TCP connection drains: GOAWAY on HTTP/2, close once idle on HTTP/1.1 | `server::drive` |
 //!
 //! Each activation and release is logged and counted

@@ -8,7 +8,7 @@
 pub(crate) mod health;
 pub(crate) mod tls;
 
-use crate::body::RequestBody;
+use crate::body::{RequestBody, UpstreamLease};
 use crate::config::{ClusterConfig, LbPolicy, UpstreamProtocol};
 use crate::upstream::health::Health;
 use crate::upstream::tls::{dial, UpstreamIo, UpstreamTls};
@@ -250,6 +250,31 @@ pub struct Exchange {
     pub endpoint: SocketAddr,
     pub conn: Option<PooledConn>,
     pub slot: Option<RequestSlot>,
+}
+
+impl Exchange {
+    /// The connection and slot, for the response body to give back when it ends.
+    pub fn lease(conn: Option<PooledConn>, slot: Option<RequestSlot>) -> Box<dyn UpstreamLease> {
+        Box::new(Lease { conn, slot })
+    }
+}
+
+/// An upstream response's connection and request slot until its body ends.
+struct Lease {
+    conn: Option<PooledConn>,
+    slot: Option<RequestSlot>,
+}
+
+impl UpstreamLease for Lease {
+    fn end(self: Box<Self>, reusable: bool) {
+        let Lease { conn, slot } = *self;
+        // An upstream body read to its end leaves the connection reusable; one abandoned
+        // midway is closed by dropping it.
+        if let (Some(c), true) = (conn, reusable) {
+            c.release();
+        }
+        drop(slot);
+    }
 }
 
 pub struct Cluster {

@@ -49,46 +49,6 @@ use tokio_quiche::{ConnectionParams, ServerH3Controller, ServerH3Driver};
 /// 2026-11-25): 1.55–1.96 CPU s/GB at 16 KiB, 1.36–1.55 at 64 KiB, 1.26–1.39 at 256 KiB.
 const H3_REQUEST_BODY_CHUNK: usize = 64 * 1024;
 
-/// Binds a UDP socket of a QUIC listener, with large buffers (warning when capped), in a
-/// `SO_REUSEPORT` group when `reuse_port` (one socket per worker, see [`crate::listener::quic::workers`]).
-pub fn bind_udp(
-    addr: SocketAddr,
-    buffer: usize,
-    reuse_port: bool,
-) -> std::io::Result<std::net::UdpSocket> {
-    let sock = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )?;
-    for (name, set, get) in [
-        (
-            "receive",
-            socket2::Socket::set_recv_buffer_size
-                as fn(&socket2::Socket, usize) -> std::io::Result<()>,
-            socket2::Socket::recv_buffer_size as fn(&socket2::Socket) -> std::io::Result<usize>,
-        ),
-        (
-            "send",
-            socket2::Socket::set_send_buffer_size,
-            socket2::Socket::send_buffer_size,
-        ),
-    ] {
-        set(&sock, buffer)?;
-        // Linux reports twice the granted size.
-        let got = get(&sock)? / 2;
-        if got < buffer {
-            tracing::warn!(%addr, asked = buffer, got, "UDP {name} buffer capped by the kernel (raise net.core.{}mem_max)", if name == "receive" { "r" } else { "w" });
-        }
-    }
-    sock.set_nonblocking(true)?;
-    if reuse_port {
-        sock.set_reuse_port(true)?;
-    }
-    sock.bind(&addr.into())?;
-    Ok(sock.into())
-}
-
 struct Hook {
     tls: QuicTls,
 }
@@ -261,7 +221,7 @@ pub async fn serve(
     // Load shedding: at `limits.max_connections` open QUIC connections, or from a client the
     // listener's access list turns away, new attempts are refused at once (CONNECTION_REFUSED)
     // before any handshake work, and counted.
-    let cap = crate::ops::metrics::ConnectionCap::new(
+    let cap = crate::policy::admission::ConnectionCap::new(
         &shared.metrics,
         &format!("{}/quic", shared.listener),
         shared.limits.max_connections,

@@ -51,14 +51,14 @@ pub fn steering_program(workers: u32) -> Vec<libc::sock_filter> {
 /// program, returns a single socket (HTTP/3 then runs on worker 0 only).
 pub fn bind(addr: SocketAddr, buffer: usize, workers: usize) -> std::io::Result<Vec<UdpSocket>> {
     if workers <= 1 {
-        return Ok(vec![crate::listener::quic::bind_udp(addr, buffer, false)?]);
+        return Ok(vec![bind_udp(addr, buffer, false)?]);
     }
     // A reuseport bind would quietly join another process's group on the same port (another
     // gateway running as the same user): probe with a plain bind first.
     if addr.port() != 0 {
         drop(UdpSocket::bind(addr)?);
     }
-    let first = crate::listener::quic::bind_udp(addr, buffer, true)?;
+    let first = bind_udp(addr, buffer, true)?;
     if let Err(e) = attach_steering(&first, workers as u32) {
         tracing::warn!(%addr, error = %e, "cannot steer QUIC by connection ID; HTTP/3 runs on worker 0 only");
         return Ok(vec![first]);
@@ -68,7 +68,7 @@ pub fn bind(addr: SocketAddr, buffer: usize, workers: usize) -> std::io::Result<
     let addr = first.local_addr()?;
     let mut socks = vec![first];
     for _ in 1..workers {
-        socks.push(crate::listener::quic::bind_udp(addr, buffer, true)?);
+        socks.push(bind_udp(addr, buffer, true)?);
     }
     Ok(socks)
 }
@@ -132,6 +132,46 @@ impl ConnectionIdGenerator<'static> for WorkerIds {
     fn verify_connection_id(&self, cid: &ConnectionId<'_>) -> QuicResult<()> {
         self.inner.verify_connection_id(cid)
     }
+}
+
+/// Binds a UDP socket of a QUIC listener, with large buffers (warning when capped), in a
+/// `SO_REUSEPORT` group when `reuse_port` (one socket per worker).
+fn bind_udp(
+    addr: SocketAddr,
+    buffer: usize,
+    reuse_port: bool,
+) -> std::io::Result<std::net::UdpSocket> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    for (name, set, get) in [
+        (
+            "receive",
+            socket2::Socket::set_recv_buffer_size
+                as fn(&socket2::Socket, usize) -> std::io::Result<()>,
+            socket2::Socket::recv_buffer_size as fn(&socket2::Socket) -> std::io::Result<usize>,
+        ),
+        (
+            "send",
+            socket2::Socket::set_send_buffer_size,
+            socket2::Socket::send_buffer_size,
+        ),
+    ] {
+        set(&sock, buffer)?;
+        // Linux reports twice the granted size.
+        let got = get(&sock)? / 2;
+        if got < buffer {
+            tracing::warn!(%addr, asked = buffer, got, "UDP {name} buffer capped by the kernel (raise net.core.{}mem_max)", if name == "receive" { "r" } else { "w" });
+        }
+    }
+    sock.set_nonblocking(true)?;
+    if reuse_port {
+        sock.set_reuse_port(true)?;
+    }
+    sock.bind(&addr.into())?;
+    Ok(sock.into())
 }
 
 #[cfg(test)]

@@ -1,0 +1,97 @@
+//! Admission at accept: a listener's access list, its `limits.max_connections` and the
+//! overload manager's refusal, checked before a connection costs anything.
+
+use crate::ops::metrics::{GaugeGuard, Metrics};
+use crate::policy::access::SharedAccessList;
+use crate::policy::overload::{Action, Overload};
+use std::sync::Arc;
+
+/// `limits.max_connections` for one listener and transport (`"NAME"` for TCP, `"NAME/quic"`):
+/// its open-connections gauge, its rejected counter and the cap, looked up once.
+#[derive(Clone)]
+pub struct ConnectionCap {
+    open: prometheus::IntGauge,
+    rejected: prometheus::IntCounter,
+    max: i64,
+    access: SharedAccessList,
+    denied: prometheus::IntCounter,
+    overload: Arc<Overload>,
+}
+
+impl ConnectionCap {
+    pub fn new(
+        m: &Metrics,
+        label: &str,
+        max: usize,
+        access: SharedAccessList,
+        overload: Arc<Overload>,
+    ) -> Self {
+        ConnectionCap {
+            open: m.open_connections.with_label_values(&[label]),
+            rejected: m.rejected_connections.with_label_values(&[label]),
+            max: max as i64,
+            access,
+            denied: m.denied_connections.with_label_values(&[label]),
+            overload,
+        }
+    }
+
+    /// Whether a new connection from `client` must be refused: the listener's access list
+    /// turns it away, or the cap is reached. Counted either way.
+    pub fn refuse(&self, client: std::net::IpAddr) -> bool {
+        if self.deny(client) {
+            return true;
+        }
+        self.full()
+    }
+
+    /// Whether the listener's access list turns `client` away (counted).
+    pub fn deny(&self, client: std::net::IpAddr) -> bool {
+        if !self.access.current().permits(client) {
+            self.denied.inc();
+            return true;
+        }
+        false
+    }
+
+    /// Whether the cap itself is reached (not counted).
+    pub fn at_cap(&self) -> bool {
+        self.open.get() >= self.max
+    }
+
+    /// Whether the overload manager stops accepting (not counted).
+    pub fn stopped(&self) -> bool {
+        self.overload.is_active(Action::StopAccepting)
+    }
+
+    /// Counts a connection refused for the cap, overload or another limit (pending QUIC
+    /// handshakes).
+    pub fn count_rejected(&self) {
+        self.rejected.inc();
+    }
+
+    /// The open connections.
+    pub fn open_count(&self) -> usize {
+        self.open.get().max(0) as usize
+    }
+
+    /// Whether the cap is reached, or the overload manager stops accepting (counted).
+    pub fn full(&self) -> bool {
+        let full = self.at_cap() || self.stopped();
+        if full {
+            self.count_rejected();
+        }
+        full
+    }
+
+    /// Whether the listener holds more than 3/4 of its cap, or the overload manager closes
+    /// idle connections: idle connections then get the shorter `idle_timeout_under_pressure`.
+    pub fn under_pressure(&self) -> bool {
+        self.open.get() * 4 > self.max * 3 || self.overload.is_active(Action::CloseIdleConnections)
+    }
+
+    /// Counts one open connection until the guard drops.
+    pub fn open(&self) -> GaugeGuard {
+        GaugeGuard::new(self.open.clone())
+    }
+}
