@@ -55,7 +55,7 @@ CFG
 # It sends with the kernel TCP congestion control UPSTREAM_TCP_CC, cubic (Linux's default) unless
 # set; set it empty for the kernel's default. Pinned because the figures depend on it: on
 # loopback without an fq qdisc a BBR sender paces with per-socket timers, which fire on the CPU
-# that processed the ACK arming them, often the gateway's (docs/benchmarks.md, 2026-11-25).
+# that processed the ACK arming them, often the gateway's (docs/benchmarks-history.md, 2026-11-25).
 bench_upstream() {
   local cc=${UPSTREAM_TCP_CC-cubic} log=${OUT:-/tmp}/upstream.log
   taskset -c "$1" "$BIN" upstream --listen 127.0.0.1:"$2" ${cc:+--tcp-congestion "$cc"} 2>"$log" &

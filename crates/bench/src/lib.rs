@@ -164,7 +164,7 @@ pub struct BenchArgs {
     /// at net.core.rmem_max). 0, the default, keeps the kernel's (often 208 KiB, which drops
     /// whole 64-packet GSO trains now and then); Chromium asks for 1 MiB, quic-go for 7 MiB.
     /// With a larger buffer the client drains more per read and, without `--ack-every`,
-    /// acknowledges far less often (docs/benchmarks.md).
+    /// acknowledges far less often (docs/benchmarks-history.md).
     #[arg(long, default_value_t = 0)]
     pub udp_recv_buffer: usize,
     /// HTTP/3 modes: acknowledge after at most this many datagrams received. 0, the default,

@@ -6,7 +6,7 @@
 //! packets, the client takes them, reads the data and acknowledges, and the server reads the
 //! acknowledgements. Only the server's calls are timed: `stream_send` (buffering the body),
 //! `send` (building and sealing packets) and `recv` (processing ACKs). Their sum per packet is
-//! the user-space budget the HTTP/3 bulk goal is about (see docs/benchmarks.md), measured
+//! the user-space budget the HTTP/3 bulk goal is about (see docs/benchmarks-history.md), measured
 //! without the loopback's noise, so a change to the packet writer can be compared in seconds.
 
 use crate::BenchArgs;

@@ -337,7 +337,7 @@ pub async fn spawn_upstream(
 /// with that kernel congestion control (they inherit it from the listener) instead of the
 /// kernel's default. Benchmarks pin it: on loopback without an `fq` qdisc, a BBR sender paces
 /// with per-socket timers, and those fire on whichever CPU processed the ACK that armed them,
-/// which is often the gateway's (see docs/benchmarks.md).
+/// which is often the gateway's (see docs/benchmarks-history.md).
 async fn bind_upstream(
     addr: SocketAddr,
     tcp_congestion: Option<&str>,

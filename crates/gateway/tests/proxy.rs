@@ -28,9 +28,12 @@ async fn upstream_down_gives_502() {
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
     let dead = dead_port();
-    let fx = start_with(&config_text(&[dead], "", ""), dir, dead, None).await;
+    let text = log_to_file(config_text(&[dead], "", ""), dir.path());
+    let fx = start_with(&text, dir, dead, None).await;
     let out = stdout(&run(curl(&fx, &["-w", "%{http_code}", &fx.url("/")])).await);
     assert_eq!(out, "upstream connect failed\n502");
+    // The access log says whose fault it was.
+    assert_eq!(access_log(&fx, 1).await[0]["fault"], "upstream");
     let m = fx.gw().metrics.render();
     assert_eq!(
         metric_sum(&m, "rampart_upstream_errors_total", &["kind=\"connect\""]),
@@ -346,6 +349,8 @@ async fn access_log_writes_one_json_line_per_request() {
     assert_eq!(second["protocol"], "h2");
     assert_eq!(second["bytes_out"], 10);
     assert!(second["duration_ms"].as_f64().unwrap() >= 0.0);
+    // `fault` is written only for a request that failed.
+    assert!(first.get("fault").is_none() && second.get("fault").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

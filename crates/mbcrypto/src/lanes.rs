@@ -97,7 +97,7 @@ impl Backend {
     }
 
     /// The default: the backend measured fastest on AVX-512 IFMA machines (see
-    /// docs/benchmarks.md), or the portable one.
+    /// docs/benchmarks-history.md), or the portable one.
     pub fn best() -> Backend {
         if ifma_detected() {
             Backend::Ifma512

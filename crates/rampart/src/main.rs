@@ -7,7 +7,7 @@ use gateway::demo::{self, CertKind};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// mimalloc: measured to cut the proxied-request CPU (docs/benchmarks.md); glibc malloc
+/// mimalloc: measured to cut the proxied-request CPU (docs/benchmarks-history.md); glibc malloc
 /// showed as ~9% of a keep-alive proxying profile. The `system-alloc` feature leaves the
 /// system allocator in place, for heap profilers that hook malloc.
 #[cfg(not(feature = "system-alloc"))]

@@ -6,7 +6,7 @@ pub mod reload;
 
 pub use engines::{assemble_key_engine, build_key_engine, start_engines};
 
-use crate::http::proxy;
+use crate::http::pipeline;
 use crate::listener::quic::workers as quic_workers;
 use crate::listener::{quic, redirect, tcp as server};
 use crate::ops::{access_log, admin, metrics};
@@ -50,7 +50,7 @@ pub struct Running {
     /// Every listener's certificate stores, for [`Running::reload`].
     certs: Vec<tls::ListenerCerts>,
     /// Every worker's routes and clusters, swapped by [`Running::reload`].
-    routing: Vec<proxy::RoutingSlot>,
+    routing: Vec<pipeline::RoutingSlot>,
     /// Every listener's `allow`/`deny`, replaced by [`Running::reload`].
     access_lists: Vec<access::SharedAccessList>,
     /// The configuration in force and its clusters (reloads are serialized by this lock).
@@ -68,10 +68,10 @@ struct WorkerPlan {
     index: usize,
     /// Upgraded-connection tunnels spawned by this worker's listeners.
     tunnels: tokio_util::task::TaskTracker,
-    quic: Vec<(quic::QuicWorker, Arc<proxy::ProxyShared>)>,
+    quic: Vec<(quic::QuicWorker, Arc<pipeline::ProxyShared>)>,
     listeners: Vec<(
         std::net::TcpListener,
-        Arc<proxy::ProxyShared>,
+        Arc<pipeline::ProxyShared>,
         Arc<boring::ssl::SslAcceptor>,
         Duration,
     )>,
@@ -178,9 +178,9 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     // Each worker gets its own upstream pools; a cluster's max_requests and its endpoints'
     // health marks hold over all of them.
     let mut clusters = reload::build_clusters(&cfg, &metrics, workers, &[])?;
-    let routing: Vec<proxy::RoutingSlot> = reload::routings(&cfg, &clusters, workers, None)
+    let routing: Vec<pipeline::RoutingSlot> = reload::routings(&cfg, &clusters, workers, None)
         .into_iter()
-        .map(proxy::RoutingSlot::new)
+        .map(pipeline::RoutingSlot::new)
         .collect();
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
@@ -256,7 +256,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             );
         }
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
-            let shared = Arc::new(proxy::ProxyShared {
+            let shared = Arc::new(pipeline::ProxyShared {
                 listener: l.name.clone(),
                 routing: routing[w].clone(),
                 limits: l.limits.clone(),

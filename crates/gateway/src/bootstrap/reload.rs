@@ -6,7 +6,7 @@
 //! retired one's health checks stop once the new generation is in force.
 
 use crate::config::{ClusterConfig, Config};
-use crate::http::proxy::Routing;
+use crate::http::pipeline::Routing;
 use crate::http::router::Router;
 use crate::ops::metrics::Metrics;
 use crate::upstream::health::Health;

@@ -202,7 +202,7 @@ impl BatchEngineConfig {
     }
 }
 
-/// `[key_engine.gpu]`: the `gpu` engine's queue and launch shape (see `docs/benchmarks.md`
+/// `[key_engine.gpu]`: the `gpu` engine's queue and launch shape (see `docs/benchmarks-history.md`
 /// for what each measured on an H200).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -733,6 +733,26 @@ pub struct RouteConfig {
     /// answers, such as 403 or 502, included).
     #[serde(default)]
     pub response_headers: HeaderRewriteConfig,
+}
+
+#[cfg(test)]
+impl RouteConfig {
+    /// A route to `cluster` for `host` and `path_prefix`, every other option at its default.
+    pub fn simple(host: &str, path_prefix: &str, cluster: &str) -> Self {
+        RouteConfig {
+            host: host.into(),
+            path_prefix: path_prefix.into(),
+            cluster: cluster.into(),
+            name: None,
+            allow: vec![],
+            deny: vec![],
+            rate_limit: None,
+            request_headers: Default::default(),
+            response_headers: Default::default(),
+            compress: false,
+            upgrade_protocols: vec!["websocket".into()],
+        }
+    }
 }
 
 /// A route's `request_headers` or `response_headers`.

@@ -3,6 +3,7 @@
 
 pub(crate) mod compress;
 pub(crate) mod headers;
-pub(crate) mod proxy;
+pub(crate) mod pipeline;
 pub mod request_target;
 pub(crate) mod router;
+pub(crate) mod websocket;

@@ -177,19 +177,7 @@ mod tests {
     use super::*;
 
     fn r(host: &str, prefix: &str, cluster: &str) -> RouteConfig {
-        RouteConfig {
-            host: host.into(),
-            path_prefix: prefix.into(),
-            cluster: cluster.into(),
-            name: None,
-            allow: vec![],
-            deny: vec![],
-            rate_limit: None,
-            request_headers: Default::default(),
-            response_headers: Default::default(),
-            compress: false,
-            upgrade_protocols: vec!["websocket".into()],
-        }
+        RouteConfig::simple(host, prefix, cluster)
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! by ALPN into the proxy pipeline. A bad connection only ever closes itself.
 
 use crate::body::client_body;
-use crate::http::proxy::{self, ConnInfo, ProxyShared};
+use crate::http::pipeline::{self, ConnInfo, ProxyShared};
 use crate::listener::conn_timers::{Activity, IdleLimits, IdleSet};
 use crate::listener::h2_flood;
 use crate::listener::proxy_protocol;
@@ -284,7 +284,7 @@ async fn serve_connection(
             let active = activity.begin();
             // For a tunnel made of an HTTP/2 stream, which outlives its response.
             req.extensions_mut().insert(activity.clone());
-            let handled = proxy::handle(shared.clone(), info.clone(), req.map(client_body));
+            let handled = pipeline::handle(shared.clone(), info.clone(), req.map(client_body));
             async move {
                 let resp = handled.await?;
                 Ok::<_, std::convert::Infallible>(resp.map(|b| b.while_active(active)))

@@ -35,6 +35,10 @@ pub struct AccessRecord {
     /// midway; the client saw an error, not a short body) or `abandoned` (the client left or
     /// cancelled first).
     pub response_end: &'static str,
+    /// Whose fault a failed request was (`client`, `upstream` or `gateway`); absent when the
+    /// request did not fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<&'static str>,
 }
 
 #[derive(Clone)]

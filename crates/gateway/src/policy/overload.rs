@@ -6,7 +6,7 @@
 //! | share | action | where it acts |
 //! |---|---|---|
 //! | 0.70 | every QUIC Initial without a token gets a Retry | the listeners' Retry gates |
-//! | 0.75 | 0-RTT requests are refused (425) | `proxy::handle` |
+//! | 0.75 | 0-RTT requests are refused (425) | `pipeline::refuse_early_data` |
 //! | 0.80 | new HTTP/2 connections get small receive windows (16 KiB a stream, 64 KiB the connection) | `server` |
 //! | 0.85 | idle connections close after `idle_timeout_under_pressure` | `conn_timers` |
 //! | 0.90 | new connections are refused at accept (TCP closed, QUIC CONNECTION_REFUSED) | `admission::ConnectionCap` |

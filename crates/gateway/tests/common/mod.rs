@@ -395,7 +395,7 @@ pub async fn start_logged(listener_extra: &str) -> Fixture {
 }
 
 /// A config edit: the access log to `access.log` in the config's folder.
-fn log_to_file(text: String, dir: &Path) -> String {
+pub fn log_to_file(text: String, dir: &Path) -> String {
     let log = dir.join("access.log");
     text.replace(
         "access_log = \"off\"",

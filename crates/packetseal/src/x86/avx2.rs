@@ -5,7 +5,7 @@
 //! between the next round trip's AES rounds, as BoringSSL's AVX2 AES-GCM does, and in
 //! Karatsuba's form, three carry-less multiplications per block instead of four. On AMD Zen 3,
 //! per 1,323-byte packet: 276 ns unpipelined, 243 pipelined, 228 with Karatsuba, about 210
-//! without staging the last block (docs/benchmarks.md). Karatsuba alone, before the
+//! without staging the last block (docs/benchmarks-history.md). Karatsuba alone, before the
 //! pipelining, measured slower (283–299 against 270–285 ns): while the hashing waited for each
 //! round trip's AES rounds, the halves' extra shuffle and XOR were on the critical path.
 //!

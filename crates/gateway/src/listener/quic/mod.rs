@@ -3,13 +3,13 @@
 //! The QUIC listener's SSL context comes from the same certificate store, key engine and
 //! ticket keys as the TCP listener beside it ([`crate::tls::QuicTls`]); no private key is in it.
 //! Each request stream becomes an `http::Request` whose body streams from the QUIC stream, goes
-//! through [`proxy::handle`], and the response streams back as HTTP/3 frames.
+//! through [`crate::http::pipeline::handle`], and the response streams back as HTTP/3 frames.
 
 pub(crate) mod workers;
 
 use crate::body::{client_body, BoxError, ClientBody};
 use crate::config::{QuicConfig, RetryPolicy};
-use crate::http::proxy::{self, ConnInfo, ProxyShared};
+use crate::http::pipeline::{self, ConnInfo, ProxyShared};
 use crate::tls::QuicTls;
 use bytes::Bytes;
 use futures_util::SinkExt;
@@ -45,7 +45,7 @@ use tokio_quiche::{ConnectionParams, ServerH3Controller, ServerH3Driver};
 /// becoming one body chunk for the upstream. tokio-quiche's default, 16 KiB, split a 64 KB GRO
 /// train of upload into four chunks, four channel sends and four upstream writes; 64 KiB
 /// matches the HTTPS side's read buffer (`RecvBuffer`). A read is sized to what is readable,
-/// so small bodies still allocate little. Uploads A/B on the Zen 3 VM (docs/benchmarks.md,
+/// so small bodies still allocate little. Uploads A/B on the Zen 3 VM (docs/benchmarks-history.md,
 /// 2026-11-25): 1.55–1.96 CPU s/GB at 16 KiB, 1.36–1.55 at 64 KiB, 1.26–1.39 at 256 KiB.
 const H3_REQUEST_BODY_CHUNK: usize = 64 * 1024;
 
@@ -134,7 +134,7 @@ pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
 
 /// Bytes a connection sends before path MTU discovery probes its path: more than a handshake
 /// and a small response, so short connections never pay for a probe and its acknowledgement
-/// (about 35 µs of server CPU each, docs/benchmarks.md) and longer ones are probed early on.
+/// (about 35 µs of server CPU each, docs/benchmarks-history.md) and longer ones are probed early on.
 const PMTUD_MIN_SENT_BYTES: u64 = 32 * 1024;
 
 /// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the
@@ -690,9 +690,9 @@ async fn serve_request(
     };
     if early_data {
         // The proxy answers what is unsafe to replay with 425 and marks the rest upstream.
-        req.extensions_mut().insert(proxy::InEarlyData);
+        req.extensions_mut().insert(pipeline::InEarlyData);
     }
-    let Ok(resp) = proxy::handle(shared, info, req).await;
+    let Ok(resp) = pipeline::handle(shared, info, req).await;
     let (parts, mut body) = resp.into_parts();
     let mut out = Vec::with_capacity(parts.headers.len() + 1);
     out.push(Header::new(b":status", parts.status.as_str().as_bytes()));
