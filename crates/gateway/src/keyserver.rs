@@ -7,9 +7,9 @@ use crate::config::KeyServerConfig;
 use crate::listener::tcp as server;
 use crate::ops::{admin, metrics::Metrics};
 use anyhow::Context as _;
+use keyengine::metrics::{Families, Kind};
 use keyengine::{Engine, KeyEngine, KeyRegistry};
 use keyless::server::{KeyServer, ServerStats};
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,36 +26,52 @@ pub struct RunningKeyServer {
     grace: Duration,
 }
 
-fn render(metrics: &Metrics, stats: &ServerStats) -> String {
-    let mut out = metrics.render();
-    let c = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
-    let _ = write!(
-        out,
-        "# HELP rampart_keyserver_connections_total Gateway connections accepted (TLS completed)\n\
-         # TYPE rampart_keyserver_connections_total counter\nrampart_keyserver_connections_total {}\n\
-         # HELP rampart_keyserver_open_connections Gateway connections open\n\
-         # TYPE rampart_keyserver_open_connections gauge\nrampart_keyserver_open_connections {}\n\
-         # HELP rampart_keyserver_tls_failures_total Connections refused in the TLS handshake (e.g. no valid client certificate)\n\
-         # TYPE rampart_keyserver_tls_failures_total counter\nrampart_keyserver_tls_failures_total {}\n\
-         # HELP rampart_keyserver_requests_total Signing requests received\n\
-         # TYPE rampart_keyserver_requests_total counter\nrampart_keyserver_requests_total {}\n\
-         # HELP rampart_keyserver_pings_total Pings answered\n\
-         # TYPE rampart_keyserver_pings_total counter\nrampart_keyserver_pings_total {}\n\
-         # HELP rampart_keyserver_errors_total Error responses by code\n\
-         # TYPE rampart_keyserver_errors_total counter\n",
+/// `/metrics`: the process's metrics, its key engines' and the key server's own.
+fn render(metrics: &Metrics, engine: &KeyEngine, stats: &ServerStats) -> String {
+    let c = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed) as f64;
+    let mut f = Families::new();
+    f.extend(engine.engines_metrics());
+    f.single(
+        Kind::Counter,
+        "rampart_keyserver_connections_total",
+        "Gateway connections accepted (TLS completed)",
         c(&stats.connections),
+    )
+    .single(
+        Kind::Gauge,
+        "rampart_keyserver_open_connections",
+        "Gateway connections open",
         c(&stats.open_connections),
+    )
+    .single(
+        Kind::Counter,
+        "rampart_keyserver_tls_failures_total",
+        "Connections refused in the TLS handshake (e.g. no valid client certificate)",
         c(&stats.tls_failures),
+    )
+    .single(
+        Kind::Counter,
+        "rampart_keyserver_requests_total",
+        "Signing requests received",
         c(&stats.requests),
+    )
+    .single(
+        Kind::Counter,
+        "rampart_keyserver_pings_total",
+        "Pings answered",
         c(&stats.pings),
+    )
+    .by_label(
+        Kind::Counter,
+        "rampart_keyserver_errors_total",
+        "Error responses by code",
+        "error",
+        stats
+            .errors_by_code()
+            .into_iter()
+            .map(|(code, n)| (code.to_string(), n as f64)),
     );
-    for (code, n) in stats.errors_by_code() {
-        let _ = writeln!(
-            out,
-            "rampart_keyserver_errors_total{{error=\"{code}\"}} {n}"
-        );
-    }
-    out
+    metrics.render_with(f.into_vec())
 }
 
 /// Loads keys, binds, and serves on the current runtime.
@@ -99,10 +115,10 @@ pub async fn start(
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let admin_addr = l.local_addr()?;
             let l = tokio::net::TcpListener::from_std(l)?;
-            let (m, s) = (metrics.clone(), stats.clone());
+            let (m, e, s) = (metrics.clone(), engine.clone(), stats.clone());
             tasks.push(tokio::spawn(admin::run(
                 l,
-                Arc::new(move || render(&m, &s)),
+                Arc::new(move || render(&m, &e, &s)),
                 stop_rx,
             )));
             Some(admin_addr)

@@ -29,9 +29,9 @@ use crate::error::GpuError;
 use crate::host_core::KeyLayout;
 use crate::key::{finish_batch, Finish, GpuKey, Prepared};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use keyengine::metrics::{Families, Kind};
 use keyengine::{Engine, KeyId, SignError, SignFuture, SignRequest};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -52,7 +52,7 @@ pub struct GpuConfig {
     /// other streams' batches): a request waits about one batch in flight plus its own, so half
     /// the latency a p99 must stay within. 10 ms by default: on an H100 one wave of RSA-2048
     /// work takes about 2.5 ms and two streams share the device; with 5 ms the engine measured
-    /// 84 k signs/s at a queue of 16,384 (docs/benchmarks.md).
+    /// 84 k signs/s at a queue of 16,384 (docs/benchmarks-history.md).
     pub batch_latency_target: Duration,
     /// A batch not finished within `batch_deadline_base + batch_deadline_per_item × items`
     /// is abandoned and re-run on the CPU.
@@ -75,7 +75,7 @@ pub struct GpuConfig {
     /// Threads per request: 16 (a group of 8 lanes per CRT half), 8 or 32 (groups of 4 or
     /// 16), 2 (the CRT halves on neighbouring threads) or 1. On an H100 16 with the table in
     /// shared memory, carry chains and 4-bit windows signed the most within a 10 ms p99 and
-    /// cut a lone request from 11.7 ms (two threads) to 2.5 ms (docs/benchmarks.md).
+    /// cut a lone request from 11.7 ms (two threads) to 2.5 ms (docs/benchmarks-history.md).
     pub threads_per_request: u32,
     /// The group kernels' window table in shared memory (else a local array per thread);
     /// ignored with 1 or 2 threads per request.
@@ -596,154 +596,150 @@ impl Engine for GpuEngine {
         kind == keyengine::KeyKind::Rsa && self.shared.fallback.get().is_none()
     }
 
-    fn metrics_text(&self) -> Option<String> {
-        Some(self.metrics())
+    fn metrics(&self) -> Vec<keyengine::metrics::MetricFamily> {
+        self.families()
     }
 }
 
 impl GpuEngine {
-    fn metrics(&self) -> String {
+    fn families(&self) -> Vec<keyengine::metrics::MetricFamily> {
         let s = &self.shared;
         let c = &s.counters;
-        let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP rampart_gpu_{name} {help}");
-            let _ = writeln!(out, "# TYPE rampart_gpu_{name} {kind}");
-            let _ = writeln!(out, "rampart_gpu_{name} {value}");
-        };
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        metric(
-            "available",
-            "gauge",
+        let mut f = Families::new();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        f.single(
+            Kind::Gauge,
+            "rampart_gpu_available",
             "Whether a CUDA device backs the gpu engine (0: no driver, NVRTC or device, or its kernel still building).",
-            u8::from(self.available()).to_string(),
+            f64::from(u8::from(self.available())),
         );
-        metric(
-            "starting",
-            "gauge",
+        f.single(
+            Kind::Gauge,
+            "rampart_gpu_starting",
             "1 while the gpu engine's kernel is being built (the other engines sign meanwhile).",
-            u8::from(self.status() == GpuStatus::Starting).to_string(),
+            f64::from(u8::from(self.status() == GpuStatus::Starting)),
         );
         if !self.available() {
-            return out;
+            return f.into_vec();
         }
-        metric(
-            "healthy",
-            "gauge",
+        f.single(
+            Kind::Gauge,
+            "rampart_gpu_healthy",
             "Whether the gpu engine currently trusts its device.",
-            u8::from(self.healthy()).to_string(),
+            f64::from(u8::from(self.healthy())),
         );
-        metric(
-            "queue_depth",
-            "gauge",
+        f.single(
+            Kind::Gauge,
+            "rampart_gpu_queue_depth",
             "Requests accepted by the gpu engine and not yet answered.",
-            self.queue_depth().to_string(),
+            self.queue_depth() as f64,
         );
-        metric(
-            "requests_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_requests_total",
             "Requests submitted to the gpu engine.",
             get(&c.submitted),
         );
-        metric(
-            "batches_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_batches_total",
             "Batches launched and completed.",
             get(&c.batches),
         );
-        metric(
-            "batch_requests_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_batch_requests_total",
             "Requests in completed batches.",
             get(&c.batch_items),
         );
-        metric(
-            "batch_latency_target_seconds",
-            "gauge",
+        f.single(
+            Kind::Gauge,
+            "rampart_gpu_batch_latency_target_seconds",
             "The time a batch may take on the device ([key_engine.gpu] batch_latency_target).",
-            format!(
-                "{:.6}",
-                self.shared.config.batch_latency_target.as_secs_f64()
-            ),
+            self.shared.config.batch_latency_target.as_secs_f64(),
         );
-        metric(
-            "batch_seconds_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_batch_seconds_total",
             "Time spent in completed batches (copy in, compute, copy out).",
-            format!("{:.6}", c.batch_ns.load(Ordering::Relaxed) as f64 / 1e9),
+            c.batch_ns.load(Ordering::Relaxed) as f64 / 1e9,
         );
-        metric(
-            "last_batch_size",
-            "gauge",
+        f.single(
+            Kind::Gauge,
+            "rampart_gpu_last_batch_size",
             "Requests in the last batch.",
             get(&c.last_batch),
         );
-        metric(
-            "signatures_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_signatures_total",
             "Signatures from GPU results that verified and were released.",
             get(&c.gpu_signed),
         );
-        metric(
-            "faults_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_faults_total",
             "GPU results that failed verification (never released).",
             get(&c.faults),
         );
-        metric(
-            "device_errors_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_device_errors_total",
             "Batches that failed with a device error.",
             get(&c.device_errors),
         );
-        metric(
-            "deadline_misses_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_deadline_misses_total",
             "Batches abandoned past their deadline.",
             get(&c.deadline_misses),
         );
-        metric("cpu_reruns_total", "counter", "Requests handed back to the CPU (errors, deadlines, faults, unhealthy device, keys not on the GPU).", get(&c.cpu_reruns));
-        metric(
-            "not_on_gpu_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_cpu_reruns_total",
+            "Requests handed back to the CPU (errors, deadlines, faults, unhealthy device, keys not on the GPU).",
+            get(&c.cpu_reruns),
+        );
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_not_on_gpu_total",
             "Requests for keys not loaded on the GPU (ECDSA, unsupported RSA).",
             get(&c.not_on_gpu),
         );
-        metric(
-            "probes_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_probes_total",
             "Re-probes of an unhealthy device.",
             get(&c.probes),
         );
-        metric(
-            "probe_failures_total",
-            "counter",
+        f.single(
+            Kind::Counter,
+            "rampart_gpu_probe_failures_total",
             "Re-probes that failed.",
             get(&c.probe_failures),
         );
-        let per_size = [
-            (
-                "batch_limit",
-                "Most requests the next batch of this key size may take: the largest measured within the latency target.",
-            ),
-            (
-                "batch_latency_target_met",
-                "0 when batches of every size measured for this key size took longer than the latency target.",
-            ),
-        ];
-        for (name, help) in per_size {
-            let _ = writeln!(out, "# HELP rampart_gpu_{name} {help}");
-            let _ = writeln!(out, "# TYPE rampart_gpu_{name} gauge");
-            for half in crate::host_core::HALF_LIMBS {
-                let sizer = self.shared.sizer(half);
-                let value = match name {
-                    "batch_limit" => sizer.limit().min(self.max_batch),
-                    _ => usize::from(sizer.target_met()),
-                };
-                let _ = writeln!(out, "rampart_gpu_{name}{{bits=\"{}\"}} {value}", half * 64);
-            }
-        }
-        out
+        let sizes = crate::host_core::HALF_LIMBS;
+        f.by_label(
+            Kind::Gauge,
+            "rampart_gpu_batch_limit",
+            "Most requests the next batch of this key size may take: the largest measured within the latency target.",
+            "bits",
+            sizes.iter().map(|&half| {
+                let limit = s.sizer(half).limit().min(self.max_batch);
+                ((half * 64).to_string(), limit as f64)
+            }),
+        );
+        f.by_label(
+            Kind::Gauge,
+            "rampart_gpu_batch_latency_target_met",
+            "0 when batches of every size measured for this key size took longer than the latency target.",
+            "bits",
+            sizes.iter().map(|&half| {
+                let met = s.sizer(half).target_met();
+                ((half * 64).to_string(), f64::from(u8::from(met)))
+            }),
+        );
+        f.into_vec()
     }
 }
 

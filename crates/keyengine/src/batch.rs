@@ -20,15 +20,13 @@
 use crate::algorithm::{HashAlgorithm, SignatureAlgorithm};
 use crate::engine::{Engine, SignFuture, SignRequest};
 use crate::error::SignError;
+use crate::metrics::{Families, Kind};
 use crate::scheduler::ewma;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use mbcrypto::ecdsa::NoncePool;
 use mbcrypto::rsa::{RsaError, Scheme, SignJob};
 use mbcrypto::{Backend, Hash};
-use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -78,7 +76,7 @@ fn size_class(bits: usize) -> usize {
 }
 
 /// Initial single-operation costs (ns) before anything is measured: aws-lc on the reference
-/// machine (docs/benchmarks.md). Measurements replace them within a few requests.
+/// machine (docs/benchmarks-history.md). Measurements replace them within a few requests.
 const SINGLE_NS: [u64; 3] = [290_000, 850_000, 1_900_000];
 
 struct Stats {
@@ -606,52 +604,43 @@ impl Engine for BatchEngine {
         kind == crate::KeyKind::Rsa
     }
 
-    fn metrics_text(&self) -> Option<String> {
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.shared.stats.registry.gather(), &mut out)
-            .ok()?;
-        let mut text = String::from_utf8(out).ok()?;
+    fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut f = Families::new();
+        f.extend(self.shared.stats.registry.gather());
         if let Some(p) = &self.shared.pool {
             let s = p.stats();
-            for (name, kind, help, value) in [
-                (
-                    "nonce_pool_size",
-                    "gauge",
-                    "ECDSA P-256 nonces ready in the pool",
-                    p.len() as u64,
-                ),
-                (
-                    "nonces_generated_total",
-                    "counter",
-                    "ECDSA P-256 nonces precomputed",
-                    s.generated,
-                ),
-                (
-                    "nonce_fallbacks_total",
-                    "counter",
-                    "ECDSA signatures made without a pooled nonce (pool empty)",
-                    s.fallbacks,
-                ),
-                (
-                    "nonce_repeated_r_total",
-                    "counter",
-                    "Precomputed ECDSA nonces whose r repeated a recent one (the first disables the pool; alert on any)",
-                    s.repeated_r,
-                ),
-                (
-                    "nonce_pool_disabled",
-                    "gauge",
-                    "1 once a repeated r has disabled the ECDSA nonce pool",
-                    p.is_disabled() as u64,
-                ),
-            ] {
-                text.push_str(&format!(
-                    "# HELP rampart_batch_{name} {help}\n# TYPE rampart_batch_{name} {kind}\nrampart_batch_{name} {value}\n"
-                ));
-            }
+            f.single(
+                Kind::Gauge,
+                "rampart_batch_nonce_pool_size",
+                "ECDSA P-256 nonces ready in the pool",
+                p.len() as f64,
+            )
+            .single(
+                Kind::Counter,
+                "rampart_batch_nonces_generated_total",
+                "ECDSA P-256 nonces precomputed",
+                s.generated as f64,
+            )
+            .single(
+                Kind::Counter,
+                "rampart_batch_nonce_fallbacks_total",
+                "ECDSA signatures made without a pooled nonce (pool empty)",
+                s.fallbacks as f64,
+            )
+            .single(
+                Kind::Counter,
+                "rampart_batch_nonce_repeated_r_total",
+                "Precomputed ECDSA nonces whose r repeated a recent one (the first disables the pool; alert on any)",
+                s.repeated_r as f64,
+            )
+            .single(
+                Kind::Gauge,
+                "rampart_batch_nonce_pool_disabled",
+                "1 once a repeated r has disabled the ECDSA nonce pool",
+                f64::from(u8::from(p.is_disabled())),
+            );
         }
-        Some(text)
+        f.into_vec()
     }
 }
 

@@ -86,9 +86,15 @@ pub trait Engine: Send + Sync + 'static {
     /// to the CPU, as a key it never saw is.
     fn prepare_rsa_key(&self, _der: &[u8]) {}
 
-    /// Engine-specific metrics in Prometheus text format (e.g. per key server), appended to
-    /// the admin `/metrics` page. Names must start with `rampart_`.
+    /// Engine-specific metrics (e.g. per key server), read when `/metrics` is scraped and
+    /// encoded with the gateway's own. Names must start with `rampart_`.
+    fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        Vec::new()
+    }
+
+    /// [`Engine::metrics`] in Prometheus text format (tests, tools).
     fn metrics_text(&self) -> Option<String> {
-        None
+        let families = self.metrics();
+        (!families.is_empty()).then(|| crate::metrics::encode(&families))
     }
 }

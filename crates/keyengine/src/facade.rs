@@ -69,12 +69,14 @@ impl KeyEngine {
         &self.metrics
     }
 
-    /// Every engine's own metrics text (see [`crate::Engine::metrics_text`]).
+    /// Every engine's own metrics (see [`crate::Engine::metrics`]).
+    pub fn engines_metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.scheduler.engines().flat_map(|e| e.metrics()).collect()
+    }
+
+    /// [`KeyEngine::engines_metrics`] in Prometheus text format (tests, tools).
     pub fn engines_metrics_text(&self) -> String {
-        self.scheduler
-            .engines()
-            .filter_map(|e| e.metrics_text())
-            .collect()
+        crate::metrics::encode(&self.engines_metrics())
     }
 
     pub fn engine_names(&self) -> Vec<&'static str> {

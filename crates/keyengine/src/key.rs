@@ -1,7 +1,7 @@
 //! Private keys and their identifiers, with the single-operation signing path.
 //!
 //! Single operations use aws-lc (`aws-lc-rs`): on this machine kind it signs RSA-2048 about
-//! 1.8x faster than the BoringSSL vendored by `boring` (see docs/benchmarks.md). aws-lc's
+//! 1.8x faster than the BoringSSL vendored by `boring` (see docs/benchmarks-history.md). aws-lc's
 //! symbols are prefixed, so it links beside BoringSSL.
 
 use crate::algorithm::{KeyKind, SignatureAlgorithm};

@@ -16,7 +16,7 @@ mod facade;
 mod inline;
 mod key;
 mod key_id;
-mod metrics;
+pub mod metrics;
 mod registry;
 mod scheduler;
 #[cfg(any(test, feature = "testing"))]

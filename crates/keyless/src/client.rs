@@ -534,9 +534,10 @@ impl Engine for RemoteEngine {
         false
     }
 
-    fn metrics_text(&self) -> Option<String> {
-        use std::fmt::Write as _;
-        let mut out = String::new();
+    fn metrics(&self) -> Vec<keyengine::metrics::MetricFamily> {
+        use keyengine::metrics::{Families, Kind};
+        let mut f = Families::new();
+        let servers = &self.inner.servers;
         let counters: [(&str, &str, StatField); 9] = [
             ("requests_total", "Requests sent to the key server", |s| {
                 &s.sent
@@ -575,38 +576,37 @@ impl Engine for RemoteEngine {
             ),
         ];
         for (name, help, get) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP rampart_remote_{name} {help}\n# TYPE rampart_remote_{name} counter"
-            );
-            for srv in &self.inner.servers {
-                let _ = writeln!(
-                    out,
-                    "rampart_remote_{name}{{server=\"{}\"}} {}",
-                    srv.addr,
-                    get(&srv.stats).load(Ordering::Relaxed)
-                );
-            }
-        }
-        let _ = writeln!(out, "# HELP rampart_remote_outstanding Requests awaiting an answer\n# TYPE rampart_remote_outstanding gauge");
-        for srv in &self.inner.servers {
-            let _ = writeln!(
-                out,
-                "rampart_remote_outstanding{{server=\"{}\"}} {}",
-                srv.addr,
-                srv.outstanding.load(Ordering::Relaxed)
+            f.by_label(
+                Kind::Counter,
+                &format!("rampart_remote_{name}"),
+                help,
+                "server",
+                servers.iter().map(|srv| {
+                    let n = get(&srv.stats).load(Ordering::Relaxed);
+                    (srv.addr.to_string(), n as f64)
+                }),
             );
         }
-        let _ = writeln!(out, "# HELP rampart_remote_healthy 1 if the server has a live connection and a closed breaker\n# TYPE rampart_remote_healthy gauge");
-        for srv in &self.inner.servers {
-            let healthy = srv.available() && srv.live_connection().is_some();
-            let _ = writeln!(
-                out,
-                "rampart_remote_healthy{{server=\"{}\"}} {}",
-                srv.addr,
-                u8::from(healthy)
-            );
-        }
-        Some(out)
+        f.by_label(
+            Kind::Gauge,
+            "rampart_remote_outstanding",
+            "Requests awaiting an answer",
+            "server",
+            servers.iter().map(|srv| {
+                let n = srv.outstanding.load(Ordering::Relaxed);
+                (srv.addr.to_string(), n as f64)
+            }),
+        );
+        f.by_label(
+            Kind::Gauge,
+            "rampart_remote_healthy",
+            "1 if the server has a live connection and a closed breaker",
+            "server",
+            servers.iter().map(|srv| {
+                let healthy = srv.available() && srv.live_connection().is_some();
+                (srv.addr.to_string(), f64::from(u8::from(healthy)))
+            }),
+        );
+        f.into_vec()
     }
 }

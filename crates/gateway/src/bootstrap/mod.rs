@@ -327,7 +327,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             let addr = l.local_addr()?;
             let l = tokio::net::TcpListener::from_std(l)?;
             let (m, e) = (metrics.clone(), engine.clone());
-            let render: admin::Render = Arc::new(move || m.render() + &e.engines_metrics_text());
+            let render: admin::Render = Arc::new(move || m.render_with(e.engines_metrics()));
             tasks.push(tokio::spawn(admin::run(l, render, stop_rx.clone())));
             tracing::info!(%addr, "admin listening");
             Some(addr)

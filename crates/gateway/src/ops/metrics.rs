@@ -1,10 +1,8 @@
 //! Gateway metrics. Names and labels are a documented interface (README, "Metrics").
 
+use keyengine::metrics::{Families, Kind, MetricFamily};
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use std::sync::{Arc, Mutex};
 use tokio_quiche::quic::RetryGate;
 
@@ -383,17 +381,23 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
-            .expect("text encoding");
-        let mut text = String::from_utf8(out).expect("utf-8");
+        self.render_with(Vec::new())
+    }
+
+    /// [`Metrics::render`] with `extra` families (the key engines' own), encoded together.
+    pub fn render_with(&self, extra: Vec<MetricFamily>) -> String {
+        let mut families = Families::new();
+        families.extend(self.registry.gather());
         if let Some(n) = udp_rcvbuf_errors() {
-            text += &format!(
-                "# HELP rampart_udp_receive_buffer_errors_total Datagrams the kernel dropped for a full UDP receive buffer since boot (all sockets; /proc/net/snmp RcvbufErrors)\n# TYPE rampart_udp_receive_buffer_errors_total counter\nrampart_udp_receive_buffer_errors_total {n}\n"
+            families.single(
+                Kind::Counter,
+                "rampart_udp_receive_buffer_errors_total",
+                "Datagrams the kernel dropped for a full UDP receive buffer since boot (all sockets; /proc/net/snmp RcvbufErrors)",
+                n as f64,
             );
         }
-        text
+        families.extend(extra);
+        keyengine::metrics::encode(&families.into_vec())
     }
 }
 
