@@ -1,0 +1,465 @@
+//! `[[listeners]]`: addresses, certificates, TLS, HTTP/3 and the per-listener limits.
+
+use super::{duration, valid_server_name, At, EngineKind, Invalid, KeyEngineConfig};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub certificates: Vec<CertificateConfig>,
+    #[serde(default)]
+    pub tls: TlsConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub quic: QuicConfig,
+    /// A plain-HTTP address whose every request is redirected (308) to this listener over
+    /// HTTPS.
+    pub http_redirect: Option<SocketAddr>,
+    /// Client addresses served (addresses or CIDR blocks); empty: all not denied. Others are
+    /// turned away before any TLS or QUIC handshake work.
+    #[serde(default)]
+    pub allow: Vec<crate::policy::access::Cidr>,
+    /// Client addresses turned away, checked before `allow`.
+    #[serde(default)]
+    pub deny: Vec<crate::policy::access::Cidr>,
+    /// Every TCP connection starts with a PROXY protocol header (version 1 or 2) from the
+    /// layer-4 balancer in front, whose client address then stands for the connection's peer
+    /// (access lists, rate limits, `X-Forwarded-For`, the access log). A connection without
+    /// one is closed. QUIC is unaffected.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// How request paths are normalized before routing (`[listeners.paths]`).
+    #[serde(default)]
+    pub paths: crate::http::request_target::PathPolicy,
+}
+
+/// HTTP/3 over QUIC beside a TLS listener.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuicConfig {
+    /// Serve HTTP/3 and advertise it with `Alt-Svc` on TCP responses.
+    pub enabled: bool,
+    /// UDP address; default: the TCP listener's address and port.
+    pub listen: Option<SocketAddr>,
+    /// Congestion control: "cubic", "reno", "bbr2" (quiche's names).
+    pub congestion_control: String,
+    /// Connection-level flow-control window (bytes).
+    pub initial_max_data: u64,
+    /// Stream-level flow-control window (bytes).
+    pub initial_max_stream_data: u64,
+    /// Concurrent request streams a client may open.
+    pub max_concurrent_streams: u64,
+    /// UDP socket send and receive buffer (bytes); the kernel may cap it (a warning says so).
+    pub udp_buffer_bytes: usize,
+    /// Address validation with Retry: "never", "always" or "when_busy" (while more than
+    /// `retry_pending_above` handshakes are pending on this listener).
+    pub retry: RetryPolicy,
+    /// With `retry = "when_busy"`: Retry while more handshakes than this are pending.
+    pub retry_pending_above: usize,
+    /// Handshakes pending at once on this listener (all workers); past it new connection
+    /// attempts are refused (CONNECTION_REFUSED), Retry token or not, so a flood of Initials
+    /// holds bounded memory.
+    pub max_pending_handshakes: usize,
+    /// Routable connection IDs (QUIC-LB); absent: random 20-byte IDs.
+    pub lb: Option<QuicLbConfig>,
+    /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
+    /// forwarded with `Early-Data: 1`; any other method in early data gets 425 Too Early.
+    pub early_data: bool,
+    /// Pace outgoing packets (spread over the RTT instead of bursts): each GSO send gets a
+    /// release time (`SO_TXTIME`, honoured by the `fq` qdisc) and spans at most 1 ms of them.
+    /// bbr2 paces by its own model; cubic and reno by Linux TCP's rule (quiche patch 20).
+    pub pacing: bool,
+    /// Initial congestion window in packets (RFC 9002 suggests 10).
+    pub initial_congestion_window: usize,
+    /// Path MTU discovery (RFC 8899 DPLPMTUD, quiche's): a connection starts at QUIC's
+    /// 1,200 bytes and probes up to `max_udp_payload`; a probe lost three times is taken as too
+    /// big (binary search below it), and probe loss is not taken as congestion.
+    pub pmtu_discovery: bool,
+    /// Largest UDP payload this server sends (bytes). Unset: 1452 (what a 1,500-byte IPv6
+    /// path carries) with `pmtu_discovery`, else 1350 (fits every common path MTU without
+    /// discovery). Read it with [`QuicConfig::max_udp_payload`].
+    pub max_udp_payload: Option<usize>,
+    /// ACK decimation: in-order ack-eliciting packets received before an ACK is sent, unless
+    /// a quarter of the RTT (1 ms to `max_ack_delay`) passes first. A gap is acknowledged at
+    /// once. 1 acknowledges every batch of received packets, as quiche does by default.
+    pub ack_eliciting_threshold: u64,
+}
+
+impl QuicConfig {
+    /// The UDP payload ceiling in force: `max_udp_payload`, or its default for
+    /// `pmtu_discovery`.
+    pub fn max_udp_payload(&self) -> usize {
+        self.max_udp_payload
+            .unwrap_or(if self.pmtu_discovery { 1452 } else { 1350 })
+    }
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        QuicConfig {
+            enabled: false,
+            listen: None,
+            congestion_control: "cubic".into(),
+            initial_max_data: 10 << 20,
+            initial_max_stream_data: 1 << 20,
+            max_concurrent_streams: 100,
+            udp_buffer_bytes: 4 << 20,
+            retry: RetryPolicy::WhenBusy,
+            retry_pending_above: 256,
+            max_pending_handshakes: 1024,
+            lb: None,
+            early_data: false,
+            pacing: true,
+            initial_congestion_window: 10,
+            pmtu_discovery: true,
+            max_udp_payload: None,
+            ack_eliciting_threshold: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryPolicy {
+    Never,
+    Always,
+    WhenBusy,
+}
+
+/// QUIC-LB (draft-ietf-quic-load-balancers-21) connection-ID configuration, shared with the
+/// L4 balancers in front.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuicLbConfig {
+    /// Config rotation id, 0..=6.
+    #[serde(default)]
+    pub rotation: u8,
+    /// This server's ID, hex.
+    pub server_id: String,
+    /// Nonce bytes (≥ 4; server ID + nonce ≤ 19).
+    pub nonce_len: usize,
+    /// AES-128 key, 32 hex digits; absent: plaintext server IDs.
+    pub key: Option<String>,
+}
+
+impl QuicLbConfig {
+    /// The quiclb configuration and the server ID bytes.
+    pub fn build(&self) -> Result<(quiclb::Config, Vec<u8>), String> {
+        let sid = hex(&self.server_id).ok_or("server_id: expected hex digits")?;
+        let key = match &self.key {
+            Some(k) => Some(
+                hex(k)
+                    .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                    .ok_or("key: expected 32 hex digits (AES-128)")?,
+            ),
+            None => None,
+        };
+        let cfg = quiclb::Config {
+            rotation: self.rotation,
+            server_id_len: sid.len(),
+            nonce_len: self.nonce_len,
+            key,
+            self_encode_length: true,
+        };
+        cfg.validate().map_err(|e| e.to_string())?;
+        Ok((cfg, sid))
+    }
+}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// Enabled versions: any of "1.2", "1.3".
+    pub versions: Vec<TlsVersion>,
+    /// TLS 1.2 cipher suites (OpenSSL names), ECDHE only. TLS 1.3 suites are fixed.
+    pub tls12_ciphers: Vec<String>,
+    /// How often the session-ticket key rotates; the previous key still decrypts.
+    #[serde(deserialize_with = "duration")]
+    pub ticket_key_rotation: Duration,
+    /// Session-ticket keys shared by a fleet: a file of hex keys, the first sealing new tickets
+    /// and every one opening them, re-read every `ticket_key_rotation` (none: keys made and
+    /// rotated in process).
+    pub ticket_key_file: Option<PathBuf>,
+    /// Time allowed for a client to complete the TLS handshake.
+    #[serde(deserialize_with = "duration")]
+    pub handshake_timeout: Duration,
+}
+
+pub const TLS12_ECDHE_CIPHERS: &[&str] = &[
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+];
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            versions: vec![TlsVersion::Tls12, TlsVersion::Tls13],
+            tls12_ciphers: TLS12_ECDHE_CIPHERS.iter().map(|s| s.to_string()).collect(),
+            ticket_key_rotation: Duration::from_secs(3600),
+            ticket_key_file: None,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// Names this certificate serves (exact, or `*.example.com`). The first certificate of a
+    /// listener is also the default for clients that send no or an unknown SNI.
+    pub server_names: Vec<String>,
+    pub rsa: Option<CertKeyPair>,
+    pub ecdsa: Option<CertKeyPair>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CertKeyPair {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key, loaded into the key engine (never into a TLS context). Omit it when
+    /// the `remote` engine signs with keys held by key servers (the edge then holds none).
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Total bytes of request headers (names + values); more gets 431.
+    pub max_header_bytes: usize,
+    /// Number of request headers; more gets 431.
+    pub max_headers: usize,
+    /// Request body bytes; more gets 413.
+    pub max_body_bytes: u64,
+    /// Close a client connection idle this long between requests (no request in flight,
+    /// whatever else arrives: HTTP/2 PINGs keep no connection open).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// Close a connection that sends no request this long after its TLS handshake.
+    #[serde(deserialize_with = "duration")]
+    pub first_request_timeout: Duration,
+    /// While the listener holds more than 3/4 of `max_connections`, idle connections are
+    /// closed after this instead of `idle_timeout`, so descriptors go back to new clients.
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout_under_pressure: Duration,
+    /// A request body whose length is known and at most this is read whole before an
+    /// upstream is picked (nginx's `client_body_buffer_size`), so a client trickling it holds
+    /// no upstream connection or slot meanwhile; 0: every body is streamed.
+    pub buffer_body_bytes: u64,
+    /// Longest wait for the next bytes of a request body (nginx's `client_body_timeout`);
+    /// past it the request fails with 408 and its upstream slot is freed.
+    #[serde(deserialize_with = "duration")]
+    pub body_timeout: Duration,
+    /// Longest time sent bytes may stay unacknowledged by a client that stopped reading
+    /// (nginx's `send_timeout`, kept by the kernel as `TCP_USER_TIMEOUT`); past it the
+    /// connection is closed and its requests' upstream slots freed.
+    #[serde(deserialize_with = "duration")]
+    pub send_timeout: Duration,
+    /// HTTP/2 SETTINGS, PING and PRIORITY frames a client may send per second, on average
+    /// (with a burst of ten seconds' worth); past it the connection is closed as a flood.
+    pub max_control_frames_per_second: u32,
+    /// Concurrent HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+    /// Open client connections on this listener (all workers); beyond it new connections are
+    /// closed at once and counted, so overload sheds instead of stalling everyone.
+    pub max_connections: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            max_body_bytes: 1 << 30,
+            idle_timeout: Duration::from_secs(60),
+            first_request_timeout: Duration::from_secs(20),
+            idle_timeout_under_pressure: Duration::from_secs(2),
+            buffer_body_bytes: 16 * 1024,
+            body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            max_control_frames_per_second: 100,
+            max_concurrent_streams: 256,
+            max_connections: 100_000,
+        }
+    }
+}
+
+impl ListenerConfig {
+    /// The listener's own fields (its name and address are checked against the others'
+    /// by the caller). Certificates need a key file unless `key_engine` signs remotely.
+    pub(super) fn validate(&self, at: &At, key_engine: &KeyEngineConfig) -> Result<(), Invalid> {
+        let remote = key_engine.engines.contains(&EngineKind::Remote);
+        let certificates = at.field("certificates");
+        if self.certificates.is_empty() {
+            return certificates.fail("at least one certificate");
+        }
+        for (j, c) in self.certificates.iter().enumerate() {
+            c.validate(&certificates.index(j), remote)?;
+        }
+        self.tls.validate(&at.field("tls"))?;
+        if self.quic.enabled {
+            self.quic.validate(&at.field("quic"), &self.tls)?;
+        }
+        let limits = at.field("limits");
+        if self.limits.max_control_frames_per_second == 0 {
+            return limits
+                .field("max_control_frames_per_second")
+                .fail("at least 1");
+        }
+        if self.limits.max_header_bytes < 1024 || self.limits.max_headers == 0 {
+            return limits
+                .field("max_header_bytes")
+                .fail("at least 1024 bytes and 1 header");
+        }
+        Ok(())
+    }
+
+    /// Relative paths in the listener resolved against the config file's folder.
+    pub(super) fn resolve_paths(&mut self, base: &Path) {
+        if let Some(f) = &mut self.tls.ticket_key_file {
+            *f = base.join(&*f);
+        }
+        for c in &mut self.certificates {
+            for pair in [&mut c.rsa, &mut c.ecdsa].into_iter().flatten() {
+                pair.cert = base.join(&pair.cert);
+                pair.key = pair.key.as_ref().map(|k| base.join(k));
+            }
+        }
+    }
+}
+
+impl CertificateConfig {
+    fn validate(&self, at: &At, remote: bool) -> Result<(), Invalid> {
+        let names = at.field("server_names");
+        if self.server_names.is_empty() {
+            return names.fail("at least one server name");
+        }
+        for (k, n) in self.server_names.iter().enumerate() {
+            if !valid_server_name(n) {
+                return names
+                    .index(k)
+                    .fail(format!("{n:?} is not a DNS name or *.wildcard"));
+            }
+        }
+        if self.rsa.is_none() && self.ecdsa.is_none() {
+            return at.fail("an `rsa` or an `ecdsa` certificate (or both)");
+        }
+        for (kind, pair) in [("rsa", &self.rsa), ("ecdsa", &self.ecdsa)] {
+            let Some(pair) = pair else { continue };
+            let at = at.field(kind);
+            if pair.key.is_none() && !remote {
+                return at
+                    .field("key")
+                    .fail("a private key file, unless key_engine.engines includes \"remote\"");
+            }
+            let key = pair.key.iter().map(|k| ("key", k));
+            for (f, path) in std::iter::once(("cert", &pair.cert)).chain(key) {
+                if !path.is_file() {
+                    return at
+                        .field(f)
+                        .fail(format!("file {} does not exist", path.display()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TlsConfig {
+    fn validate(&self, at: &At) -> Result<(), Invalid> {
+        if self.versions.is_empty() {
+            return at
+                .field("versions")
+                .fail("at least one of \"1.2\", \"1.3\"");
+        }
+        for (k, c) in self.tls12_ciphers.iter().enumerate() {
+            if !TLS12_ECDHE_CIPHERS.contains(&c.as_str()) {
+                return at.field("tls12_ciphers").index(k).fail(format!(
+                    "{c:?} is not an allowed ECDHE suite; expected one of {}",
+                    TLS12_ECDHE_CIPHERS.join(", ")
+                ));
+            }
+        }
+        if self.versions.contains(&TlsVersion::Tls12) && self.tls12_ciphers.is_empty() {
+            return at
+                .field("tls12_ciphers")
+                .fail("TLS 1.2 is enabled: at least one suite");
+        }
+        if self.ticket_key_rotation < Duration::from_secs(1) {
+            return at.field("ticket_key_rotation").fail("at least 1s");
+        }
+        Ok(())
+    }
+}
+
+impl QuicConfig {
+    /// An enabled QUIC listener's fields; `tls` is its listener's TLS section.
+    fn validate(&self, at: &At, tls: &TlsConfig) -> Result<(), Invalid> {
+        if !["cubic", "reno", "bbr2"].contains(&self.congestion_control.as_str()) {
+            return at.field("congestion_control").fail(format!(
+                "{:?}: expected \"cubic\", \"reno\" or \"bbr2\"",
+                self.congestion_control
+            ));
+        }
+        if self.max_pending_handshakes == 0 {
+            return at.field("max_pending_handshakes").fail("at least 1");
+        }
+        if !(2..=1000).contains(&self.initial_congestion_window) {
+            return at.field("initial_congestion_window").fail(format!(
+                "{}: expected 2..=1000 packets",
+                self.initial_congestion_window
+            ));
+        }
+        if !(1..=1000).contains(&self.ack_eliciting_threshold) {
+            return at.field("ack_eliciting_threshold").fail(format!(
+                "{}: expected 1..=1000 packets",
+                self.ack_eliciting_threshold
+            ));
+        }
+        if !(1200..=65527).contains(&self.max_udp_payload()) {
+            return at.field("max_udp_payload").fail(format!(
+                "{}: expected 1200..=65527 bytes",
+                self.max_udp_payload()
+            ));
+        }
+        if !tls.versions.contains(&TlsVersion::Tls13) {
+            return at
+                .field("enabled")
+                .fail("QUIC needs TLS 1.3 in tls.versions");
+        }
+        if let Some(lb) = &self.lb {
+            if let Err(e) = lb.build() {
+                return at.field("lb").fail(e);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! `[[routes]]`: host and path prefix to a cluster, with the route's access list, rate
+//! limit, header rewrites, compression and upgrades.
+
+use super::{valid_server_name, At, ClusterConfig, Invalid};
+use crate::http::request_target::{normalize_path, PathPolicy, SeparatorAction};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Host to match: exact, `*.example.com`, or `*` (default) for any.
+    #[serde(default = "any_host")]
+    pub host: String,
+    /// Path prefix to match (default `/`). The longest matching prefix wins.
+    #[serde(default = "root_path")]
+    pub path_prefix: String,
+    /// Upstream cluster name.
+    pub cluster: String,
+    /// Name for metrics and logs (default: `host` + `path_prefix`).
+    pub name: Option<String>,
+    /// Client addresses served (addresses or CIDR blocks); empty: all not denied.
+    #[serde(default)]
+    pub allow: Vec<crate::policy::access::Cidr>,
+    /// Client addresses refused with 403, checked before `allow`.
+    #[serde(default)]
+    pub deny: Vec<crate::policy::access::Cidr>,
+    /// Requests a client address may make; beyond it, 429.
+    pub rate_limit: Option<RateLimitConfig>,
+    /// Gzip text-like responses for clients that accept it.
+    #[serde(default)]
+    pub compress: bool,
+    /// HTTP/1.1 `Upgrade` protocols passed to the upstream (which may then switch the
+    /// connection to a tunnel); a request asking for any other is forwarded as a plain
+    /// request without its upgrade. `h2c` is never accepted: inside its tunnel, requests would
+    /// pass no rule.
+    #[serde(default = "default_upgrades")]
+    pub upgrade_protocols: Vec<String>,
+    /// Headers removed from, then set on, requests before they go upstream.
+    #[serde(default)]
+    pub request_headers: HeaderRewriteConfig,
+    /// Headers removed from, then set on, every response of the route (the gateway's own
+    /// answers, such as 403 or 502, included).
+    #[serde(default)]
+    pub response_headers: HeaderRewriteConfig,
+}
+
+#[cfg(test)]
+impl RouteConfig {
+    /// A route to `cluster` for `host` and `path_prefix`, every other option at its default.
+    pub fn simple(host: &str, path_prefix: &str, cluster: &str) -> Self {
+        RouteConfig {
+            host: host.into(),
+            path_prefix: path_prefix.into(),
+            cluster: cluster.into(),
+            name: None,
+            allow: vec![],
+            deny: vec![],
+            rate_limit: None,
+            request_headers: Default::default(),
+            response_headers: Default::default(),
+            compress: false,
+            upgrade_protocols: vec!["websocket".into()],
+        }
+    }
+}
+
+/// A route's `request_headers` or `response_headers`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRewriteConfig {
+    /// Name → value, replacing any value the message had.
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, String>,
+    /// Names removed.
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// Header names a route may not set or remove: the connection's own (the proxy handles them).
+const UNREWRITABLE: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+impl HeaderRewriteConfig {
+    /// The first bad entry: (its path under `at`, what was expected).
+    fn validate(&self, at: &At) -> Result<(), Invalid> {
+        let name_ok = |n: &str| {
+            http::HeaderName::from_bytes(n.as_bytes()).is_ok()
+                && !UNREWRITABLE.contains(&n.to_ascii_lowercase().as_str())
+        };
+        let expected_name = "a header name (not a connection header such as connection, \
+                             transfer-encoding or content-length)";
+        for (k, v) in &self.set {
+            if !name_ok(k) {
+                return at.field("set").field(k).fail(expected_name);
+            }
+            if http::HeaderValue::from_str(v).is_err() {
+                return at
+                    .field("set")
+                    .field(k)
+                    .fail("a header value (visible ASCII)");
+            }
+        }
+        for (i, n) in self.remove.iter().enumerate() {
+            if !name_ok(n) {
+                return at.field("remove").index(i).fail(expected_name);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A route's `rate_limit`: a token bucket per client address.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Sustained requests a second per client.
+    pub per_second: f64,
+    /// Requests a client may make at once before the rate applies (default: `per_second`,
+    /// at least 1).
+    pub burst: Option<u32>,
+}
+
+impl RateLimitConfig {
+    pub fn burst(&self) -> u32 {
+        self.burst
+            .unwrap_or_else(|| self.per_second.ceil().clamp(1.0, u32::MAX as f64) as u32)
+    }
+}
+
+fn default_upgrades() -> Vec<String> {
+    vec!["websocket".to_string()]
+}
+
+fn any_host() -> String {
+    "*".into()
+}
+fn root_path() -> String {
+    "/".into()
+}
+
+impl RouteConfig {
+    /// The route's own fields, and that it names one of `clusters`.
+    pub(super) fn validate(&self, at: &At, clusters: &[ClusterConfig]) -> Result<(), Invalid> {
+        self.request_headers
+            .validate(&at.field("request_headers"))?;
+        self.response_headers
+            .validate(&at.field("response_headers"))?;
+        if let Some(rl) = &self.rate_limit {
+            let at = at.field("rate_limit");
+            if !(rl.per_second.is_finite() && rl.per_second > 0.0) {
+                return at
+                    .field("per_second")
+                    .fail("a number of requests greater than zero");
+            }
+            if rl.burst == Some(0) {
+                return at.field("burst").fail("at least 1");
+            }
+        }
+        if !clusters.iter().any(|c| c.name == self.cluster) {
+            let known: Vec<_> = clusters.iter().map(|c| c.name.as_str()).collect();
+            return at.field("cluster").fail(format!(
+                "no cluster named {:?}; expected one of: {}",
+                self.cluster,
+                known.join(", ")
+            ));
+        }
+        let prefix = at.field("path_prefix");
+        if !self.path_prefix.starts_with('/') {
+            return prefix.fail(format!("{:?} must start with '/'", self.path_prefix));
+        }
+        // Requests are matched by their normalized path, so a prefix in any other form
+        // would never match.
+        let keep = PathPolicy {
+            encoded_slash: SeparatorAction::Keep,
+            backslash: SeparatorAction::Keep,
+            ..Default::default()
+        };
+        match normalize_path(self.path_prefix.as_bytes(), &keep) {
+            Ok(n) if n == self.path_prefix => {}
+            Ok(n) => {
+                return prefix.fail(format!(
+                    "{:?} in normal form, as requests are matched: {n:?}",
+                    self.path_prefix
+                ))
+            }
+            Err(e) => return prefix.fail(format!("a path ({:?}: {e})", self.path_prefix)),
+        }
+        for (j, p) in self.upgrade_protocols.iter().enumerate() {
+            let token = !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/".contains(&b));
+            if !token || p.eq_ignore_ascii_case("h2c") {
+                return at.field("upgrade_protocols").index(j).fail(format!(
+                    "an upgrade protocol token other than h2c, not {p:?}"
+                ));
+            }
+        }
+        if self.host != "*" && !valid_server_name(&self.host) {
+            return at.field("host").fail(format!(
+                "{:?} is not a host name, *.wildcard or *",
+                self.host
+            ));
+        }
+        Ok(())
+    }
+}
