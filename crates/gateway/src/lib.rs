@@ -11,7 +11,10 @@
 //! - `upstream`: clusters, connection pools, health checks, upstream TLS.
 //! - `policy`: access lists, rate limits, the overload manager.
 //! - `ops`: the admin listener, metrics and the access log.
-//! - [`demo`]: the self-signed demo kit; [`keyserver`]: the key-server process.
+//! - [`demo`]: the self-signed demo kit.
+//!
+//! The key-server process (the `keyserver` crate) is built from the same parts: [`config`]'s
+//! sections and file helpers, [`assemble_key_engine`], [`admin`] and [`bind_listener`].
 //!
 //! [`start`] turns a validated [`config::Config`] into running listeners; [`Running`] reloads
 //! and stops them.
@@ -21,7 +24,6 @@ pub mod bootstrap;
 pub mod config;
 pub mod demo;
 mod http;
-pub mod keyserver;
 mod listener;
 mod ops;
 mod policy;
@@ -33,5 +35,7 @@ pub use bootstrap::{
     assemble_key_engine, build_key_engine, start, start_engines, Running, StartOptions,
 };
 pub use http::request_target;
+pub use listener::tcp::bind as bind_listener;
 pub use listener::{h2_flood, proxy_protocol};
+pub use ops::admin;
 pub use ops::metrics;

@@ -199,7 +199,7 @@ fn main() -> anyhow::Result<()> {
             let text = std::fs::read_to_string(&config)
                 .with_context(|| format!("{}: cannot read", config.display()))?;
             if text.lines().any(|l| l.trim() == "[keyserver]") {
-                let cfg = gateway::config::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let cfg = keyserver::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let k = &cfg.keyserver;
                 let mut registry = keyengine::KeyRegistry::new();
                 for (i, p) in k.keys.iter().enumerate() {
@@ -253,10 +253,10 @@ fn main() -> anyhow::Result<()> {
             serve_until_signal(cfg, &path).await
         }),
         Command::Keyserver { config } => {
-            let cfg = gateway::config::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cfg = keyserver::KeyServerConfig::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
             tokio::runtime::Runtime::new()?.block_on(async {
                 use tokio::signal::unix::{signal, SignalKind};
-                let running = gateway::keyserver::start(cfg, None).await?;
+                let running = keyserver::start(cfg, None).await?;
                 eprintln!("key server on {} (admin {:?})", running.addr, running.admin);
                 let mut term = signal(SignalKind::terminate())?;
                 let mut int = signal(SignalKind::interrupt())?;

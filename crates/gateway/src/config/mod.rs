@@ -3,23 +3,24 @@
 
 mod cluster;
 mod key_engine;
-mod keyserver;
 mod listener;
 mod route;
 mod server;
 
 pub use cluster::*;
 pub use key_engine::*;
-pub use keyserver::*;
 pub use listener::*;
 pub use route::*;
 pub use server::*;
 
-use serde::{Deserialize, Deserializer};
+use file::{duration, load_file, parse_toml};
+
+pub mod file;
+
+use serde::Deserialize;
 use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
-use std::time::Duration;
 
 /// A configuration error: where (file, field path, line) and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,15 +58,6 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     pub routes: Vec<RouteConfig>,
     pub clusters: Vec<ClusterConfig>,
-}
-
-pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration {s:?} ({e}); expected e.g. \"500ms\", \"30s\", \"1h\""
-        ))
-    })
 }
 
 impl Config {
@@ -169,43 +161,6 @@ impl At {
     fn fail<T>(&self, expected: impl Into<String>) -> Result<T, Invalid> {
         Err((self.0.clone(), expected.into()))
     }
-}
-
-/// Reads `path` and hands its text to `parse` with the file name and directory.
-pub(super) fn load_file<T>(
-    path: &Path,
-    parse: impl FnOnce(&str, &str, &Path) -> Result<T, ConfigError>,
-) -> Result<T, ConfigError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: file.clone(),
-        path: String::new(),
-        line: None,
-        message: format!("cannot read: {e}"),
-    })?;
-    parse(&text, &file, path.parent().unwrap_or(Path::new(".")))
-}
-
-/// TOML text into `T`, with errors naming the field path and line.
-pub(super) fn parse_toml<T: serde::de::DeserializeOwned>(
-    text: &str,
-    file: &str,
-) -> Result<T, ConfigError> {
-    let line_of = |span: Option<std::ops::Range<usize>>| {
-        span.map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
-    };
-    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
-        file: file.into(),
-        path: String::new(),
-        line: line_of(e.span()),
-        message: e.message().to_string(),
-    })?;
-    serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
-        file: file.into(),
-        path: e.path().to_string(),
-        line: line_of(e.inner().span()),
-        message: e.inner().message().to_string(),
-    })
 }
 
 pub(super) fn valid_server_name(n: &str) -> bool {

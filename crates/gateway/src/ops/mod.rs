@@ -1,5 +1,5 @@
 //! The operator's side: the admin listener, Prometheus metrics, the access log.
 
 pub(crate) mod access_log;
-pub(crate) mod admin;
+pub mod admin;
 pub mod metrics;

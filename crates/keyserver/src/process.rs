@@ -1,12 +1,10 @@
-//! The key-server process (`rampart keyserver`): holds private keys, answers keyless requests
-//! from gateways over mutual TLS, signs through its own key engine (so batching applies
-//! across every connected gateway), and serves `/healthz` and `/metrics`.
+//! Start and stop: keys loaded, the key engine assembled (so batching applies across every
+//! connected gateway), the keyless listener and the admin listener bound.
 
-use crate::assemble_key_engine;
 use crate::config::KeyServerConfig;
-use crate::listener::tcp as server;
-use crate::ops::{admin, metrics::Metrics};
 use anyhow::Context as _;
+use gateway::metrics::Metrics;
+use gateway::{admin, assemble_key_engine, bind_listener};
 use keyengine::metrics::{Families, Kind};
 use keyengine::{Engine, KeyEngine, KeyRegistry};
 use keyless::server::{KeyServer, ServerStats};
@@ -99,7 +97,7 @@ pub async fn start(
         handshake_timeout: k.handshake_timeout,
         stats: stats.clone(),
     });
-    let listener = server::bind(k.listen)
+    let listener = bind_listener(k.listen)
         .with_context(|| format!("keyserver.listen: cannot bind {}", k.listen))?;
     let addr = listener.local_addr()?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -112,7 +110,7 @@ pub async fn start(
     tracing::info!(%addr, keys = k.keys.len(), "key server listening");
     let admin = match cfg.admin.listen {
         Some(a) => {
-            let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
+            let l = bind_listener(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let admin_addr = l.local_addr()?;
             let l = tokio::net::TcpListener::from_std(l)?;
             let (m, e, s) = (metrics.clone(), engine.clone(), stats.clone());

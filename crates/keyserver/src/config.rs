@@ -1,8 +1,7 @@
 //! A key server's configuration file (`rampart keyserver --config FILE`).
 
-use super::{
-    duration, load_file, parse_toml, AdminConfig, ConfigError, EngineKind, KeyEngineConfig,
-};
+use gateway::config::file::{duration, load_file, parse_toml};
+use gateway::config::{AdminConfig, ConfigError, EngineKind, KeyEngineConfig};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

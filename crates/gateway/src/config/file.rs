@@ -1,0 +1,54 @@
+//! Reading a configuration file: its text, TOML with the field path and line in every error,
+//! and durations such as "30s". Shared by the gateway's file and the key server's.
+
+use super::ConfigError;
+use serde::{Deserialize, Deserializer};
+use std::path::Path;
+use std::time::Duration;
+
+/// A duration field: "500ms", "30s", "1h".
+pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?} ({e}); expected e.g. \"500ms\", \"30s\", \"1h\""
+        ))
+    })
+}
+
+/// Reads `path` and hands its text to `parse` with the file name and directory.
+pub fn load_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str, &str, &Path) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        path: String::new(),
+        line: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(&text, &file, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// TOML text into `T`, with errors naming the field path and line.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file: &str,
+) -> Result<T, ConfigError> {
+    let line_of = |span: Option<std::ops::Range<usize>>| {
+        span.map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
+        file: file.into(),
+        path: String::new(),
+        line: line_of(e.span()),
+        message: e.message().to_string(),
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
+        file: file.into(),
+        path: e.path().to_string(),
+        line: line_of(e.inner().span()),
+        message: e.inner().message().to_string(),
+    })
+}
