@@ -1202,3 +1202,45 @@ async fn gateways_sharing_a_ticket_key_file_resume_each_others_sessions_with_0rt
         r[0]
     );
 }
+
+/// Finding 3 of the hardening issue, over QUIC: a client that keeps its connection alive with
+/// PINGs but sends no request is closed at `first_request_timeout`, and one that has made a
+/// request and then only pings is closed at `idle_timeout` (QUIC's own idle timeout restarts
+/// with every packet, so it alone would keep both for ever). Both are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinging_h3_connections_without_requests_are_closed() {
+    let limits = "[listeners.limits]\nfirst_request_timeout = \"1s\"\nidle_timeout = \"2s\"";
+    let fx = start("", &format!("{limits}\n{QUIC}")).await;
+    let closed_after = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.extend(["--idle-ping-ms", "200"]);
+        let out = run(h3(&fx, &args));
+        async move {
+            let r = json_lines(&out.await);
+            let last = r.last().unwrap();
+            assert_eq!(last["error_code"], 0x100, "H3_NO_ERROR: {last}");
+            last["closed_after_ms"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("still open after 15 s of pings: {last}"))
+        }
+    };
+    let ms = closed_after(&["--no-request"]).await;
+    assert!(
+        (900..5000).contains(&ms),
+        "closed {ms} ms after the handshake"
+    );
+    let ms = closed_after(&["--path", "/bytes/10"]).await;
+    assert!(
+        (1900..6000).contains(&ms),
+        "closed {ms} ms after the response"
+    );
+    let m = fx.gw().metrics.render();
+    for reason in ["no_request", "idle"] {
+        let labels = ["listener=\"https/quic\"", &format!("reason=\"{reason}\"")];
+        assert_eq!(
+            metric_sum(&m, "rampart_connections_closed_total", &labels),
+            1.0,
+            "{reason}: {m}"
+        );
+    }
+}

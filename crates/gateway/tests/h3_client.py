@@ -40,6 +40,8 @@ class Client(QuicConnectionProtocol):
         self.stop_after = {}
         # Streams the client stopped: what still arrives on them is dropped.
         self.stopped = set()
+        # The error code of the connection's close, once it has closed.
+        self.closed_code = None
 
     def datagram_received(self, data, addr):
         self.largest_datagram = max(self.largest_datagram, len(data))
@@ -47,6 +49,7 @@ class Client(QuicConnectionProtocol):
 
     def quic_event_received(self, event):
         if isinstance(event, ConnectionTerminated):
+            self.closed_code = event.error_code
             # The server's reason for closing, for tests to check (e.g. 0x2 CONNECTION_REFUSED).
             print(f"connection closed: error_code={event.error_code:#x}", file=sys.stderr, flush=True)
             # Requests still waiting will get no answer.
@@ -135,6 +138,10 @@ async def main():
     p.add_argument("--trailer", action="append", default=[],
                    help="request trailer 'name: value' (sent after the body)")
     p.add_argument("--print-cid", action="store_true", help="print the server's connection ID (hex)")
+    p.add_argument("--no-request", action="store_true", help="send no request (with --idle-ping-ms)")
+    p.add_argument("--idle-ping-ms", type=int,
+                   help="after the requests, send nothing but a PING this often (up to 15 s) and "
+                        "print how long the server took to close the connection")
     p.add_argument("--session-file", help="save the session ticket here; with --zero-rtt, resume from it")
     p.add_argument("--zero-rtt", action="store_true", help="send the requests as 0-RTT early data")
     p.add_argument("--linger-ms", type=int, default=0,
@@ -161,7 +168,7 @@ async def main():
     async with connect("127.0.0.1", args.port, configuration=config, create_protocol=Client,
                        session_ticket_handler=save_ticket,
                        wait_connected=not args.zero_rtt) as client:
-        for i, path in enumerate(args.path or ["/"]):
+        for i, path in enumerate([] if args.no_request else (args.path or ["/"])):
             if i == args.migrate_after:
                 # A new socket (new source port) for the same connection, as a phone moving
                 # from 4G to Wi-Fi would; the next packets arrive from the new address.
@@ -206,6 +213,18 @@ async def main():
             if args.print_cid:
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()
+            print(json.dumps(out), flush=True)
+        if args.idle_ping_ms:
+            # A client that keeps its connection alive at the QUIC layer but asks for nothing.
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            closed = asyncio.ensure_future(client.wait_closed())
+            while not closed.done() and loop.time() - start < 15:
+                client._quic.send_ping(0)
+                client.transmit()
+                await asyncio.wait([closed], timeout=args.idle_ping_ms / 1000)
+            out = {"closed_after_ms": round((loop.time() - start) * 1000) if closed.done() else None,
+                   "error_code": client.closed_code}
             print(json.dumps(out), flush=True)
         if args.linger_ms:
             try:

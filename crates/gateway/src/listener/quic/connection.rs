@@ -48,6 +48,15 @@ pub(super) async fn serve_connection(
     let mut closing = false;
     let mut drain_poll = tokio::time::interval(DRAIN_POLL);
     drain_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // As on TCP: with no request in flight, the connection closes after
+    // `first_request_timeout` (none yet) or the idle limit (since the last one ended),
+    // whatever else arrives. QUIC's own idle timeout restarts with every packet, PINGs
+    // included, so a client that pings and asks for nothing would otherwise keep its
+    // connection for ever.
+    let limits = &shared.limits;
+    let idle = tokio::time::sleep(limits.first_request_timeout);
+    tokio::pin!(idle);
+    let mut idle_reason = "no_request";
     loop {
         tokio::select! {
             ev = controller.event_receiver_mut().recv() => {
@@ -66,9 +75,11 @@ pub(super) async fn serve_connection(
                             ])
                             .observe(us as f64 / 1e6);
                         info = quic_conn_info(client, server_name, session_resumed);
+                        idle.as_mut().reset(tokio::time::Instant::now() + limits.first_request_timeout);
                     }
                     ServerH3Event::Headers { incoming_headers, is_in_early_data, .. } => {
                         next_stream = next_stream.max(incoming_headers.stream_id + 4);
+                        idle_reason = "idle";
                         let streams = crate::ops::metrics::GaugeGuard::new(
                             shared.metrics.quic_open_streams.with_label_values(&[&shared.listener]),
                         );
@@ -86,7 +97,19 @@ pub(super) async fn serve_connection(
                     _ => {}
                 }
             }
-            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+            Some(_) = requests.join_next(), if !requests.is_empty() => {
+                if requests.is_empty() {
+                    idle.as_mut().reset(tokio::time::Instant::now() + idle_limit(shared));
+                }
+            }
+            _ = &mut idle, if established && requests.is_empty() && !draining && !closing => {
+                shared
+                    .metrics
+                    .closed_connections
+                    .with_label_values(&[&format!("{}/quic", shared.listener), idle_reason])
+                    .inc();
+                closing = close(&controller);
+            }
             _ = turned_true(&mut stop), if !draining => {
                 draining = true;
                 if established {
@@ -122,6 +145,19 @@ pub(super) async fn serve_connection(
             .handshake_errors
             .with_label_values(&[&format!("{}/quic", shared.listener), reason])
             .inc();
+    }
+}
+
+/// The idle limit in force: `limits.idle_timeout`, or the shorter
+/// `idle_timeout_under_pressure` while the overload manager closes idle connections.
+fn idle_limit(shared: &ProxyShared) -> Duration {
+    let pressed = shared
+        .overload
+        .is_active(crate::policy::overload::Action::CloseIdleConnections);
+    if pressed {
+        shared.limits.idle_timeout_under_pressure
+    } else {
+        shared.limits.idle_timeout
     }
 }
 
