@@ -973,6 +973,38 @@ async fn listener_access_lists_turn_clients_away_before_any_handshake() {
     );
 }
 
+/// `limits.new_connections_per_address`: past its burst, a client address's new connections
+/// are turned away before any handshake, over TCP (closed at accept) and QUIC
+/// (CONNECTION_REFUSED), from one budget the listener's transports share, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_opening_connections_too_fast_is_turned_away() {
+    let limits =
+        "[listeners.limits]\nnew_connections_per_address = { per_second = 0.01, burst = 3 }";
+    let fx = start("", &format!("{limits}\n{QUIC}")).await;
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200");
+    assert_eq!(
+        json_lines(&run(h3(&fx, &["--path", "/"])).await)[0]["status"],
+        200,
+        "the third connection, over QUIC, is within the burst"
+    );
+    let out = run(curl(&fx, &["-o", "/dev/null", &fx.url("/")])).await;
+    assert!(
+        !out.status.success(),
+        "a fourth connection was served over TCP"
+    );
+    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
+    let m = fx.gw().metrics.render();
+    for listener in ["https", "https/quic"] {
+        let label = format!("listener=\"{listener}\"");
+        assert_eq!(
+            metric_sum(&m, "rampart_connections_rate_limited_total", &[&label]),
+            1.0,
+            "{m}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_route_answers_429_with_retry_after_over_tcp_and_quic() {
     // Two workers share the route's buckets: 3 at once, then one every 4 s (slow enough that

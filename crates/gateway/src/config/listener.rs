@@ -1,6 +1,8 @@
 //! `[[listeners]]`: addresses, certificates, TLS, HTTP/3 and the per-listener limits.
 
-use super::{duration, valid_server_name, At, EngineKind, Invalid, KeyEngineConfig};
+use super::{
+    duration, valid_server_name, At, EngineKind, Invalid, KeyEngineConfig, RateLimitConfig,
+};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -259,6 +261,10 @@ pub struct LimitsConfig {
     pub max_headers: usize,
     /// Request body bytes; more gets 413.
     pub max_body_bytes: u64,
+    /// New connections a client address may open: `per_second` sustained after a `burst`;
+    /// beyond it a connection is turned away before any handshake (TCP closed, QUIC
+    /// CONNECTION_REFUSED). Off by default: many phones can share one carrier address.
+    pub new_connections_per_address: Option<RateLimitConfig>,
     /// Close a client connection idle this long between requests (no request in flight,
     /// whatever else arrives: HTTP/2 PINGs keep no connection open).
     #[serde(deserialize_with = "duration")]
@@ -308,6 +314,7 @@ impl Default for LimitsConfig {
             max_control_frames_per_second: 100,
             max_concurrent_streams: 256,
             max_connections: 100_000,
+            new_connections_per_address: None,
         }
     }
 }
@@ -338,6 +345,9 @@ impl ListenerConfig {
             return limits
                 .field("max_header_bytes")
                 .fail("at least 1024 bytes and 1 header");
+        }
+        if let Some(rate) = &self.limits.new_connections_per_address {
+            rate.validate(&limits.field("new_connections_per_address"), "connections")?;
         }
         Ok(())
     }

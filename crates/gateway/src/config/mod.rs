@@ -253,6 +253,28 @@ endpoints = ["127.0.0.1:8080"]
         assert_eq!(e.path, "routes[0].rate_limit.burst");
         let e = parse(&with("rps = 5")).unwrap_err();
         assert_eq!(e.path, "routes[0].rate_limit.rps");
+        // The listener's rate of new connections per address, the same way.
+        let conns = |rl: &str| {
+            MINIMAL.replace(
+                "listen = \"127.0.0.1:8443\"",
+                &format!(
+                    "listen = \"127.0.0.1:8443\"\nlimits.new_connections_per_address = {{ {rl} }}"
+                ),
+            )
+        };
+        let e = parse(&conns("per_second = -1")).unwrap_err();
+        assert_eq!(
+            (e.path.as_str(), e.message.as_str()),
+            (
+                "listeners[0].limits.new_connections_per_address.per_second",
+                "a number of connections greater than zero"
+            )
+        );
+        let e = parse(&conns("per_second = 5, burst = 0")).unwrap_err();
+        assert_eq!(
+            e.path,
+            "listeners[0].limits.new_connections_per_address.burst"
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl HeaderRewriteConfig {
 }
 
 /// A route's `rate_limit`: a token bucket per client address.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Sustained requests a second per client.
@@ -129,6 +129,19 @@ pub struct RateLimitConfig {
 }
 
 impl RateLimitConfig {
+    /// `per_second` a number of `what` greater than zero, `burst` at least 1.
+    pub(super) fn validate(&self, at: &At, what: &str) -> Result<(), Invalid> {
+        if !(self.per_second.is_finite() && self.per_second > 0.0) {
+            return at
+                .field("per_second")
+                .fail(format!("a number of {what} greater than zero"));
+        }
+        if self.burst == Some(0) {
+            return at.field("burst").fail("at least 1");
+        }
+        Ok(())
+    }
+
     pub fn burst(&self) -> u32 {
         self.burst
             .unwrap_or_else(|| self.per_second.ceil().clamp(1.0, u32::MAX as f64) as u32)
@@ -154,15 +167,7 @@ impl RouteConfig {
         self.response_headers
             .validate(&at.field("response_headers"))?;
         if let Some(rl) = &self.rate_limit {
-            let at = at.field("rate_limit");
-            if !(rl.per_second.is_finite() && rl.per_second > 0.0) {
-                return at
-                    .field("per_second")
-                    .fail("a number of requests greater than zero");
-            }
-            if rl.burst == Some(0) {
-                return at.field("burst").fail("at least 1");
-            }
+            rl.validate(&at.field("rate_limit"), "requests")?;
         }
         if !clusters.iter().any(|c| c.name == self.cluster) {
             let known: Vec<_> = clusters.iter().map(|c| c.name.as_str()).collect();

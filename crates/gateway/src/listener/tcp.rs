@@ -113,6 +113,7 @@ impl TcpListenerTask {
             &self.shared.listener,
             self.shared.limits.max_connections.min(connection_budget()),
             self.shared.access.clone(),
+            self.shared.connection_rate.clone(),
             self.shared.overload.clone(),
         );
         let idle = Arc::new(IdleSet::default());

@@ -20,6 +20,8 @@ pub struct Metrics {
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
+    /// Connections turned away for opening faster than `limits.new_connections_per_address`.
+    pub rate_limited_connections: IntCounterVec,
     /// Configuration reloads (SIGHUP), by result: `ok` or `error` (the configuration in
     /// force kept whole).
     pub config_reloads: IntCounterVec,
@@ -191,6 +193,14 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            rate_limited_connections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_connections_rate_limited_total",
+                    "Connections turned away before any handshake because their client address opened new ones faster than limits.new_connections_per_address",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             config_reloads: IntCounterVec::new(
                 Opts::new(
                     "rampart_config_reloads_total",
@@ -340,6 +350,7 @@ impl Metrics {
             &m.upstream_errors,
             &m.responses_abandoned,
             &m.denied_connections,
+            &m.rate_limited_connections,
             &m.config_reloads,
             &m.rejected_connections,
             &m.closed_connections,

@@ -1,9 +1,11 @@
-//! Admission at accept: a listener's access list, its `limits.max_connections` and the
-//! overload manager's refusal, checked before a connection costs anything.
+//! Admission at accept: a listener's access list, its per-address rate of new connections,
+//! its `limits.max_connections` and the overload manager's refusal, checked before a
+//! connection costs anything.
 
 use crate::ops::metrics::{GaugeGuard, Metrics};
 use crate::policy::access::SharedAccessList;
 use crate::policy::overload::{Action, Overload};
+use crate::policy::ratelimit::RateLimiter;
 use std::sync::Arc;
 
 /// `limits.max_connections` for one listener and transport (`"NAME"` for TCP, `"NAME/quic"`):
@@ -15,6 +17,9 @@ pub struct ConnectionCap {
     max: i64,
     access: SharedAccessList,
     denied: prometheus::IntCounter,
+    /// `limits.new_connections_per_address`, shared by the listener's workers (TCP and QUIC).
+    rate: Option<Arc<RateLimiter>>,
+    rate_limited: prometheus::IntCounter,
     overload: Arc<Overload>,
 }
 
@@ -24,6 +29,7 @@ impl ConnectionCap {
         label: &str,
         max: usize,
         access: SharedAccessList,
+        rate: Option<Arc<RateLimiter>>,
         overload: Arc<Overload>,
     ) -> Self {
         ConnectionCap {
@@ -32,6 +38,8 @@ impl ConnectionCap {
             max: max as i64,
             access,
             denied: m.denied_connections.with_label_values(&[label]),
+            rate,
+            rate_limited: m.rate_limited_connections.with_label_values(&[label]),
             overload,
         }
     }
@@ -45,10 +53,15 @@ impl ConnectionCap {
         self.full()
     }
 
-    /// Whether the listener's access list turns `client` away (counted).
+    /// Whether `client` is turned away (counted): by the listener's access list, or for
+    /// opening new connections faster than `limits.new_connections_per_address`.
     pub fn deny(&self, client: std::net::IpAddr) -> bool {
         if !self.access.current().permits(client) {
             self.denied.inc();
+            return true;
+        }
+        if self.rate.as_ref().is_some_and(|r| r.take(client).is_err()) {
+            self.rate_limited.inc();
             return true;
         }
         false

@@ -63,6 +63,9 @@ pub struct ProxyShared {
     pub abandoned_responses: prometheus::IntCounter,
     /// Which clients the listener serves (checked when a connection arrives; reloadable).
     pub access: crate::policy::access::SharedAccessList,
+    /// `limits.new_connections_per_address`: one limiter for the listener, shared by its
+    /// workers and by TCP and QUIC.
+    pub connection_rate: Option<Arc<crate::policy::ratelimit::RateLimiter>>,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
     /// The gateway's overload actions in force.
@@ -357,6 +360,7 @@ pub(crate) mod testing {
                 &[],
                 &[],
             )),
+            connection_rate: None,
             proxy_protocol: false,
             paths: Default::default(),
             tunnels: tokio_util::task::TaskTracker::new(),
