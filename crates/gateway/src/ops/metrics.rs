@@ -483,6 +483,7 @@ mod tests {
         m.quic_open_streams.with_label_values(&["l"]).inc();
         m.responses_abandoned.with_label_values(&["l"]).inc();
         m.denied_connections.with_label_values(&["l"]).inc();
+        m.rate_limited_connections.with_label_values(&["l"]).inc();
         m.config_reloads.with_label_values(&["ok"]).inc();
         m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
