@@ -74,19 +74,29 @@ static P256_TABLES: AtomicUsize = AtomicUsize::new(0);
 /// (with the last clone of its key, so reloads do not use the budget up).
 struct P256Table(mbcrypto::ecdsa::P256PublicKey);
 
+/// What building a key's table came to.
+enum Built {
+    Table(P256Table),
+    /// Not an uncompressed point on the curve: aws-lc verifies it, for good.
+    NotAPoint,
+    /// Every slot taken: aws-lc verifies it for now; a slot may come free (a reload drops
+    /// the keys it replaced), so the next verification tries again.
+    NoSlot,
+}
+
 impl P256Table {
-    /// Builds the table for an uncompressed point, if a slot is left and the point is one.
-    fn build(point: &[u8]) -> Option<Self> {
-        P256_TABLES
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < P256_TABLES_MAX).then_some(n + 1)
-            })
-            .ok()?;
+    fn build(point: &[u8]) -> Built {
+        let taken = P256_TABLES.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < P256_TABLES_MAX).then_some(n + 1)
+        });
+        if taken.is_err() {
+            return Built::NoSlot;
+        }
         match mbcrypto::ecdsa::P256PublicKey::from_sec1(point) {
-            Some(t) => Some(P256Table(t)),
+            Some(t) => Built::Table(P256Table(t)),
             None => {
                 P256_TABLES.fetch_sub(1, Ordering::Relaxed);
-                None
+                Built::NotAPoint
             }
         }
     }
@@ -156,7 +166,16 @@ impl PublicKey {
             }
             // Built on the first verification (about 1 ms), not at load: a gateway with
             // thousands of certificates builds tables only for the keys that sign.
-            if let Some(table) = self.p256.get_or_init(|| P256Table::build(&self.bits)) {
+            let table = match self.p256.get() {
+                Some(cached) => cached.as_ref(),
+                None => match P256Table::build(&self.bits) {
+                    Built::NoSlot => None,
+                    Built::NotAPoint => self.p256.get_or_init(|| None).as_ref(),
+                    // Built twice by a race: the loser's table drops and gives its slot back.
+                    Built::Table(t) => self.p256.get_or_init(|| Some(t)).as_ref(),
+                },
+            };
+            if let Some(table) = table {
                 return table.0.verify(digest, signature);
             }
         }

@@ -9,7 +9,9 @@
 //! doublings and 90 additions for a variable-base method.
 //!
 //! Everything here handles public values only (public keys, signatures, digests), so it is
-//! variable time: tables are indexed by digit and exceptional cases branch. Field elements
+//! variable time: tables are indexed by digit and exceptional cases branch. (A signature that
+//! fails here is withheld, but its check took variable time too: a little timing about a
+//! faulty signature could leak; nothing about the key does.) Field elements
 //! are 4 × 64-bit limbs in Montgomery form, fully reduced; points are Jacobian
 //! (x = X/Z², y = Y/Z³, Z = 0 the identity); table entries are affine.
 
@@ -395,7 +397,7 @@ impl Comb {
         let mut base = *p;
         for _ in 0..windows {
             // j·base for j = 1..=half, then 2^w·base (the next window's base); none is the
-            // identity: each is a multiple of P by a number below n and prime to n.
+            // identity: each is P times j·2^k with j < n, which n (a prime) does not divide.
             let mut jac = Vec::with_capacity(half + 1);
             let mut acc = Jacobian::from_affine(&base);
             jac.push(acc);
@@ -481,6 +483,10 @@ impl Comb {
 
 /// Most windows of any table (w = 6 would need 43).
 const MAX_WINDOWS: usize = 43;
+const _: () = assert!(
+    257_usize.div_ceil(W_G as usize) <= MAX_WINDOWS
+        && 257_usize.div_ceil(W_Q as usize) <= MAX_WINDOWS
+);
 
 /// A scalar's signed window digits.
 struct Digits {
@@ -519,7 +525,7 @@ impl std::fmt::Debug for P256PublicKey {
 impl P256PublicKey {
     /// Bytes of the table a key holds.
     pub const TABLE_BYTES: usize =
-        257_usize.div_ceil(W_Q as usize) * (1 << (W_Q - 1)) * std::mem::size_of::<[Limbs; 2]>();
+        257_usize.div_ceil(W_Q as usize) * (1 << (W_Q - 1)) * std::mem::size_of::<Affine>();
 
     /// From an uncompressed SEC1 point (0x04 ‖ x ‖ y), as in a certificate's
     /// SubjectPublicKey. `None` unless it is a point on P-256 (coordinates below p).
@@ -727,6 +733,61 @@ mod tests {
                     "a flipped bit"
                 );
             }
+        }
+    }
+
+    fn g_affine() -> Affine {
+        Affine {
+            x: P.to_mont(&GX),
+            y: P.to_mont(&GY),
+        }
+    }
+
+    fn affine_of(p: &Jacobian) -> Affine {
+        batch_to_affine(&[*p])[0]
+    }
+
+    #[test]
+    fn mixed_addition_handles_its_exceptional_cases() {
+        let g = g_affine();
+        let jg = Jacobian::from_affine(&g);
+        // Identity + G = G.
+        assert_eq!(affine_of(&Jacobian::IDENTITY.add_affine(&g)), g);
+        // G + G takes the doubling branch and agrees with doubling.
+        assert_eq!(affine_of(&jg.add_affine(&g)), affine_of(&jg.double()));
+        // G + (−G) is the identity.
+        let neg = Affine {
+            x: g.x,
+            y: P.sub(&[0; 4], &g.y),
+        };
+        assert!(jg.add_affine(&neg).is_identity());
+        // 2G + G by addition equals 3G by the comb.
+        let three = affine_of(&jg.double().add_affine(&g));
+        let comb = g_comb();
+        let by_comb = comb.accumulate(Jacobian::IDENTITY, &comb.digits(&[3, 0, 0, 0]));
+        assert_eq!(affine_of(&by_comb), three);
+    }
+
+    #[test]
+    fn a_key_whose_public_point_is_g_verifies() {
+        // d = 1: Q = G, so both combs add multiples of the same point (their partial sums can
+        // meet, the doubling branch). SEC1 ECPrivateKey { 1, d, [0] prime256v1 }.
+        let mut der = vec![0x30, 0x31, 0x02, 0x01, 0x01, 0x04, 0x20];
+        der.extend_from_slice(&[0; 31]);
+        der.push(1);
+        der.extend_from_slice(&[
+            0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+        ]);
+        let key = crate::ecdsa::P256Key::from_der(&der).unwrap();
+        let mut point = vec![4u8];
+        point.extend_from_slice(&scalar_bytes(&GX));
+        point.extend_from_slice(&scalar_bytes(&GY));
+        let public = P256PublicKey::from_sec1(&point).unwrap();
+        for i in 0..20u8 {
+            let digest = [i; 32];
+            let sig = crate::ecdsa::sign_direct(&key, &digest).unwrap();
+            assert!(public.verify(&digest, &sig));
+            assert!(!public.verify(&[i ^ 1; 32], &sig));
         }
     }
 
