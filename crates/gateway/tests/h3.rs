@@ -974,8 +974,9 @@ async fn listener_access_lists_turn_clients_away_before_any_handshake() {
 }
 
 /// `limits.new_connections_per_address`: past its burst, a client address's new connections
-/// are turned away before any handshake, over TCP (closed at accept) and QUIC
-/// (CONNECTION_REFUSED), from one budget the listener's transports share, and counted.
+/// are turned away, over TCP (closed at accept) and QUIC (closed with H3_EXCESSIVE_LOAD once
+/// the handshake has validated the address), from one budget the listener's transports
+/// share, and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_opening_connections_too_fast_is_turned_away() {
     let limits =
@@ -993,7 +994,18 @@ async fn an_address_opening_connections_too_fast_is_turned_away() {
         !out.status.success(),
         "a fourth connection was served over TCP"
     );
-    assert_refused(&run(h3(&fx, &["--path", "/"])).await);
+    // QUIC is charged once the handshake has validated the address (an Initial's can be
+    // forged): the connection is then closed with H3_EXCESSIVE_LOAD.
+    let out = run(h3(&fx, &["--path", "/"])).await;
+    assert!(
+        !out.status.success(),
+        "a fifth connection was served over QUIC"
+    );
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        why.contains("error_code=0x107"),
+        "not H3_EXCESSIVE_LOAD: {why}"
+    );
     let m = fx.gw().metrics.render();
     for listener in ["https", "https/quic"] {
         let label = format!("listener=\"{listener}\"");

@@ -176,7 +176,11 @@ impl Families {
             }
             family.mut_metric().push(metric);
         }
-        self.0.push(family);
+        // A family with no sample (a labelled one with nothing to report) is not valid
+        // exposition: the encoder would refuse the whole page.
+        if !family.get_metric().is_empty() {
+            self.0.push(family);
+        }
         self
     }
 }

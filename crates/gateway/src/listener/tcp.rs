@@ -126,7 +126,9 @@ impl TcpListenerTask {
                 Ok((tcp, peer)) => {
                     // Behind a PROXY-protocol balancer the peer is the balancer: the access
                     // list waits for the client address the header carries.
-                    if !self.shared.proxy_protocol && cap.deny(peer.ip()) {
+                    if !self.shared.proxy_protocol
+                        && (cap.deny(peer.ip()) || cap.too_fast(peer.ip()))
+                    {
                         drop(tcp);
                         continue;
                     }
@@ -223,7 +225,7 @@ async fn serve_connection(
             }
             Err(_) => return failed("timeout"),
         }
-        if cap.deny(peer.ip()) {
+        if cap.deny(peer.ip()) || cap.too_fast(peer.ip()) {
             return;
         }
     }

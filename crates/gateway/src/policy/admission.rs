@@ -53,13 +53,21 @@ impl ConnectionCap {
         self.full()
     }
 
-    /// Whether `client` is turned away (counted): by the listener's access list, or for
-    /// opening new connections faster than `limits.new_connections_per_address`.
+    /// Whether the listener's access list turns `client` away (counted).
     pub fn deny(&self, client: std::net::IpAddr) -> bool {
         if !self.access.current().permits(client) {
             self.denied.inc();
             return true;
         }
+        false
+    }
+
+    /// Whether `client` opens new connections faster than
+    /// `limits.new_connections_per_address` (counted; each call takes a token). Only for an
+    /// address the transport has validated: a TCP peer, or a QUIC client whose handshake
+    /// completed. A QUIC Initial's address can be forged, and a connection may send more
+    /// than one Initial (Retry).
+    pub fn too_fast(&self, client: std::net::IpAddr) -> bool {
         if self.rate.as_ref().is_some_and(|r| r.take(client).is_err()) {
             self.rate_limited.inc();
             return true;

@@ -4,6 +4,7 @@
 
 use super::bridge::serve_request;
 use crate::http::pipeline::{ConnInfo, ProxyShared};
+use crate::policy::admission::ConnectionCap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio_quiche::datagram_socket::QuicAuditStats;
 use tokio_quiche::http3::driver::ServerH3Event;
 use tokio_quiche::quic::{ConnectionShutdownBehaviour, HandshakeError, QuicCommand};
+use tokio_quiche::quiche::h3::WireErrorCode;
 use tokio_quiche::ServerH3Controller;
 
 /// How long connections closed at the end of the grace period get to send their close.
@@ -29,6 +31,7 @@ const DRAIN_POLL: Duration = Duration::from_millis(20);
 /// whatever is in flight (the grace period ran out).
 pub(super) async fn serve_connection(
     shared: &Arc<ProxyShared>,
+    cap: &ConnectionCap,
     mut controller: ServerH3Controller,
     client: SocketAddr,
     stats: &QuicAuditStats,
@@ -59,6 +62,8 @@ pub(super) async fn serve_connection(
     let mut idle_reason = "no_request";
     loop {
         tokio::select! {
+            // Events first: a request that arrives as the idle timer ends is served.
+            biased;
             ev = controller.event_receiver_mut().recv() => {
                 let Some(ev) = ev else { break };
                 match ev {
@@ -76,6 +81,12 @@ pub(super) async fn serve_connection(
                             .observe(us as f64 / 1e6);
                         info = quic_conn_info(client, server_name, session_resumed);
                         idle.as_mut().reset(tokio::time::Instant::now() + limits.first_request_timeout);
+                        // The client's address is validated now (it completed the
+                        // handshake), so it can be charged for the connection; an Initial's
+                        // address can be forged.
+                        if cap.too_fast(client.ip()) {
+                            closing = close_with(&controller, WireErrorCode::ExcessiveLoad);
+                        }
                     }
                     ServerH3Event::Headers { incoming_headers, is_in_early_data, .. } => {
                         next_stream = next_stream.max(incoming_headers.stream_id + 4);
@@ -103,12 +114,22 @@ pub(super) async fn serve_connection(
                 }
             }
             _ = &mut idle, if established && requests.is_empty() && !draining && !closing => {
+                // Closing discards what the client has not acknowledged: a response written
+                // but still in flight waits (checked again shortly).
+                undelivered = first_undelivered(&controller, undelivered, next_stream).await;
+                if undelivered < next_stream {
+                    idle.as_mut().reset(tokio::time::Instant::now() + DRAIN_POLL);
+                    continue;
+                }
                 shared
                     .metrics
                     .closed_connections
                     .with_label_values(&[&format!("{}/quic", shared.listener), idle_reason])
                     .inc();
-                closing = close(&controller);
+                close(&controller);
+                // Whether or not the command was taken (the driver may be gone already),
+                // this connection is ending: the timer must not fire again.
+                closing = true;
             }
             _ = turned_true(&mut stop), if !draining => {
                 draining = true;
@@ -182,9 +203,15 @@ async fn turned_true(flag: &mut watch::Receiver<bool>) {
 
 /// Closes a connection with H3_NO_ERROR; true once asked (false: the driver is gone).
 fn close(controller: &ServerH3Controller) -> bool {
+    close_with(controller, WireErrorCode::NoError)
+}
+
+/// Closes the connection with an HTTP/3 error code (CONNECTION_CLOSE of the application
+/// kind); false if the connection is already gone.
+fn close_with(controller: &ServerH3Controller, code: WireErrorCode) -> bool {
     let cmd = QuicCommand::ConnectionClose(ConnectionShutdownBehaviour {
         send_application_close: true,
-        error_code: tokio_quiche::quiche::h3::WireErrorCode::NoError as u64,
+        error_code: code as u64,
         reason: Vec::new(),
     });
     controller.cmd_sender().send(cmd).is_ok()

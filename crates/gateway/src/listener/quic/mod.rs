@@ -276,10 +276,10 @@ pub async fn serve(
         let conn_stats = conn.stats().clone();
         conn.start(driver);
         let open = cap.open();
-        let shared = shared.clone();
+        let (shared, cap) = (shared.clone(), cap.clone());
         let (stop, close_now) = (stop.clone(), close_now.clone());
         connections.spawn(async move {
-            serve_connection(&shared, controller, client, &stats, stop, close_now).await;
+            serve_connection(&shared, &cap, controller, client, &stats, stop, close_now).await;
             drop(open);
             record_closed(&shared, &conn_stats).await;
         });
