@@ -1288,3 +1288,25 @@ async fn pinging_h3_connections_without_requests_are_closed() {
         );
     }
 }
+
+/// Near the QUIC listener's cap (more than 3/4 of `max_connections` open), a connection idle
+/// after its request closes at `idle_timeout_under_pressure`, as TCP ones do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_the_quic_cap_idle_connections_close_sooner() {
+    let limits = "[listeners.limits]\nmax_connections = 2\nidle_timeout = \"30s\"\nidle_timeout_under_pressure = \"1s\"";
+    let fx = start("", &format!("{limits}\n{QUIC}")).await;
+    let client = || run(h3(&fx, &["--path", "/bytes/10", "--idle-ping-ms", "200"]));
+    // Two connections open at once: 2 of 2 is past 3/4 of the cap.
+    let (a, b) = tokio::join!(client(), client());
+    for out in [a, b] {
+        let r = json_lines(&out);
+        let last = r.last().unwrap();
+        let ms = last["closed_after_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("still open after 15 s: {last}"));
+        assert!(
+            ms < 10_000,
+            "closed {ms} ms after the response, not at the pressed limit"
+        );
+    }
+}

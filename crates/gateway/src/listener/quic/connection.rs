@@ -110,7 +110,7 @@ pub(super) async fn serve_connection(
             }
             Some(_) = requests.join_next(), if !requests.is_empty() => {
                 if requests.is_empty() {
-                    idle.as_mut().reset(tokio::time::Instant::now() + idle_limit(shared));
+                    idle.as_mut().reset(tokio::time::Instant::now() + idle_limit(shared, cap));
                 }
             }
             _ = &mut idle, if established && requests.is_empty() && !draining && !closing => {
@@ -169,16 +169,15 @@ pub(super) async fn serve_connection(
     }
 }
 
-/// The idle limit in force: `limits.idle_timeout`, or the shorter
-/// `idle_timeout_under_pressure` while the overload manager closes idle connections.
-fn idle_limit(shared: &ProxyShared) -> Duration {
-    let pressed = shared
-        .overload
-        .is_active(crate::policy::overload::Action::CloseIdleConnections);
-    if pressed {
-        shared.limits.idle_timeout_under_pressure
+/// The idle limit in force: `limits.idle_timeout`, or `idle_timeout_under_pressure` when
+/// shorter while the QUIC listener holds more than 3/4 of its cap or the overload manager
+/// closes idle connections (as on TCP).
+fn idle_limit(shared: &ProxyShared, cap: &ConnectionCap) -> Duration {
+    let limits = &shared.limits;
+    if cap.under_pressure() {
+        limits.idle_timeout.min(limits.idle_timeout_under_pressure)
     } else {
-        shared.limits.idle_timeout
+        limits.idle_timeout
     }
 }
 
