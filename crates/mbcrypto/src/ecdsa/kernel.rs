@@ -48,7 +48,7 @@ pub(crate) const fn limbs_to_words(l: &[u64; NL]) -> [u64; 4] {
     ]
 }
 
-const P_WORDS: [u64; 4] = [
+pub(crate) const P_WORDS: [u64; 4] = [
     0xFFFF_FFFF_FFFF_FFFF,
     0x0000_0000_FFFF_FFFF,
     0x0000_0000_0000_0000,
@@ -60,19 +60,19 @@ pub(crate) const N_WORDS: [u64; 4] = [
     0xFFFF_FFFF_FFFF_FFFF,
     0xFFFF_FFFF_0000_0000,
 ];
-const B_WORDS: [u64; 4] = [
+pub(crate) const B_WORDS: [u64; 4] = [
     0x3BCE_3C3E_27D2_604B,
     0x651D_06B0_CC53_B0F6,
     0xB3EB_BD55_7698_86BC,
     0x5AC6_35D8_AA3A_93E7,
 ];
-const GX_WORDS: [u64; 4] = [
+pub(crate) const GX_WORDS: [u64; 4] = [
     0xF4A1_3945_D898_C296,
     0x7703_7D81_2DEB_33A0,
     0xF8BC_E6E5_63A4_40F2,
     0x6B17_D1F2_E12C_4247,
 ];
-const GY_WORDS: [u64; 4] = [
+pub(crate) const GY_WORDS: [u64; 4] = [
     0xCBB6_4068_37BF_51F5,
     0x2BCE_3357_6B31_5ECE,
     0x8EE7_EB4A_7C0F_9E16,

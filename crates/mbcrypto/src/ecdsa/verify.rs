@@ -15,6 +15,7 @@
 //! are 4 × 64-bit limbs in Montgomery form, fully reduced; points are Jacobian
 //! (x = X/Z², y = Y/Z³, Z = 0 the identity); table entries are affine.
 
+use super::kernel::{B_WORDS, GX_WORDS, GY_WORDS, N_WORDS, P_WORDS};
 use std::sync::OnceLock;
 
 type Limbs = [u64; 4];
@@ -205,31 +206,8 @@ fn fe_sqr(a: &Limbs) -> Limbs {
     P.mul(a, a)
 }
 
-const P: Modulus = Modulus::new([
-    0xFFFF_FFFF_FFFF_FFFF,
-    0x0000_0000_FFFF_FFFF,
-    0x0000_0000_0000_0000,
-    0xFFFF_FFFF_0000_0001,
-]);
-const N: Modulus = Modulus::new(super::kernel::N_WORDS);
-const B: Limbs = [
-    0x3BCE_3C3E_27D2_604B,
-    0x651D_06B0_CC53_B0F6,
-    0xB3EB_BD55_7698_86BC,
-    0x5AC6_35D8_AA3A_93E7,
-];
-const GX: Limbs = [
-    0xF4A1_3945_D898_C296,
-    0x7703_7D81_2DEB_33A0,
-    0xF8BC_E6E5_63A4_40F2,
-    0x6B17_D1F2_E12C_4247,
-];
-const GY: Limbs = [
-    0xCBB6_4068_37BF_51F5,
-    0x2BCE_3357_6B31_5ECE,
-    0x8EE7_EB4A_7C0F_9E16,
-    0x4FE3_42E2_FE1A_7F9B,
-];
+const P: Modulus = Modulus::new(P_WORDS);
+const N: Modulus = Modulus::new(N_WORDS);
 
 /// Window bits of G's table (shared) and of each public key's table.
 const W_G: u32 = 8;
@@ -244,15 +222,12 @@ fn less_than(a: &Limbs, m: &Limbs) -> bool {
     sub4(a, m).1 == 1
 }
 
+/// Up to 32 big-endian bytes as 4 little-endian words.
 fn be_to_limbs(be: &[u8]) -> Limbs {
     debug_assert!(be.len() <= 32);
     let mut buf = [0u8; 32];
     buf[32 - be.len()..].copy_from_slice(be);
-    let mut w = [0u64; 4];
-    for (i, chunk) in buf.rchunks_exact(8).enumerate() {
-        w[i] = u64::from_be_bytes(chunk.try_into().expect("8 bytes"));
-    }
-    w
+    super::be_to_words(&buf)
 }
 
 /// One cache line: an entry is read with one miss, not two.
@@ -504,8 +479,8 @@ fn g_comb() -> &'static Comb {
     static T: OnceLock<Comb> = OnceLock::new();
     T.get_or_init(|| {
         let g = Affine {
-            x: P.to_mont(&GX),
-            y: P.to_mont(&GY),
+            x: P.to_mont(&GX_WORDS),
+            y: P.to_mont(&GY_WORDS),
         };
         Comb::new(&g, W_G)
     })
@@ -544,7 +519,7 @@ impl P256PublicKey {
         // y² = x³ − 3x + b.
         let x3 = fe_mul(&fe_sqr(&q.x), &q.x);
         let three_x = P.add(&P.add(&q.x, &q.x), &q.x);
-        let rhs = P.add(&P.sub(&x3, &three_x), &P.to_mont(&B));
+        let rhs = P.add(&P.sub(&x3, &three_x), &P.to_mont(&B_WORDS));
         if fe_sqr(&q.y) != rhs {
             return None;
         }
@@ -738,8 +713,8 @@ mod tests {
 
     fn g_affine() -> Affine {
         Affine {
-            x: P.to_mont(&GX),
-            y: P.to_mont(&GY),
+            x: P.to_mont(&GX_WORDS),
+            y: P.to_mont(&GY_WORDS),
         }
     }
 
@@ -780,8 +755,8 @@ mod tests {
         ]);
         let key = crate::ecdsa::P256Key::from_der(&der).unwrap();
         let mut point = vec![4u8];
-        point.extend_from_slice(&scalar_bytes(&GX));
-        point.extend_from_slice(&scalar_bytes(&GY));
+        point.extend_from_slice(&scalar_bytes(&GX_WORDS));
+        point.extend_from_slice(&scalar_bytes(&GY_WORDS));
         let public = P256PublicKey::from_sec1(&point).unwrap();
         for i in 0..20u8 {
             let digest = [i; 32];
