@@ -126,9 +126,7 @@ impl TcpListenerTask {
                 Ok((tcp, peer)) => {
                     // Behind a PROXY-protocol balancer the peer is the balancer: the access
                     // list waits for the client address the header carries.
-                    if !self.shared.proxy_protocol
-                        && (cap.deny(peer.ip()) || cap.too_fast(peer.ip()))
-                    {
+                    if !self.shared.proxy_protocol && cap.deny_address(peer.ip()) {
                         drop(tcp);
                         continue;
                     }
@@ -225,7 +223,7 @@ async fn serve_connection(
             }
             Err(_) => return failed("timeout"),
         }
-        if cap.deny(peer.ip()) || cap.too_fast(peer.ip()) {
+        if cap.deny_address(peer.ip()) {
             return;
         }
     }

@@ -75,6 +75,12 @@ impl ConnectionCap {
         false
     }
 
+    /// Whether a TCP peer's address is turned away: by the access list, or for opening
+    /// connections too fast (counted). TCP has validated the address by its handshake.
+    pub fn deny_address(&self, client: std::net::IpAddr) -> bool {
+        self.deny(client) || self.too_fast(client)
+    }
+
     /// Whether the cap itself is reached (not counted).
     pub fn at_cap(&self) -> bool {
         self.open.get() >= self.max
