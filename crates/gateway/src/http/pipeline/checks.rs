@@ -202,10 +202,8 @@ mod tests {
     #[test]
     fn limits_refuse_oversized_headers_and_bodies_and_unserved_methods() {
         let s = shared(&[]);
-        let check = |req: Request<ClientBody>| {
-            let probe = client_request("GET", "/", "");
-            with_ctx(&s, &probe, |ctx| status(block_on(limits(ctx, req))))
-        };
+        let check =
+            |req: Request<ClientBody>| with_ctx(&s, |ctx| status(block_on(limits(ctx, req))));
         assert_eq!(check(client_request("GET", "/", "")), None);
         let mut many = client_request("GET", "/", "");
         for i in 0..=s.limits.max_headers {
@@ -245,7 +243,7 @@ mod tests {
         let s = shared(&[RouteConfig::simple("www.example", "/admin", "c")]);
         let routed = |uri: &str| {
             let req = client_request("GET", uri, "");
-            with_ctx(&s, &req, |ctx| {
+            with_ctx(&s, |ctx| {
                 let target = match canonical_target(ctx, &req) {
                     ControlFlow::Continue(t) => t,
                     ControlFlow::Break(_) => return Err(StatusCode::BAD_REQUEST),
@@ -293,8 +291,7 @@ mod tests {
             let r = routing.router.route("www.example", "/", false).unwrap();
             for want in want {
                 let req = client_request("GET", "/", "");
-                let probe = client_request("GET", "/", "");
-                let got = with_ctx(&s, &probe, |ctx| status(block_on(admit(ctx, r, req))));
+                let got = with_ctx(&s, |ctx| status(block_on(admit(ctx, r, req))));
                 assert_eq!(got, want);
             }
         }
@@ -305,13 +302,9 @@ mod tests {
         let s = shared(&[]);
         for (method, refused) in [("GET", false), ("POST", true)] {
             let mut req = client_request(method, "/", "");
-            req.extensions_mut().insert(super::super::InEarlyData);
-            let probe = {
-                let mut p = client_request(method, "/", "");
-                p.extensions_mut().insert(super::super::InEarlyData);
-                p
-            };
-            with_ctx(&s, &probe, |ctx| {
+            with_ctx(&s, |ctx| {
+                // As `RequestCtx::new` finds for a request carrying `InEarlyData`.
+                ctx.early_data = true;
                 let safe = mark_early_data(ctx, &mut req);
                 assert_eq!(req.headers().contains_key(&EARLY_DATA), !refused);
                 let got = status(refuse_early_data(ctx, safe));

@@ -388,15 +388,12 @@ pub(crate) mod testing {
             .unwrap()
     }
 
-    /// Runs `f` over a context for `req` on `shared`.
-    pub fn with_ctx<R>(
-        shared: &ProxyShared,
-        req: &Request<ClientBody>,
-        f: impl FnOnce(&mut RequestCtx<'_>) -> R,
-    ) -> R {
+    /// Runs `f` over a context on `shared` for a plain `GET /` from [`conn`] (a test that
+    /// needs another sets the context's fields).
+    pub fn with_ctx<R>(shared: &ProxyShared, f: impl FnOnce(&mut RequestCtx<'_>) -> R) -> R {
         let conn = conn();
         let routing = shared.routing.current();
-        let mut ctx = RequestCtx::new(shared, &conn, &routing, req);
+        let mut ctx = RequestCtx::new(shared, &conn, &routing, &client_request("GET", "/", ""));
         f(&mut ctx)
     }
 

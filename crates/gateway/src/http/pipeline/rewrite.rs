@@ -3,7 +3,7 @@
 //! and an upgrade (an HTTP/1.1 `Upgrade` the route allows, or an HTTP/2 WebSocket) set up to
 //! become a tunnel once the upstream agrees.
 
-use super::RequestCtx;
+use super::{RequestCtx, X_REQUEST_ID};
 use crate::body::ClientBody;
 use crate::http::compress;
 use crate::http::headers::list_elements;
@@ -14,7 +14,6 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Version};
 use std::sync::Arc;
 
-static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -282,8 +281,7 @@ mod tests {
         );
         // An absolute-form target names the host; the client's Host header does not count.
         let target = target.unwrap();
-        let probe = client_request("GET", "/", "");
-        let p = with_ctx(&s, &probe, |ctx| request(ctx, route, &target, req));
+        let p = with_ctx(&s, |ctx| request(ctx, route, &target, req));
         let h = &p.parts.headers;
         assert_eq!(h[header::HOST], "www.example");
         assert_eq!(h[&X_FORWARDED_FOR], "198.51.100.1, 192.0.2.7");
@@ -314,8 +312,7 @@ mod tests {
                 &s.paths,
             )
             .unwrap();
-            let probe = client_request("GET", "/", "");
-            let p = with_ctx(&s, &probe, |ctx| request(ctx, route, &target, req));
+            let p = with_ctx(&s, |ctx| request(ctx, route, &target, req));
             assert_eq!(p.plan.upgrade.is_some(), passed, "{protocol}");
             assert_eq!(p.parts.headers.contains_key(header::UPGRADE), passed);
         }
