@@ -322,11 +322,7 @@ impl KeyEngineConfig {
                     ("client_cert", &r.client_cert),
                     ("client_key", &r.client_key),
                 ] {
-                    if !path.is_file() {
-                        return remote
-                            .field(f)
-                            .fail(format!("file {} does not exist", path.display()));
-                    }
+                    remote.field(f).file_exists(path)?;
                 }
                 if r.timeout.is_zero() || r.connections_per_server == 0 || r.breaker_failures == 0 {
                     return remote.fail("timeout, connections_per_server and breaker_failures must be greater than zero");

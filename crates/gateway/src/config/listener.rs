@@ -392,11 +392,7 @@ impl CertificateConfig {
             }
             let key = pair.key.iter().map(|k| ("key", k));
             for (f, path) in std::iter::once(("cert", &pair.cert)).chain(key) {
-                if !path.is_file() {
-                    return at
-                        .field(f)
-                        .fail(format!("file {} does not exist", path.display()));
-                }
+                at.field(f).file_exists(path)?;
             }
         }
         Ok(())

@@ -161,6 +161,15 @@ impl At {
     fn fail<T>(&self, expected: impl Into<String>) -> Result<T, Invalid> {
         Err((self.0.clone(), expected.into()))
     }
+
+    /// This field names a file (resolved against the config's folder) that must exist.
+    fn file_exists(&self, path: &std::path::Path) -> Result<(), Invalid> {
+        if path.is_file() {
+            Ok(())
+        } else {
+            self.fail(format!("file {} does not exist", path.display()))
+        }
+    }
 }
 
 pub(super) fn valid_server_name(n: &str) -> bool {
