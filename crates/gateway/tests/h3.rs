@@ -1290,23 +1290,39 @@ async fn pinging_h3_connections_without_requests_are_closed() {
 }
 
 /// Near the QUIC listener's cap (more than 3/4 of `max_connections` open), a connection idle
-/// after its request closes at `idle_timeout_under_pressure`, as TCP ones do.
+/// after its request closes at `idle_timeout_under_pressure`, as TCP ones do, even when the
+/// pressure arises after its request ended (the limit is asked again every few seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_the_quic_cap_idle_connections_close_sooner() {
     let limits = "[listeners.limits]\nmax_connections = 2\nidle_timeout = \"30s\"\nidle_timeout_under_pressure = \"1s\"";
     let fx = start("", &format!("{limits}\n{QUIC}")).await;
-    let client = || run(h3(&fx, &["--path", "/bytes/10", "--idle-ping-ms", "200"]));
-    // Two connections open at once: 2 of 2 is past 3/4 of the cap.
-    let (a, b) = tokio::join!(client(), client());
-    for out in [a, b] {
-        let r = json_lines(&out);
-        let last = r.last().unwrap();
-        let ms = last["closed_after_ms"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("still open after 15 s: {last}"));
-        assert!(
-            ms < 10_000,
-            "closed {ms} ms after the response, not at the pressed limit"
-        );
-    }
+    let open = ["listener=\"https/quic\""];
+    // One connection makes its request and then only pings: 1 of 2 open, no pressure.
+    let idle = tokio::spawn(run(h3(
+        &fx,
+        &["--path", "/bytes/10", "--idle-ping-ms", "200"],
+    )));
+    eventually_metric(&fx, "rampart_open_connections", &open, 1.0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A second one, busy with a slow request for longer than the test, makes 2 of 2.
+    let busy = tokio::spawn(run(h3(&fx, &["--path", "/delay/9000"])));
+    eventually_metric(&fx, "rampart_open_connections", &open, 2.0).await;
+    let r = json_lines(&idle.await.unwrap());
+    let last = r.last().unwrap();
+    let ms = last["closed_after_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("still open after 15 s: {last}"));
+    assert!(
+        ms < 10_000,
+        "closed {ms} ms after the response, not at the pressed limit"
+    );
+    let m = fx.gw().metrics.render();
+    let labels = ["listener=\"https/quic\"", "reason=\"idle\""];
+    assert_eq!(
+        metric_sum(&m, "rampart_connections_closed_total", &labels),
+        1.0,
+        "{m}"
+    );
+    // The busy one is not idle: it is answered.
+    assert_eq!(json_lines(&busy.await.unwrap())[0]["status"], 200);
 }

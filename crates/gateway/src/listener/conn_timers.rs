@@ -182,7 +182,7 @@ impl IdleSet {
 
 /// The longest a connection's timer sleeps: how late pressure can be noticed (one wake per
 /// idle connection this often, about a microsecond each).
-const RECHECK: Duration = Duration::from_secs(5);
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

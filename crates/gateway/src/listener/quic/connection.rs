@@ -4,6 +4,7 @@
 
 use super::bridge::serve_request;
 use crate::http::pipeline::{ConnInfo, ProxyShared};
+use crate::listener::conn_timers::RECHECK;
 use crate::policy::admission::ConnectionCap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,11 +56,12 @@ pub(super) async fn serve_connection(
     // `first_request_timeout` (none yet) or the idle limit (since the last one ended),
     // whatever else arrives. QUIC's own idle timeout restarts with every packet, PINGs
     // included, so a client that pings and asks for nothing would otherwise keep its
-    // connection for ever.
-    let limits = &shared.limits;
-    let idle = tokio::time::sleep(limits.first_request_timeout);
+    // connection for ever. The limit is asked again at every wake, at most
+    // `conn_timers::RECHECK` apart, so pressure that arises later shortens it too.
+    let mut quiet_since = tokio::time::Instant::now();
+    let idle = tokio::time::sleep(RECHECK.min(quiet_limit(shared, cap, false)));
     tokio::pin!(idle);
-    let mut idle_reason = "no_request";
+    let mut served = false;
     loop {
         tokio::select! {
             // Events first: a request that arrives as the idle timer ends is served.
@@ -80,7 +82,8 @@ pub(super) async fn serve_connection(
                             ])
                             .observe(us as f64 / 1e6);
                         info = quic_conn_info(client, server_name, session_resumed);
-                        idle.as_mut().reset(tokio::time::Instant::now() + limits.first_request_timeout);
+                        quiet_since = tokio::time::Instant::now();
+                        idle.as_mut().reset(next_wake(quiet_since, quiet_limit(shared, cap, served)));
                         // The client's address is validated now (it completed the
                         // handshake), so it can be charged for the connection; an Initial's
                         // address can be forged.
@@ -90,7 +93,7 @@ pub(super) async fn serve_connection(
                     }
                     ServerH3Event::Headers { incoming_headers, is_in_early_data, .. } => {
                         next_stream = next_stream.max(incoming_headers.stream_id + 4);
-                        idle_reason = "idle";
+                        served = true;
                         let streams = crate::ops::metrics::GaugeGuard::new(
                             shared.metrics.quic_open_streams.with_label_values(&[&shared.listener]),
                         );
@@ -110,10 +113,17 @@ pub(super) async fn serve_connection(
             }
             Some(_) = requests.join_next(), if !requests.is_empty() => {
                 if requests.is_empty() {
-                    idle.as_mut().reset(tokio::time::Instant::now() + idle_limit(shared, cap));
+                    quiet_since = tokio::time::Instant::now();
+                    idle.as_mut().reset(next_wake(quiet_since, quiet_limit(shared, cap, served)));
                 }
             }
             _ = &mut idle, if established && requests.is_empty() && !draining && !closing => {
+                // Pressure may have changed the limit since the timer was set.
+                let limit = quiet_limit(shared, cap, served);
+                if quiet_since.elapsed() < limit {
+                    idle.as_mut().reset(next_wake(quiet_since, limit));
+                    continue;
+                }
                 // Closing discards what the client has not acknowledged: a response written
                 // but still in flight waits (checked again shortly).
                 undelivered = first_undelivered(&controller, undelivered, next_stream).await;
@@ -124,7 +134,10 @@ pub(super) async fn serve_connection(
                 shared
                     .metrics
                     .closed_connections
-                    .with_label_values(&[&format!("{}/quic", shared.listener), idle_reason])
+                    .with_label_values(&[
+                        format!("{}/quic", shared.listener).as_str(),
+                        if served { "idle" } else { "no_request" },
+                    ])
                     .inc();
                 close(&controller);
                 // Whether or not the command was taken (the driver may be gone already),
@@ -169,16 +182,28 @@ pub(super) async fn serve_connection(
     }
 }
 
-/// The idle limit in force: `limits.idle_timeout`, or `idle_timeout_under_pressure` when
-/// shorter while the QUIC listener holds more than 3/4 of its cap or the overload manager
-/// closes idle connections (as on TCP).
-fn idle_limit(shared: &ProxyShared, cap: &ConnectionCap) -> Duration {
+/// How long a connection may stay without a request in flight, as on TCP: the idle limit
+/// once it has `served` a request, else the shorter of it and `first_request_timeout`. The
+/// idle limit is `limits.idle_timeout`, or `idle_timeout_under_pressure` when shorter while
+/// the QUIC listener holds more than 3/4 of its cap or the overload manager closes idle
+/// connections.
+fn quiet_limit(shared: &ProxyShared, cap: &ConnectionCap, served: bool) -> Duration {
     let limits = &shared.limits;
-    if cap.under_pressure() {
+    let idle = if cap.under_pressure() {
         limits.idle_timeout.min(limits.idle_timeout_under_pressure)
     } else {
         limits.idle_timeout
+    };
+    if served {
+        idle
+    } else {
+        idle.min(limits.first_request_timeout)
     }
+}
+
+/// When the idle timer next wakes: at the limit, or sooner to ask about pressure again.
+fn next_wake(quiet_since: tokio::time::Instant, limit: Duration) -> tokio::time::Instant {
+    (quiet_since + limit).min(tokio::time::Instant::now() + RECHECK)
 }
 
 /// Why a QUIC connection ended before its handshake completed, as the TCP path labels it:
