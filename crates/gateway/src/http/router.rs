@@ -162,7 +162,13 @@ impl Router {
 
     /// `host` without port, any case; `path` normalized (see [`crate::http::request_target`]).
     pub fn route(&self, host: &str, path: &str, case_insensitive: bool) -> Option<&Route> {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let host = host.trim_end_matches('.');
+        // The pipeline's host is lowercase already: no copy for it.
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            std::borrow::Cow::Owned(host.to_ascii_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(host)
+        };
         self.routes
             .iter()
             .filter(|r| r.matches_path(path, case_insensitive))

@@ -283,9 +283,18 @@ async fn serve_connection(
         let activity = activity.clone();
         service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             let active = activity.begin();
-            // For a tunnel made of an HTTP/2 stream, which outlives its response.
-            req.extensions_mut().insert(activity.clone());
-            let handled = pipeline::handle(shared.clone(), info.clone(), req.map(client_body));
+            // For a tunnel made of an HTTP/2 stream (an extended CONNECT), which outlives its
+            // response. Only then: an extension costs allocations on every request.
+            if req.method() == http::Method::CONNECT {
+                req.extensions_mut().insert(activity.clone());
+            }
+            // Boxed: hyper moves the service's future into place for every request (and
+            // HTTP/2 spawns it), and the pipeline's is kilobytes; a box moves as a pointer.
+            let handled = Box::pin(pipeline::handle(
+                shared.clone(),
+                info.clone(),
+                req.map(client_body),
+            ));
             async move {
                 let resp = handled.await?;
                 Ok::<_, std::convert::Infallible>(resp.map(|b| b.while_active(active)))

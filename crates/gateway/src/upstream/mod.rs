@@ -416,7 +416,7 @@ impl Cluster {
             Err(e) if self.endpoints.len() > 1 && req.method().is_idempotent() => {
                 let second = self.pick(Some(first));
                 tracing::debug!(cluster = %self.name, error = %e, "retrying on another endpoint");
-                match self.acquire_at(second, upgrade).await {
+                match Box::pin(self.acquire_at(second, upgrade)).await {
                     Ok(c) => (second, c),
                     Err(e) => return Err(SendFailure::with_body(e, req)),
                 }
@@ -441,10 +441,12 @@ impl Cluster {
     async fn acquire_at(&self, i: usize, upgrade: bool) -> Result<Conn, UpstreamError> {
         let ep = &self.endpoints[i];
         let r = if upgrade {
-            self.new_h1(ep, true).await.map(|sender| Conn::H1 {
-                sender,
-                reused: false,
-            })
+            Box::pin(self.new_h1(ep, true))
+                .await
+                .map(|sender| Conn::H1 {
+                    sender,
+                    reused: false,
+                })
         } else {
             self.acquire(ep).await
         };
@@ -456,7 +458,10 @@ impl Cluster {
         r
     }
 
-    /// A connection to `ep`: a pooled one if any is open, else a new one.
+    /// A connection to `ep`: a pooled one if any is open, else a new one. The connecting
+    /// branches are boxed: they are rarely taken, and their state (a TLS handshake's, a
+    /// protocol handshake's) would otherwise enlarge every request's future, which is moved
+    /// whole when a connection starts serving it.
     async fn acquire(&self, ep: &Endpoint) -> Result<Conn, UpstreamError> {
         match self.protocol {
             UpstreamProtocol::H2c | UpstreamProtocol::H2 => Ok(Conn::H2(self.h2_sender(ep).await?)),
@@ -466,7 +471,7 @@ impl Cluster {
                     reused: true,
                 }),
                 None => Ok(Conn::H1 {
-                    sender: self.new_h1(ep, false).await?,
+                    sender: Box::pin(self.new_h1(ep, false)).await?,
                     reused: false,
                 }),
             },
@@ -515,6 +520,7 @@ impl Cluster {
         Ok(sender)
     }
 
+    /// The endpoint's shared HTTP/2 connection, made if there is none open.
     async fn h2_sender(
         &self,
         ep: &Endpoint,
@@ -528,6 +534,14 @@ impl Cluster {
         {
             return Ok(s.clone());
         }
+        Box::pin(self.new_h2(ep)).await
+    }
+
+    /// A new HTTP/2 connection, kept as the endpoint's shared one.
+    async fn new_h2(
+        &self,
+        ep: &Endpoint,
+    ) -> Result<http2::SendRequest<RequestBody>, UpstreamError> {
         let io = self.connect(ep).await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -605,7 +619,7 @@ impl Cluster {
                     // back: send it on a fresh connection.
                     Err(mut e) if reused && e.message().is_some() => {
                         let req = e.take_message().expect("checked");
-                        sender = match self.new_h1(ep, false).await {
+                        sender = match Box::pin(self.new_h1(ep, false)).await {
                             Ok(s) => s,
                             Err(err) => return Err(SendFailure::with_body(err, req)),
                         };

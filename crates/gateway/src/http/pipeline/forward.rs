@@ -6,6 +6,7 @@ use super::{local, Fault, Outcome, Phase, RequestCtx};
 use crate::body::{BodyProgress, ClientBody, RequestBody, ResponseBody};
 use crate::config::LimitsConfig;
 use crate::upstream::{Cluster, Exchange, SendFailure, UpstreamError};
+use futures_util::future::BoxFuture;
 use http::{Request, Response, StatusCode};
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
@@ -96,47 +97,55 @@ pub(super) async fn send(
 
 /// A failed exchange's outcome. One the client's body broke (over the limit, stalled, gone
 /// midway) is the client's fault, whatever error the upstream side saw; the rest are
-/// counted by kind and mapped by [`upstream_failure`].
-async fn failed(ctx: &RequestCtx<'_>, cluster: &Cluster, failure: SendFailure) -> Outcome {
-    let e = failure.error;
-    let progress = &ctx.progress;
-    if progress.client_failed.load(Ordering::Relaxed) {
-        tracing::debug!(cluster = %cluster.name, error = %e, "request body ended early");
-        return client_body_failed(progress.timed_out.load(Ordering::Relaxed));
-    }
-    if progress.too_large.load(Ordering::Relaxed) {
-        let parked = progress.overflow.lock().ok().and_then(|mut s| s.take());
-        let unread = match parked {
-            Some(b) => discard_body(RequestBody::new(b, u64::MAX, Default::default())).await,
+/// counted by kind and mapped by [`upstream_failure`]. Boxed, as every rarely taken branch
+/// that awaits is: its state would otherwise enlarge every request's future, which is moved
+/// whole when a connection starts serving it.
+fn failed<'a>(
+    ctx: &'a RequestCtx<'_>,
+    cluster: &'a Cluster,
+    failure: SendFailure,
+) -> BoxFuture<'a, Outcome> {
+    Box::pin(async move {
+        let e = failure.error;
+        let progress = &ctx.progress;
+        if progress.client_failed.load(Ordering::Relaxed) {
+            tracing::debug!(cluster = %cluster.name, error = %e, "request body ended early");
+            return client_body_failed(progress.timed_out.load(Ordering::Relaxed));
+        }
+        if progress.too_large.load(Ordering::Relaxed) {
+            let parked = progress.overflow.lock().ok().and_then(|mut s| s.take());
+            let unread = match parked {
+                Some(b) => discard_body(RequestBody::new(b, u64::MAX, Default::default())).await,
+                None => None,
+            };
+            let (parts, body) =
+                local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_parts();
+            return Outcome::Failed {
+                fault: Fault::Client,
+                response: Response::from_parts(parts, body.holding(unread)),
+            };
+        }
+        ctx.shared
+            .metrics
+            .upstream_errors
+            .with_label_values(&[&cluster.name, e.kind()])
+            .inc();
+        tracing::debug!(cluster = %cluster.name, error = %e, "upstream failed");
+        let (fault, resp) = upstream_failure(&e);
+        // Read and discard a small unread request body first (as nginx does): answering an
+        // HTTP/2 stream whose upload is unfinished ends it with RST_STREAM, which some clients
+        // report as an error instead of reading the response. A larger body is held until the
+        // response is written, then dropped.
+        let unread = match failure.unsent_body {
+            Some(b) => discard_body(b).await,
             None => None,
         };
-        let (parts, body) =
-            local(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_parts();
-        return Outcome::Failed {
-            fault: Fault::Client,
+        let (parts, body) = resp.into_parts();
+        Outcome::Failed {
+            fault,
             response: Response::from_parts(parts, body.holding(unread)),
-        };
-    }
-    ctx.shared
-        .metrics
-        .upstream_errors
-        .with_label_values(&[&cluster.name, e.kind()])
-        .inc();
-    tracing::debug!(cluster = %cluster.name, error = %e, "upstream failed");
-    let (fault, resp) = upstream_failure(&e);
-    // Read and discard a small unread request body first (as nginx does): answering an
-    // HTTP/2 stream whose upload is unfinished ends it with RST_STREAM, which some clients
-    // report as an error instead of reading the response. A larger body is held until the
-    // response is written, then dropped.
-    let unread = match failure.unsent_body {
-        Some(b) => discard_body(b).await,
-        None => None,
-    };
-    let (parts, body) = resp.into_parts();
-    Outcome::Failed {
-        fault,
-        response: Response::from_parts(parts, body.holding(unread)),
-    }
+        }
+    })
 }
 
 /// The status for an upstream-side failure, and whose fault it was.
@@ -184,14 +193,18 @@ fn client_body_failed(timed_out: bool) -> Outcome {
 
 /// `resp` for a request whose body was not read: a little of it is read and dropped first,
 /// the rest held until the response is written (see [`discard_body`]).
-pub(super) async fn refuse_unread(
+/// Boxed, as [`failed`] is.
+pub(super) fn refuse_unread(
     body: ClientBody,
     progress: &Arc<BodyProgress>,
     resp: Response<ResponseBody>,
-) -> Response<ResponseBody> {
-    let unread = discard_body(RequestBody::new(body, u64::MAX, progress.clone())).await;
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, body.holding(unread))
+) -> BoxFuture<'static, Response<ResponseBody>> {
+    let body = RequestBody::new(body, u64::MAX, progress.clone());
+    Box::pin(async move {
+        let unread = discard_body(body).await;
+        let (parts, body) = resp.into_parts();
+        Response::from_parts(parts, body.holding(unread))
+    })
 }
 
 /// Reads and drops up to 64 KiB of a request body for at most one second. Returns the body

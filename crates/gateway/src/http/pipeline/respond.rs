@@ -106,9 +106,7 @@ pub(super) fn response(
         }
         _ => {}
     }
-    if let Ok(v) = HeaderValue::from_str(&via) {
-        parts.headers.append(header::VIA, v);
-    }
+    parts.headers.append(header::VIA, via);
     let body = ResponseBody::upstream(
         body,
         Some(Exchange::lease(exchange.conn, exchange.slot)),

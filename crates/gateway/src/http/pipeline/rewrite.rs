@@ -35,7 +35,7 @@ pub(super) struct ExchangePlan {
     /// it can check the upstream's answer against.
     pub websocket_key: Option<HeaderValue>,
     /// The `Via` entry added both ways.
-    pub via: String,
+    pub via: HeaderValue,
 }
 
 /// The rewritten request head, its body still as the client sends it, and the plan.
@@ -65,7 +65,7 @@ pub(super) fn request(
             .map(|a| a.begin())
     });
     let (mut parts, body) = req.into_parts();
-    let via = format!("{} rampart", version_label(parts.version));
+    let via = via_for(parts.version);
     let h = &mut parts.headers;
     let accepts_trailers = accepts_trailers(h);
     strip_hop_by_hop(h);
@@ -123,7 +123,7 @@ fn forwarding_headers(
     h: &mut HeaderMap,
     client: std::net::IpAddr,
     host: &str,
-    via: &str,
+    via: &HeaderValue,
     request_id: &str,
 ) {
     let client_ip = client.to_string();
@@ -138,9 +138,7 @@ fn forwarding_headers(
     if let Ok(v) = HeaderValue::from_str(host) {
         h.insert(&X_FORWARDED_HOST, v);
     }
-    if let Ok(v) = HeaderValue::from_str(via) {
-        h.append(header::VIA, v);
-    }
+    h.append(header::VIA, via.clone());
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert(&X_REQUEST_ID, v);
     }
@@ -159,25 +157,37 @@ fn accepts_trailers(h: &HeaderMap) -> bool {
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named by `Connection`.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names costs less than nine removals.
+    if !h.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = list_elements(h, &header::CONNECTION)
         .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
         .collect();
     for n in named {
         h.remove(n);
     }
-    for n in [
-        &header::CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &header::TE,
-        &header::TRAILER,
-        &header::TRANSFER_ENCODING,
-        &header::UPGRADE,
-        &header::PROXY_AUTHENTICATE,
-        &header::PROXY_AUTHORIZATION,
-    ] {
-        h.remove(n);
+    for n in &HOP_BY_HOP {
+        h.remove(*n);
     }
+}
+
+/// The hop-by-hop fields every message loses, `Connection` and those it names aside.
+static HOP_BY_HOP: [&HeaderName; 9] = [
+    &header::CONNECTION,
+    &KEEP_ALIVE,
+    &PROXY_CONNECTION,
+    &header::TE,
+    &header::TRAILER,
+    &header::TRANSFER_ENCODING,
+    &header::UPGRADE,
+    &header::PROXY_AUTHENTICATE,
+    &header::PROXY_AUTHORIZATION,
+];
+
+/// Whether `n` is one of [`HOP_BY_HOP`] (`Connection` lists the others).
+fn is_hop_by_hop(n: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&n)
 }
 
 pub(super) fn valid_request_id(v: &HeaderValue) -> bool {
@@ -189,13 +199,15 @@ pub(super) fn new_request_id() -> String {
     format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }
 
-fn version_label(v: Version) -> &'static str {
-    match v {
-        Version::HTTP_2 => "2",
-        Version::HTTP_10 => "1.0",
-        Version::HTTP_3 => "3",
-        _ => "1.1",
-    }
+/// The `Via` entry the gateway adds for a request of version `v` (RFC 9110 §7.6.3), and to
+/// its response. Static: no allocation per request.
+fn via_for(v: Version) -> HeaderValue {
+    HeaderValue::from_static(match v {
+        Version::HTTP_2 => "2 rampart",
+        Version::HTTP_10 => "1.0 rampart",
+        Version::HTTP_3 => "3 rampart",
+        _ => "1.1 rampart",
+    })
 }
 
 /// Replaces the path of `uri` with `path`, keeping its query (and dropping any scheme and
@@ -237,6 +249,15 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+        // Without `Connection`, each of the others alone is still found (by the one pass
+        // that decides whether anything is to be removed).
+        for name in HOP_BY_HOP.iter().skip(1) {
+            let mut h = HeaderMap::new();
+            h.insert("x-kept", HeaderValue::from_static("1"));
+            h.insert(*name, HeaderValue::from_static("x"));
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h.len(), 1, "{name} kept");
+        }
     }
 
     #[test]
