@@ -185,6 +185,9 @@ pub(crate) fn needing_restart(old: &Config, new: &Config) -> Vec<String> {
     if old.key_engine != new.key_engine {
         differ.push("[key_engine]".to_string());
     }
+    if old.control != new.control {
+        differ.push("[control]".to_string());
+    }
     let names = |c: &Config| {
         c.listeners
             .iter()

@@ -2,14 +2,18 @@
 //! rejected; every error names the file, the field path and what was expected.
 
 mod cluster;
+mod control;
 mod key_engine;
 mod listener;
+mod object;
 mod route;
 mod server;
 
 pub use cluster::*;
+pub use control::*;
 pub use key_engine::*;
 pub use listener::*;
+pub use object::*;
 pub use route::*;
 pub use server::*;
 
@@ -55,8 +59,13 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub key_engine: KeyEngineConfig,
+    #[serde(default)]
+    pub control: ControlConfig,
     pub listeners: Vec<ListenerConfig>,
+    /// May be empty with `[control] etcd`, whose objects add to them.
+    #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    #[serde(default)]
     pub clusters: Vec<ClusterConfig>,
 }
 
@@ -80,6 +89,8 @@ impl Config {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
+        self.admin.resolve_paths(base);
+        self.control.resolve_paths(base);
         self.key_engine.resolve_paths(base);
         for c in &mut self.clusters {
             c.resolve_paths(base);
@@ -95,6 +106,7 @@ impl Config {
         self.admin.validate(&At::root("admin"))?;
         self.server.validate(&At::root("server"))?;
         self.key_engine.validate(&At::root("key_engine"))?;
+        self.control.validate(&At::root("control"))?;
         let listeners = At::root("listeners");
         if self.listeners.is_empty() {
             return listeners.fail("at least one listener");
@@ -127,8 +139,8 @@ impl Config {
             c.validate(&at)?;
         }
         let routes = At::root("routes");
-        if self.routes.is_empty() {
-            return routes.fail("at least one route");
+        if self.routes.is_empty() && self.control.etcd.is_none() {
+            return routes.fail("at least one route (or [control] etcd to bring them)");
         }
         for (i, r) in self.routes.iter().enumerate() {
             r.validate(&routes.index(i), &self.clusters)?;
@@ -150,6 +162,10 @@ impl At {
     }
 
     fn field(&self, name: &str) -> At {
+        if self.0.is_empty() {
+            // The root of an object's own document.
+            return At(name.into());
+        }
         At(format!("{}.{name}", self.0))
     }
 

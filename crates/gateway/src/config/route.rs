@@ -162,13 +162,7 @@ fn root_path() -> String {
 impl RouteConfig {
     /// The route's own fields, and that it names one of `clusters`.
     pub(super) fn validate(&self, at: &At, clusters: &[ClusterConfig]) -> Result<(), Invalid> {
-        self.request_headers
-            .validate(&at.field("request_headers"))?;
-        self.response_headers
-            .validate(&at.field("response_headers"))?;
-        if let Some(rl) = &self.rate_limit {
-            rl.validate(&at.field("rate_limit"), "requests")?;
-        }
+        self.validate_fields(at)?;
         if !clusters.iter().any(|c| c.name == self.cluster) {
             let known: Vec<_> = clusters.iter().map(|c| c.name.as_str()).collect();
             return at.field("cluster").fail(format!(
@@ -176,6 +170,26 @@ impl RouteConfig {
                 self.cluster,
                 known.join(", ")
             ));
+        }
+        Ok(())
+    }
+
+    /// The name routes are known by in metrics, logs and the control plane: `name`, else
+    /// `host` + `path_prefix`.
+    pub fn effective_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{}{}", self.host, self.path_prefix))
+    }
+
+    /// The route's own fields (not whether its cluster exists).
+    pub(super) fn validate_fields(&self, at: &At) -> Result<(), Invalid> {
+        self.request_headers
+            .validate(&at.field("request_headers"))?;
+        self.response_headers
+            .validate(&at.field("response_headers"))?;
+        if let Some(rl) = &self.rate_limit {
+            rl.validate(&at.field("rate_limit"), "requests")?;
         }
         let prefix = at.field("path_prefix");
         if !self.path_prefix.starts_with('/') {

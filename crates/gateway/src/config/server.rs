@@ -55,20 +55,33 @@ impl Default for OverloadConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Address of the admin listener (`/healthz`, `/metrics`); must be loopback.
+    /// Address of the admin listener (`/healthz`, `/metrics`, the API); must be loopback.
     pub listen: Option<SocketAddr>,
+    /// A file holding the API's bearer token: when set, every API call but `/healthz` and
+    /// `/metrics` needs `Authorization: Bearer <token>`.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 9901))),
+            token_file: None,
         }
     }
 }
 
 impl AdminConfig {
+    pub(super) fn resolve_paths(&mut self, base: &std::path::Path) {
+        if let Some(p) = &mut self.token_file {
+            *p = base.join(&*p);
+        }
+    }
+
     pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
+        if let Some(p) = &self.token_file {
+            at.field("token_file").file_exists(p)?;
+        }
         if let Some(a) = self.listen {
             if !a.ip().is_loopback() {
                 return at.field("listen").fail(format!("{a} is not a loopback address; the admin listener must stay on 127.0.0.0/8 or ::1"));

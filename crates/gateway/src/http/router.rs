@@ -117,10 +117,7 @@ impl Router {
             .iter()
             .map(|r| {
                 let host = r.host.to_ascii_lowercase();
-                let name = r
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| format!("{}{}", r.host, r.path_prefix));
+                let name = r.effective_name();
                 let kept_limiter = |rl: &crate::config::RateLimitConfig| {
                     previous?
                         .routes

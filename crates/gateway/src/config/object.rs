@@ -1,0 +1,198 @@
+//! Control-plane objects: one route or one cluster as a document of its own, in the config
+//! file's schema (the fields of one `[[routes]]` or `[[clusters]]` table), as TOML or JSON.
+//! Each is parsed and checked alone, with the same messages as the file; whether a route's
+//! cluster exists is checked when the objects are put together with the file's.
+
+use super::file::parse_toml;
+use super::{At, ClusterConfig, ConfigError, RouteConfig};
+use std::path::Path;
+
+/// What an object is; its plural is its key's folder (`routes/api`) and its table's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    Cluster,
+    Route,
+}
+
+impl ObjectKind {
+    /// Clusters first: routes name them.
+    pub const ALL: [ObjectKind; 2] = [ObjectKind::Cluster, ObjectKind::Route];
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            ObjectKind::Cluster => "clusters",
+            ObjectKind::Route => "routes",
+        }
+    }
+
+    pub fn from_plural(s: &str) -> Option<ObjectKind> {
+        ObjectKind::ALL.into_iter().find(|k| k.plural() == s)
+    }
+}
+
+/// One parsed and checked object.
+#[derive(Clone, Debug)]
+pub enum Object {
+    Cluster(ClusterConfig),
+    Route(RouteConfig),
+}
+
+impl Object {
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            Object::Cluster(_) => ObjectKind::Cluster,
+            Object::Route(_) => ObjectKind::Route,
+        }
+    }
+}
+
+/// Whether `name` can name an object (and be the last segment of its key).
+pub fn valid_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// Parses and checks one object's document: JSON when it starts with `{`, else TOML.
+/// `name` is the object's name (its key's last segment): the document's own `name`, if it
+/// has one, must be the same, and a route without one takes it. Errors name `source` (the
+/// object's key), the field path within the document and what was expected; relative file
+/// paths resolve against `base` (the configuration file's folder).
+pub fn parse_object(
+    kind: ObjectKind,
+    name: &str,
+    doc: &str,
+    source: &str,
+    base: &Path,
+) -> Result<Object, ConfigError> {
+    let fail = |path: &str, message: String| ConfigError {
+        file: source.into(),
+        path: path.into(),
+        line: None,
+        message,
+    };
+    if !valid_object_name(name) {
+        return Err(fail(
+            "",
+            format!("{name:?} is not an object name (1-128 of A-Z a-z 0-9 . _ -)"),
+        ));
+    }
+    let mut object = match kind {
+        ObjectKind::Cluster => Object::Cluster(parse_doc(doc, source)?),
+        ObjectKind::Route => Object::Route(parse_doc(doc, source)?),
+    };
+    let at = At::root("");
+    let checked = match &mut object {
+        Object::Cluster(c) => {
+            if c.name != name {
+                return Err(fail(
+                    "name",
+                    format!("{name:?}, the name in the object's key, not {:?}", c.name),
+                ));
+            }
+            c.resolve_paths(base);
+            c.validate(&at)
+        }
+        Object::Route(r) => {
+            match &r.name {
+                Some(n) if n != name => {
+                    return Err(fail(
+                        "name",
+                        format!("{name:?}, the name in the object's key, not {n:?}"),
+                    ))
+                }
+                _ => r.name = Some(name.into()),
+            }
+            r.validate_fields(&at)
+        }
+    };
+    checked.map_err(|(path, message)| fail(&path, message))?;
+    Ok(object)
+}
+
+/// A document as `T`, TOML or JSON, its errors with the field path (and line).
+fn parse_doc<T: serde::de::DeserializeOwned>(doc: &str, source: &str) -> Result<T, ConfigError> {
+    if !doc.trim_start().starts_with('{') {
+        return parse_toml(doc, source);
+    }
+    let mut de = serde_json::Deserializer::from_str(doc);
+    let parsed: T = serde_path_to_error::deserialize(&mut de).map_err(|e| ConfigError {
+        file: source.into(),
+        path: match e.path().to_string() {
+            p if p == "." => String::new(),
+            p => p,
+        },
+        line: Some(e.inner().line()),
+        message: e.inner().to_string(),
+    })?;
+    de.end().map_err(|e| ConfigError {
+        file: source.into(),
+        path: String::new(),
+        line: Some(e.line()),
+        message: format!("one JSON object: {e}"),
+    })?;
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(kind: ObjectKind, name: &str, doc: &str) -> Result<Object, ConfigError> {
+        parse_object(kind, name, doc, "/rampart/x", Path::new("/etc/rampart"))
+    }
+
+    #[test]
+    fn a_route_in_toml_or_json_takes_its_name_from_the_key() {
+        for doc in [
+            "host = \"api.example\"\ncluster = \"app\"",
+            r#"{"host": "api.example", "cluster": "app"}"#,
+        ] {
+            let Ok(Object::Route(r)) = parse(ObjectKind::Route, "api", doc) else {
+                panic!("{doc}")
+            };
+            assert_eq!(
+                (r.name.as_deref(), r.cluster.as_str()),
+                (Some("api"), "app")
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_the_key_the_field_and_what_was_expected() {
+        let e = parse(
+            ObjectKind::Route,
+            "api",
+            r#"{"cluster": "app", "colour": 1}"#,
+        )
+        .unwrap_err();
+        assert_eq!((e.file.as_str(), e.path.as_str()), ("/rampart/x", "colour"));
+        assert!(e.message.contains("unknown field"), "{e}");
+        let e = parse(
+            ObjectKind::Route,
+            "api",
+            r#"{"cluster": "app", "rate_limit": {"per_second": 0}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "rate_limit.per_second");
+        assert_eq!(
+            e.to_string(),
+            "/rampart/x: field `rate_limit.per_second`: a number of requests greater than zero"
+        );
+        let e = parse(ObjectKind::Cluster, "app", "name = \"app\"\nendpoints = []").unwrap_err();
+        assert_eq!(e.path, "endpoints");
+        let e = parse(
+            ObjectKind::Cluster,
+            "app",
+            r#"{"name": "other", "endpoints": []}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "name");
+        let e = parse(ObjectKind::Route, "api", "{\"cluster\": ").unwrap_err();
+        assert!(e.line.is_some(), "{e}");
+        let e = parse(ObjectKind::Route, "a/b", "cluster = \"app\"").unwrap_err();
+        assert!(e.message.contains("not an object name"), "{e}");
+    }
+}
