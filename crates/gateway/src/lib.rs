@@ -10,7 +10,8 @@
 //! - `body`: request and response bodies between client and upstream.
 //! - `upstream`: clusters, connection pools, health checks, upstream TLS.
 //! - `policy`: access lists, rate limits, the overload manager.
-//! - `ops`: the admin listener, metrics and the access log.
+//! - `control`: the fleet control plane: objects in etcd, watched and applied.
+//! - `ops`: the admin listener and its API, metrics and the access log.
 //! - [`demo`]: the self-signed demo kit.
 //!
 //! The key-server process (the `keyserver` crate) is built from the same parts: [`config`]'s
@@ -22,6 +23,7 @@
 mod body;
 pub mod bootstrap;
 pub mod config;
+mod control;
 pub mod demo;
 mod http;
 mod listener;

@@ -21,6 +21,7 @@ pub struct KeyServerConfig {
 fn keyserver_admin() -> AdminConfig {
     AdminConfig {
         listen: Some(SocketAddr::from(([127, 0, 0, 1], 9902))),
+        token_file: None,
     }
 }
 
@@ -117,6 +118,12 @@ impl KeyServerConfig {
                     format!("{a} is not a loopback address"),
                 ));
             }
+        }
+        if cfg.admin.token_file.is_some() {
+            return Err(fail(
+                "admin.token_file".into(),
+                "absent: the key server's admin listener serves only /healthz and /metrics".into(),
+            ));
         }
         Ok(cfg)
     }

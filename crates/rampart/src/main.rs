@@ -90,7 +90,11 @@ fn load(path: &Path) -> anyhow::Result<Config> {
 /// SIGTERM or SIGINT; SIGHUP reloads the file, SIGUSR1 reopens the access log.
 async fn serve_until_signal(cfg: Config, path: &Path) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let running = gateway::start(cfg, Default::default()).await?;
+    let opts = gateway::StartOptions {
+        config_path: Some(path.to_path_buf()),
+        ..Default::default()
+    };
+    let running = gateway::start(cfg, opts).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;

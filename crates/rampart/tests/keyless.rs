@@ -221,6 +221,7 @@ async fn start_gateway(
         cfg,
         gateway::StartOptions {
             engines: Some(vec![engine]),
+            ..Default::default()
         },
     )
     .await

@@ -11,7 +11,7 @@ use crate::listener::quic::workers as quic_workers;
 use crate::listener::{quic, redirect, tcp as server};
 use crate::ops::{access_log, admin, metrics};
 use crate::policy::{access, overload};
-use crate::{config, tls};
+use crate::{config, control, tls};
 
 use anyhow::Context as _;
 use config::{Config, EngineKind};
@@ -27,6 +27,8 @@ use tokio::sync::watch;
 pub struct StartOptions {
     /// Replace the configured engines by these (e.g. test engines that delay or corrupt).
     pub engines: Option<Vec<Arc<dyn Engine>>>,
+    /// The file the configuration came from, for the admin API's `POST /reload`.
+    pub config_path: Option<std::path::PathBuf>,
 }
 
 /// The configuration a running gateway has in force, and its clusters.
@@ -47,18 +49,29 @@ pub struct Running {
     /// The overload manager's state (its actions and their thresholds).
     pub overload: Arc<overload::Overload>,
     tickets: Vec<(String, Arc<tls::tickets::TicketKeys>)>,
-    /// Every listener's certificate stores, for [`Running::reload`].
-    certs: Vec<tls::ListenerCerts>,
-    /// Every worker's routes and clusters, swapped by [`Running::reload`].
-    routing: Vec<pipeline::RoutingSlot>,
-    /// Every listener's `allow`/`deny`, replaced by [`Running::reload`].
-    access_lists: Vec<access::SharedAccessList>,
-    /// The configuration in force and its clusters (reloads are serialized by this lock).
-    in_force: std::sync::Mutex<InForce>,
+    /// What puts a new configuration in force (SIGHUP, the control plane).
+    applier: Arc<Applier>,
+    /// The fleet's control plane, with `[control] etcd`.
+    control: Option<Arc<control::Plane>>,
     access_log: access_log::AccessLog,
     stop: watch::Sender<bool>,
     workers_done: Vec<tokio::sync::oneshot::Receiver<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What a reload swaps, and the configuration in force: shared by [`Running`] and the
+/// control plane, which both put configurations in force through [`Applier::reload`].
+pub struct Applier {
+    metrics: metrics::Metrics,
+    engine: Arc<KeyEngine>,
+    /// Every listener's certificate stores.
+    certs: Vec<tls::ListenerCerts>,
+    /// Every worker's routes and clusters.
+    routing: Vec<pipeline::RoutingSlot>,
+    /// Every listener's `allow`/`deny`.
+    access_lists: Vec<access::SharedAccessList>,
+    /// The configuration in force and its clusters (reloads are serialized by this lock).
+    in_force: std::sync::Mutex<InForce>,
 }
 
 /// One data-plane worker: a thread running a current-thread Tokio runtime with its own
@@ -159,6 +172,15 @@ fn run_worker(
 /// runtime, which then runs the control plane (admin listener, ticket-key rotation); the data
 /// plane runs on `server.worker_threads` dedicated threads.
 pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
+    // With a control plane, the objects in etcd (or in the last snapshot) join the file's
+    // before anything is built.
+    let (cfg, initial) = match cfg.control.etcd {
+        Some(_) => {
+            let initial = control::Initial::load(cfg).await;
+            (initial.config.clone(), Some(initial))
+        }
+        None => (cfg, None),
+    };
     let metrics = metrics::Metrics::new();
     let engine = build_key_engine(&cfg, &metrics, opts.engines)?;
     let access_log = access_log::AccessLog::open(&cfg.server.access_log)
@@ -329,14 +351,49 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         tracing::info!(listener = %l.name, %addr, "redirecting plain HTTP to HTTPS");
         bound.push((format!("{}/redirect", l.name), addr));
     }
-    let admin = match cfg.admin.listen {
+    let admin_cfg = cfg.admin.clone();
+    let shutdown_grace = cfg.server.shutdown_grace;
+    let applier = Arc::new(Applier {
+        metrics: metrics.clone(),
+        engine: engine.clone(),
+        certs,
+        routing,
+        access_lists,
+        in_force: std::sync::Mutex::new(InForce {
+            config: cfg,
+            clusters,
+        }),
+    });
+    let control = initial.map(|i| control::Plane::new(i, applier.clone(), &metrics));
+    if let Some(plane) = &control {
+        tasks.push(tokio::spawn(plane.clone().run(stop_rx.clone())));
+    }
+    let admin = match admin_cfg.listen {
         Some(a) => {
             let l = server::bind(a).with_context(|| format!("admin.listen: cannot bind {a}"))?;
             let addr = l.local_addr()?;
             let l = tokio::net::TcpListener::from_std(l)?;
             let (m, e) = (metrics.clone(), engine.clone());
             let render: admin::Render = Arc::new(move || m.render_with(e.engines_metrics()));
-            tasks.push(tokio::spawn(admin::run(l, render, stop_rx.clone())));
+            let token = match &admin_cfg.token_file {
+                Some(f) => Some(
+                    admin::Token::read(f)
+                        .with_context(|| format!("admin.token_file: {}", f.display()))?,
+                ),
+                None => None,
+            };
+            let api = admin::Api::new(
+                token,
+                control.clone(),
+                applier.clone(),
+                opts.config_path.clone(),
+            );
+            tasks.push(tokio::spawn(admin::run_with_api(
+                l,
+                render,
+                api,
+                stop_rx.clone(),
+            )));
             tracing::info!(%addr, "admin listening");
             Some(addr)
         }
@@ -345,7 +402,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut workers_done = Vec::new();
     for plan in plans {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        run_worker(plan, stop_rx.clone(), cfg.server.shutdown_grace, tx)?;
+        run_worker(plan, stop_rx.clone(), shutdown_grace, tx)?;
         workers_done.push(rx);
     }
     Ok(Running {
@@ -356,13 +413,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         engine,
         overload,
         tickets,
-        certs,
-        access_lists,
-        routing,
-        in_force: std::sync::Mutex::new(InForce {
-            config: cfg,
-            clusters,
-        }),
+        applier,
+        control,
         access_log,
         stop,
         workers_done,
@@ -370,43 +422,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     })
 }
 
-impl Running {
-    /// The address of the named listener.
-    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
-        self.listeners
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, a)| *a)
-    }
-
-    /// The session-ticket keys of the named listener (to rotate on demand).
-    pub fn listener_tickets(&self, name: &str) -> Option<Arc<tls::tickets::TicketKeys>> {
-        self.tickets
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, t)| t.clone())
-    }
-
-    /// Reads every listener's certificate and key files again (the configuration in force)
-    /// and puts them in force: [`Running::reload`] with the same configuration.
-    pub fn reload_certificates(&self) -> anyhow::Result<()> {
-        let cfg = self.lock_in_force().config.clone();
-        self.reload(cfg).map(|_| ())
-    }
-
-    /// Loads the configuration file at `path` (validated as at start) and puts it in force
-    /// ([`Running::reload`]); a file that does not load is an error that changes nothing.
-    /// What SIGHUP does.
-    pub fn reload_file(&self, path: &std::path::Path) -> anyhow::Result<reload::ReloadReport> {
-        match Config::load(path) {
-            Ok(cfg) => self.reload(cfg),
-            Err(e) => {
-                self.count_reload(false);
-                Err(anyhow::anyhow!("{e}"))
-            }
-        }
-    }
-
+impl Applier {
     /// Puts `new` in force without dropping a connection: its routes, its clusters (those
     /// unchanged keep their connection pools and health marks; requests in flight finish
     /// on the clusters they started on) and every listener's certificates and keys, read
@@ -417,7 +433,7 @@ impl Running {
     /// than certificates) are not applied and are listed in the report. Counted in
     /// `rampart_config_reloads_total`. Call it within a Tokio runtime: new clusters' health
     /// checks are spawned on it (the binary's control runtime).
-    pub fn reload(&self, new: Config) -> anyhow::Result<reload::ReloadReport> {
+    pub(crate) fn reload(&self, new: Config) -> anyhow::Result<reload::ReloadReport> {
         let mut in_force = self.lock_in_force();
         let result = self.reload_locked(&mut in_force, new);
         self.count_reload(result.is_ok());
@@ -428,7 +444,7 @@ impl Running {
         self.in_force.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn count_reload(&self, ok: bool) {
+    pub(crate) fn count_reload(&self, ok: bool) {
         let label = if ok { "ok" } else { "error" };
         self.metrics
             .config_reloads
@@ -519,6 +535,63 @@ impl Running {
         Ok(report)
     }
 
+    /// The configuration in force.
+    pub(crate) fn config(&self) -> Config {
+        self.lock_in_force().config.clone()
+    }
+}
+
+impl Running {
+    /// The address of the named listener.
+    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
+    }
+
+    /// The session-ticket keys of the named listener (to rotate on demand).
+    pub fn listener_tickets(&self, name: &str) -> Option<Arc<tls::tickets::TicketKeys>> {
+        self.tickets
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+    }
+
+    /// Reads every listener's certificate and key files again (the configuration in force)
+    /// and puts them in force: [`Running::reload`] with the same configuration.
+    pub fn reload_certificates(&self) -> anyhow::Result<()> {
+        let cfg = self.applier.config();
+        self.applier.reload(cfg).map(|_| ())
+    }
+
+    /// Loads the configuration file at `path` (validated as at start) and puts it in force
+    /// ([`Running::reload`]) with the control plane's objects, if any; a file that does not
+    /// load is an error that changes nothing. What SIGHUP does.
+    pub fn reload_file(&self, path: &std::path::Path) -> anyhow::Result<reload::ReloadReport> {
+        match Config::load(path) {
+            Ok(cfg) => self.reload(cfg),
+            Err(e) => {
+                self.applier.count_reload(false);
+                Err(anyhow::anyhow!("{e}"))
+            }
+        }
+    }
+
+    /// Puts `new` in force (see [`Applier::reload`]); with a control plane, `new` replaces
+    /// the file's part and the control plane's objects are added to it.
+    pub fn reload(&self, new: Config) -> anyhow::Result<reload::ReloadReport> {
+        match &self.control {
+            Some(plane) => plane.replace_file(new),
+            None => self.applier.reload(new),
+        }
+    }
+
+    /// The configuration in force (the file's and the control plane's objects together).
+    pub fn config(&self) -> Config {
+        self.applier.config()
+    }
+
     /// Reopens the access log file by its path (SIGUSR1 in the binary, after logrotate renamed
     /// it). False when the log goes to stdout or is off.
     pub fn reopen_access_log(&self) -> bool {
@@ -529,7 +602,7 @@ impl Running {
     /// Returns false if the grace period ran out with requests still in flight.
     pub async fn shutdown(self) -> bool {
         let _ = self.stop.send(true);
-        reload::stop_checks(&self.lock_in_force().clusters);
+        reload::stop_checks(&self.applier.lock_in_force().clusters);
         for t in self.tasks {
             let _ = t.await;
         }

@@ -1,12 +1,12 @@
 //! `[[clusters]]`: endpoints, load balancing, timeouts, pools, health checks, upstream TLS.
 
-use super::{duration, At, Invalid};
-use serde::Deserialize;
+use super::{duration_text, At, Invalid};
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum LbPolicy {
     #[default]
@@ -14,7 +14,7 @@ pub enum LbPolicy {
     LeastRequest,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum UpstreamProtocol {
     #[default]
@@ -26,7 +26,7 @@ pub enum UpstreamProtocol {
 }
 
 /// `[clusters.tls]`: TLS to the cluster's endpoints.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamTlsConfig {
     /// The name sent (SNI) and verified in the endpoints' certificates.
@@ -38,7 +38,7 @@ pub struct UpstreamTlsConfig {
     pub client_key: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     pub name: String,
@@ -48,13 +48,13 @@ pub struct ClusterConfig {
     pub lb: LbPolicy,
     #[serde(default)]
     pub protocol: UpstreamProtocol,
-    #[serde(default = "default_connect_timeout", deserialize_with = "duration")]
+    #[serde(default = "default_connect_timeout", with = "duration_text")]
     pub connect_timeout: Duration,
     /// Time to wait for the upstream's response headers; past it the client gets 504.
-    #[serde(default = "default_read_timeout", deserialize_with = "duration")]
+    #[serde(default = "default_read_timeout", with = "duration_text")]
     pub read_timeout: Duration,
     /// Pooled keep-alive connections idle longer than this are closed.
-    #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
+    #[serde(default = "default_idle_timeout", with = "duration_text")]
     pub idle_timeout: Duration,
     /// Idle keep-alive connections kept per endpoint.
     #[serde(default = "default_pool_size")]
@@ -70,7 +70,7 @@ pub struct ClusterConfig {
     pub max_requests_per_client: Option<usize>,
     /// Longest wait for the next bytes of an upstream's response body once its headers are
     /// in (nginx's `proxy_read_timeout`); past it the response is cut and the slot freed.
-    #[serde(default = "default_body_timeout", deserialize_with = "duration")]
+    #[serde(default = "default_body_timeout", with = "duration_text")]
     pub body_timeout: Duration,
     /// TLS to the endpoints; none: cleartext.
     pub tls: Option<UpstreamTlsConfig>,
@@ -80,7 +80,7 @@ pub struct ClusterConfig {
     /// (passive health, as nginx's `max_fails`); 0: never.
     #[serde(default = "default_max_fails")]
     pub max_fails: u32,
-    #[serde(default = "default_fail_timeout", deserialize_with = "duration")]
+    #[serde(default = "default_fail_timeout", with = "duration_text")]
     pub fail_timeout: Duration,
 }
 
@@ -96,16 +96,16 @@ impl ClusterConfig {
 
 /// `[clusters.health_check]`: each endpoint is asked for `path` every `interval`; one that
 /// fails `unhealthy_after` checks in a row gets no requests until it passes `healthy_after`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
     /// The path asked for (GET); a 2xx or 3xx answer within `timeout` passes.
     pub path: String,
     /// The `Host` header sent (default: the endpoint's address).
     pub host: Option<String>,
-    #[serde(default = "default_check_interval", deserialize_with = "duration")]
+    #[serde(default = "default_check_interval", with = "duration_text")]
     pub interval: Duration,
-    #[serde(default = "default_check_timeout", deserialize_with = "duration")]
+    #[serde(default = "default_check_timeout", with = "duration_text")]
     pub timeout: Duration,
     #[serde(default = "default_unhealthy_after")]
     pub unhealthy_after: u32,

@@ -15,6 +15,9 @@ pub struct ControlConfig {
     /// Where the snapshot of the last applied objects is kept (default: `state` beside the
     /// configuration file).
     pub state_dir: Option<PathBuf>,
+    /// The configuration file's folder, against which objects' relative paths resolve.
+    #[serde(skip)]
+    pub base: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -50,6 +53,11 @@ fn default_timeout() -> Duration {
 }
 
 impl ControlConfig {
+    /// The folder objects' relative paths resolve against (the configuration file's).
+    pub fn base_dir(&self) -> PathBuf {
+        self.base.clone()
+    }
+
     pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
         let Some(etcd) = &self.etcd else {
             return Ok(());
@@ -105,6 +113,7 @@ impl ControlConfig {
     /// Relative paths resolved against the config file's folder; the state folder defaults
     /// to `state` there.
     pub(super) fn resolve_paths(&mut self, base: &Path) {
+        self.base = base.to_path_buf();
         if let Some(e) = &mut self.etcd {
             for p in [&mut e.password_file, &mut e.ca, &mut e.cert, &mut e.key]
                 .into_iter()

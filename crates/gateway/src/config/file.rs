@@ -16,6 +16,20 @@ pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     })
 }
 
+/// A duration field read and written as text ("30s"), for objects the control plane shows.
+pub mod duration_text {
+    use serde::{Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        super::duration(d)
+    }
+
+    pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*v))
+    }
+}
+
 /// Reads `path` and hands its text to `parse` with the file name and directory.
 pub fn load_file<T>(
     path: &Path,

@@ -17,7 +17,7 @@ pub use object::*;
 pub use route::*;
 pub use server::*;
 
-use file::{duration, load_file, parse_toml};
+use file::{duration, duration_text, load_file, parse_toml};
 
 pub mod file;
 

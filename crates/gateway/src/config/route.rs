@@ -3,9 +3,9 @@
 
 use super::{valid_server_name, At, ClusterConfig, Invalid};
 use crate::http::request_target::{normalize_path, PathPolicy, SeparatorAction};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Host to match: exact, `*.example.com`, or `*` (default) for any.
@@ -65,7 +65,7 @@ impl RouteConfig {
 }
 
 /// A route's `request_headers` or `response_headers`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderRewriteConfig {
     /// Name → value, replacing any value the message had.
@@ -118,7 +118,7 @@ impl HeaderRewriteConfig {
 }
 
 /// A route's `rate_limit`: a token bucket per client address.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Sustained requests a second per client.

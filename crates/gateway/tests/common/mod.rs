@@ -103,7 +103,15 @@ pub async fn start_with(
     let path = dir.path().join("rampart.toml");
     std::fs::write(&path, text).unwrap();
     let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let gw = gateway::start(cfg, StartOptions { engines }).await.unwrap();
+    let gw = gateway::start(
+        cfg,
+        StartOptions {
+            engines,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     Fixture {
         dir,
         gw: Some(gw),

@@ -1,0 +1,347 @@
+//! Putting the control plane's objects together with the file's: which version of each object
+//! goes in force, and why any is refused. Pure (no etcd, no I/O but the objects' own files),
+//! so the watch, the admin API's checks before a write and start-up all decide alike.
+//!
+//! The rules, per object key (`routes/api`, `clusters/app`):
+//! - a document that does not parse or check is refused; its last good version stays;
+//! - a name the file already defines is refused (the file's object is not replaced);
+//! - a route whose cluster exists nowhere is refused; its last good version stays if that
+//!   one's cluster exists;
+//! - a cluster deleted while routes in force still use it stays, reported, until they do not.
+
+use super::store::Entry;
+use crate::config::{parse_object, Config, ConfigError, Object, ObjectKind};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+/// An object in force: the checked object and the entry it came from.
+#[derive(Debug, Clone)]
+pub struct InForce {
+    pub object: Object,
+    pub entry: Entry,
+}
+
+/// What goes in force: the whole configuration, the objects in it, and the refusals.
+pub struct Composed {
+    pub config: Config,
+    pub in_force: BTreeMap<String, InForce>,
+    pub errors: BTreeMap<String, ConfigError>,
+}
+
+/// `(kind, name)` of an object key (`routes/api`), if it is one.
+pub fn split_key(key: &str) -> Option<(ObjectKind, &str)> {
+    let (kind, name) = key.split_once('/')?;
+    Some((ObjectKind::from_plural(kind)?, name))
+}
+
+/// The configuration of `file` with the objects of `desired` (etcd's) added, falling back to
+/// those of `previous` (in force until now) where a desired one is refused. `source` names
+/// an object in errors (etcd's full key): `source(key)`.
+pub fn compose(
+    file: &Config,
+    desired: &BTreeMap<String, Entry>,
+    previous: &BTreeMap<String, InForce>,
+    base: &Path,
+    source: impl Fn(&str) -> String,
+) -> Composed {
+    let mut errors = BTreeMap::new();
+    let refuse =
+        |errors: &mut BTreeMap<String, ConfigError>, key: &str, path: &str, msg: String| {
+            errors.insert(
+                key.to_string(),
+                ConfigError {
+                    file: source(key),
+                    path: path.into(),
+                    line: None,
+                    message: msg,
+                },
+            );
+        };
+    let file_clusters: HashSet<&str> = file.clusters.iter().map(|c| c.name.as_str()).collect();
+    let file_routes: HashSet<String> = file.routes.iter().map(|r| r.effective_name()).collect();
+
+    // Each desired object alone; a refused one falls back to its previous version.
+    let mut candidates: BTreeMap<String, InForce> = BTreeMap::new();
+    for (key, entry) in desired {
+        let parsed = match split_key(key) {
+            None => Err(ConfigError {
+                file: source(key),
+                path: String::new(),
+                line: None,
+                message: "not an object key: expected routes/<name> or clusters/<name>".into(),
+            }),
+            Some((kind, name)) => {
+                parse_object(kind, name, &entry.doc, &source(key), base).and_then(|o| {
+                    let clash = match &o {
+                        Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
+                        Object::Route(r) => file_routes.contains(&r.effective_name()),
+                    };
+                    if clash {
+                        return Err(ConfigError {
+                            file: source(key),
+                            path: "name".into(),
+                            line: None,
+                            message: format!(
+                                "a name the configuration file does not define: it has a {} {name:?}, which the control plane does not replace",
+                                &kind.plural()[..kind.plural().len() - 1]
+                            ),
+                        });
+                    }
+                    Ok(o)
+                })
+            }
+        };
+        match parsed {
+            Ok(object) => {
+                candidates.insert(
+                    key.clone(),
+                    InForce {
+                        object,
+                        entry: entry.clone(),
+                    },
+                );
+            }
+            Err(e) => {
+                errors.insert(key.clone(), e);
+                if let Some(p) = previous.get(key) {
+                    candidates.insert(key.clone(), p.clone());
+                }
+            }
+        }
+    }
+
+    let cluster_names = |c: &BTreeMap<String, InForce>| -> HashSet<String> {
+        c.values()
+            .filter_map(|f| match &f.object {
+                Object::Cluster(c) => Some(c.name.clone()),
+                _ => None,
+            })
+            .chain(file_clusters.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let route_cluster = |f: &InForce| match &f.object {
+        Object::Route(r) => Some(r.cluster.clone()),
+        _ => None,
+    };
+
+    // A cluster deleted (or refused without a previous version) while routes still use it.
+    let known = cluster_names(&candidates);
+    for (key, p) in previous {
+        let Object::Cluster(c) = &p.object else {
+            continue;
+        };
+        if known.contains(&c.name) {
+            continue;
+        }
+        let users: Vec<String> = candidates
+            .iter()
+            .filter(|(_, f)| route_cluster(f).as_deref() == Some(c.name.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if users.is_empty() {
+            continue;
+        }
+        if !errors.contains_key(key) {
+            let msg = format!(
+                "deleted, but {} still use{} it: kept in force until no route does",
+                users.join(", "),
+                if users.len() == 1 { "s" } else { "" }
+            );
+            refuse(&mut errors, key, "", msg);
+        }
+        candidates.insert(key.clone(), p.clone());
+    }
+
+    // Routes must name a cluster that exists.
+    let known = cluster_names(&candidates);
+    let unknown: Vec<String> = candidates
+        .iter()
+        .filter(|(_, f)| route_cluster(f).is_some_and(|c| !known.contains(&c)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in unknown {
+        let cluster = route_cluster(&candidates[&key]).expect("a route");
+        let mut names: Vec<&String> = known.iter().collect();
+        names.sort();
+        let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        refuse(
+            &mut errors,
+            &key,
+            "cluster",
+            format!(
+                "no cluster named {cluster:?}; expected one of: {}",
+                names.join(", ")
+            ),
+        );
+        candidates.remove(&key);
+        if let Some(p) = previous.get(&key) {
+            if route_cluster(p).is_some_and(|c| known.contains(&c)) {
+                candidates.insert(key, p.clone());
+            }
+        }
+    }
+
+    let mut config = file.clone();
+    for f in candidates.values() {
+        match &f.object {
+            Object::Cluster(c) => config.clusters.push(c.clone()),
+            Object::Route(r) => config.routes.push(r.clone()),
+        }
+    }
+    Composed {
+        config,
+        in_force: candidates,
+        errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> Config {
+        toml::from_str(
+            r#"
+[control.etcd]
+endpoints = ["http://127.0.0.1:2379"]
+
+[[listeners]]
+name = "https"
+listen = "127.0.0.1:8443"
+
+[[listeners.certificates]]
+server_names = ["localhost"]
+rsa = { cert = "a.crt", key = "a.key" }
+
+[[clusters]]
+name = "static"
+endpoints = ["127.0.0.1:8080"]
+"#,
+        )
+        .unwrap()
+    }
+
+    fn entries(list: &[(&str, &str)]) -> BTreeMap<String, Entry> {
+        list.iter()
+            .map(|(k, d)| {
+                (
+                    k.to_string(),
+                    Entry {
+                        key: k.to_string(),
+                        doc: d.to_string(),
+                        mod_revision: 1,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn run(desired: &BTreeMap<String, Entry>, previous: &BTreeMap<String, InForce>) -> Composed {
+        compose(&file(), desired, previous, Path::new("/"), |k| {
+            format!("/rampart/{k}")
+        })
+    }
+
+    fn routes(c: &Composed) -> Vec<(String, String)> {
+        c.config
+            .routes
+            .iter()
+            .map(|r| (r.effective_name(), r.cluster.clone()))
+            .collect()
+    }
+
+    const APP: &str = r#"{"name": "app", "endpoints": ["127.0.0.1:9000"]}"#;
+
+    #[test]
+    fn valid_objects_join_the_file_and_a_refused_one_keeps_its_last_good_version() {
+        let first = run(
+            &entries(&[
+                ("clusters/app", APP),
+                (
+                    "routes/api",
+                    r#"{"cluster": "app", "path_prefix": "/api/"}"#,
+                ),
+                ("routes/web", r#"{"cluster": "static"}"#),
+            ]),
+            &BTreeMap::new(),
+        );
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        assert_eq!(first.config.clusters.len(), 2);
+        assert_eq!(routes(&first).len(), 2);
+        // A bad change to one route and a good one to another, in one batch.
+        let second = run(
+            &entries(&[
+                ("clusters/app", APP),
+                ("routes/api", r#"{"cluster": "app", "path_prefix": "api"}"#),
+                ("routes/web", r#"{"cluster": "app"}"#),
+            ]),
+            &first.in_force,
+        );
+        let e = &second.errors["routes/api"];
+        assert_eq!(
+            (e.file.as_str(), e.path.as_str()),
+            ("/rampart/routes/api", "path_prefix")
+        );
+        assert_eq!(second.errors.len(), 1);
+        assert_eq!(
+            routes(&second),
+            [("api".into(), "app".into()), ("web".into(), "app".into())]
+        );
+        assert_eq!(
+            second.config.routes[0].path_prefix, "/api/",
+            "the last good version"
+        );
+    }
+
+    #[test]
+    fn references_and_names_are_checked_across_objects() {
+        // A route to a cluster that exists nowhere; a cluster named as the file's; a key
+        // that is no object.
+        let c = run(
+            &entries(&[
+                ("routes/api", r#"{"cluster": "nowhere"}"#),
+                (
+                    "clusters/static",
+                    r#"{"name": "static", "endpoints": ["127.0.0.1:1"]}"#,
+                ),
+                ("misc/x", "{}"),
+            ]),
+            &BTreeMap::new(),
+        );
+        assert_eq!(c.errors["routes/api"].path, "cluster");
+        assert!(c.errors["routes/api"]
+            .message
+            .contains("expected one of: static"));
+        assert!(c.errors["clusters/static"]
+            .message
+            .contains("does not replace"));
+        assert!(c.errors["misc/x"].message.contains("not an object key"));
+        assert!(c.config.routes.is_empty());
+        assert_eq!(c.config.clusters.len(), 1);
+
+        // A cluster deleted while a route uses it stays, reported on the cluster's key.
+        let first = run(
+            &entries(&[
+                ("clusters/app", APP),
+                ("routes/api", r#"{"cluster": "app"}"#),
+            ]),
+            &BTreeMap::new(),
+        );
+        let second = run(
+            &entries(&[("routes/api", r#"{"cluster": "app"}"#)]),
+            &first.in_force,
+        );
+        assert!(second.errors["clusters/app"]
+            .message
+            .contains("routes/api still uses it"));
+        assert_eq!(second.config.clusters.len(), 2);
+        assert_eq!(routes(&second), [("api".into(), "app".into())]);
+        // Once the route moves, the deletion goes through.
+        let third = run(
+            &entries(&[("routes/api", r#"{"cluster": "static"}"#)]),
+            &second.in_force,
+        );
+        assert!(third.errors.is_empty(), "{:?}", third.errors);
+        assert_eq!(third.config.clusters.len(), 1);
+    }
+}
