@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing rampart needs on Debian/Ubuntu, skipping what is present:
-# a C toolchain, cmake and libclang (BoringSSL and aws-lc), curl and openssl (tests), and Rust.
+# a C toolchain, cmake and libclang (BoringSSL and aws-lc), protoc (the etcd client's gRPC
+# code), curl, openssl and etcd (tests), and Rust.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,9 @@ command -v git >/dev/null || need+=(git)
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+# The control plane's tests start a real etcd.
+command -v etcd >/dev/null || need+=(etcd-server)
 # bindgen (boring-sys) needs libclang and clang's resource headers.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || need+=(clang)

@@ -2,6 +2,8 @@
 //! gateway with a real upstream, and real clients (curl, openssl s_client, boring).
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use gateway::config::Config;
 use gateway::demo::{ensure_self_signed, CertKind};
 use gateway::{Running, StartOptions};

@@ -1,0 +1,117 @@
+//! A real etcd (Debian's `etcd-server`) on loopback ports of its own, in a temporary folder,
+//! for the control-plane tests; written to through its JSON gateway with curl, as an operator's
+//! tool that bypasses rampart's API would.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    /// Starts a one-member cluster and waits until it is healthy.
+    pub fn start() -> Etcd {
+        let mut e = Etcd {
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        e.restart();
+        e
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Starts it again (after [`Etcd::kill`]) on the same ports and data.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "etcd is running");
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .unwrap();
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &self.url()])
+            .args(["--advertise-client-urls", &self.url()])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("default={peer}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd (Debian package etcd-server) must be installed");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let out = Command::new("curl")
+                .args(["-s", "--max-time", "1", &format!("{}/health", self.url())])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "etcd did not become healthy:\n{}",
+            std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+        );
+    }
+
+    /// Kills it (SIGKILL), as a crash or a network partition would end it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Puts every `(key, value)` in one transaction (one revision).
+    pub fn put_all(&self, kvs: &[(&str, &str)]) {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let ops: Vec<String> = kvs
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    r#"{{"requestPut":{{"key":"{}","value":"{}"}}}}"#,
+                    b64(k),
+                    b64(v)
+                )
+            })
+            .collect();
+        let body = format!(r#"{{"success":[{}]}}"#, ops.join(","));
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "-d", &body])
+            .arg(format!("{}/v3/kv/txn", self.url()))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\"succeeded\":true"), "etcd txn: {text}");
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

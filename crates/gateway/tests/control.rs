@@ -1,0 +1,467 @@
+//! The fleet control plane against a real etcd: objects written through one gateway's admin
+//! API (or straight into etcd) reach every gateway watching the prefix; invalid objects are
+//! refused with their key and field while the rest apply; etcd going away stops no traffic;
+//! writers cannot overwrite each other unseen; the API takes only its token.
+
+mod common;
+
+use common::etcd::Etcd;
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "test-token-0123456789";
+
+/// A gateway whose objects come from `etcd` too, its API behind [`TOKEN`]. Its file routes
+/// everything to the demo upstream (`app`); etcd's objects add to that.
+async fn member(etcd: &Etcd) -> Fixture {
+    member_in(etcd, tempfile::tempdir().unwrap()).await
+}
+
+async fn member_in(etcd: &Etcd, dir: tempfile::TempDir) -> Fixture {
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    make_certs(dir.path());
+    std::fs::write(dir.path().join("admin.token"), format!("{TOKEN}\n")).unwrap();
+    let text = config_text(&[upstream], "", "").replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"",
+    ) + &format!(
+        "\n[control.etcd]\nendpoints = [\"{}\"]\nconnect_timeout = \"500ms\"\nrequest_timeout = \"1s\"\n",
+        etcd.url()
+    );
+    start_with(&text, dir, upstream, None).await
+}
+
+/// One admin API call: (status, JSON body). `headers` are `name: value` lines.
+async fn api(
+    fx: &Fixture,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[&str],
+) -> (u16, Value) {
+    let admin = fx.gw().admin.unwrap();
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ]);
+    c.args(["-H", &format!("Authorization: Bearer {TOKEN}")]);
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    if let Some(b) = body {
+        c.args(["--data-binary", b]);
+    }
+    c.arg(format!("http://{admin}{path}"));
+    let out = run(c).await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (json, status) = text.rsplit_once('\n').expect("a status line");
+    let status: u16 = status.trim().parse().unwrap_or(0);
+    (
+        status,
+        serde_json::from_str(json).unwrap_or(Value::String(json.into())),
+    )
+}
+
+/// The `x-route` header of a GET of `path` through `fx` ("" when absent or failed).
+async fn served_by(fx: &Fixture, path: &str) -> String {
+    let out = run(curl(fx, &["-o", "/dev/null", "-D", "-", &fx.url(path)])).await;
+    stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("x-route: "))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// Waits until `path` through `fx` is served by route `route`; how long it took.
+async fn until_served(fx: &Fixture, path: &str, route: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if served_by(fx, path).await == route {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{path} not served by route {route:?} within {limit:?}");
+}
+
+const EDGE: &str = r#"{"name": "edge", "endpoints": ["UPSTREAM"]}"#;
+
+fn route(name: &str, prefix: &str) -> String {
+    format!(
+        r#"{{"path_prefix": "{prefix}", "cluster": "edge", "response_headers": {{"set": {{"x-route": "{name}"}}}}}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_written_through_one_gateway_reaches_three_within_a_second() {
+    let etcd = Etcd::start();
+    let fleet = [
+        member(&etcd).await,
+        member(&etcd).await,
+        member(&etcd).await,
+    ];
+    let edge = EDGE.replace("UPSTREAM", &fleet[0].upstream.to_string());
+    let (s, body) = api(&fleet[0], "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
+    assert_eq!(s, 201, "{body}");
+    let (s, body) = api(
+        &fleet[0],
+        "PUT",
+        "/config/routes/api",
+        Some(&route("api", "/bytes/")),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    let written = Instant::now();
+    // The gateway written through answers once the route is in force there.
+    assert_eq!(served_by(&fleet[0], "/bytes/10").await, "api");
+    for fx in &fleet[1..] {
+        until_served(fx, "/bytes/10", "api", Duration::from_secs(1)).await;
+    }
+    assert!(
+        written.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        written.elapsed()
+    );
+    // Each reports the same applied revision and the objects; the file's route still serves.
+    let (_, st) = api(&fleet[2], "GET", "/status", None, &[]).await;
+    assert_eq!(st["control"]["source"], "etcd", "{st}");
+    assert_eq!(st["control"]["etcd"]["connected"], true, "{st}");
+    assert_eq!(st["control"]["objects"]["routes"], 1, "{st}");
+    assert_eq!(
+        st["control"]["applied_revision"], body["revision"],
+        "{st} vs {body}"
+    );
+    assert_eq!(served_by(&fleet[1], "/").await, "");
+    let m = fleet[1].gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_control_objects", &["kind=\"routes\""]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "rampart_control_etcd_connected", &[]),
+        1.0,
+        "{m}"
+    );
+
+    // Two writers replacing the same revision: one wins, the other gets 409 and nothing of
+    // its version is in force.
+    let (_, got) = api(&fleet[1], "GET", "/config/routes/api", None, &[]).await;
+    let rev = got["revision"].as_i64().unwrap();
+    let if_match = format!("If-Match: \"{rev}\"");
+    let (one, two) = (route("one", "/bytes/"), route("two", "/bytes/"));
+    let headers = [if_match.as_str()];
+    let (a, b) = tokio::join!(
+        api(&fleet[1], "PUT", "/config/routes/api", Some(&one), &headers),
+        api(&fleet[2], "PUT", "/config/routes/api", Some(&two), &headers),
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{} / {}", a.1, b.1);
+    let winner = if a.0 == 200 { "one" } else { "two" };
+    for fx in &fleet {
+        until_served(fx, "/bytes/10", winner, Duration::from_secs(1)).await;
+    }
+    // A create of an existing object conflicts too; a delete of the cluster a route uses is
+    // refused; deleting the route, then the cluster, goes through everywhere.
+    let (s, _) = api(
+        &fleet[0],
+        "PUT",
+        "/config/routes/api",
+        Some(&route("x", "/bytes/")),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 409);
+    let (s, body) = api(&fleet[0], "DELETE", "/config/clusters/edge", None, &[]).await;
+    assert_eq!(s, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("routes/api"),
+        "{body}"
+    );
+    let (s, _) = api(&fleet[0], "DELETE", "/config/routes/api", None, &[]).await;
+    assert_eq!(s, 200);
+    let (s, _) = api(&fleet[0], "DELETE", "/config/clusters/edge", None, &[]).await;
+    assert_eq!(s, 200);
+    for fx in &fleet {
+        until_served(fx, "/bytes/10", "", Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_object_is_refused_with_its_key_and_field_and_the_others_apply() {
+    let etcd = Etcd::start();
+    let fleet = [member(&etcd).await, member(&etcd).await];
+    let edge = EDGE.replace("UPSTREAM", &fleet[0].upstream.to_string());
+    // Straight into etcd, in one revision: a good cluster and route, and a bad route.
+    etcd.put_all(&[
+        ("/rampart/clusters/edge", &edge),
+        ("/rampart/routes/good", &route("good", "/bytes/")),
+        (
+            "/rampart/routes/bad",
+            r#"{"path_prefix": "/headers", "cluster": "edge", "rate_limit": {"per_second": 0}}"#,
+        ),
+    ]);
+    for fx in &fleet {
+        until_served(fx, "/bytes/10", "good", Duration::from_secs(2)).await;
+        let (_, st) = api(fx, "GET", "/status", None, &[]).await;
+        let refused = &st["control"]["refused"];
+        assert_eq!(refused.as_array().map(Vec::len), Some(1), "{st}");
+        assert_eq!(refused[0]["key"], "/rampart/routes/bad", "{st}");
+        assert_eq!(refused[0]["field"], "rate_limit.per_second", "{st}");
+        assert_eq!(
+            refused[0]["message"], "a number of requests greater than zero",
+            "{st}"
+        );
+        let m = fx.gw().metrics.render();
+        assert_eq!(
+            metric_sum(&m, "rampart_control_objects_refused", &[]),
+            1.0,
+            "{m}"
+        );
+        assert_eq!(
+            metric_sum(
+                &m,
+                "rampart_control_changes_total",
+                &["kind=\"routes\"", "result=\"refused\""]
+            ),
+            1.0,
+            "{m}"
+        );
+    }
+    // The refused route is listed, not in force; the API refuses the same object itself.
+    let (_, list) = api(&fleet[0], "GET", "/config/routes", None, &[]).await;
+    let bad = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "bad")
+        .unwrap();
+    assert_eq!(bad["in_force"], false, "{list}");
+    let (s, body) = api(
+        &fleet[0],
+        "PUT",
+        "/config/routes/other",
+        Some(r#"{"cluster": "edge", "rate_limit": {"per_second": 0}}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(body["error"]["field"], "rate_limit.per_second", "{body}");
+    assert_eq!(body["error"]["key"], "/rampart/routes/other", "{body}");
+    // Fixed in etcd, it applies.
+    etcd.put_all(&[("/rampart/routes/bad", &route("bad", "/headers"))]);
+    for fx in &fleet {
+        until_served(fx, "/headers", "bad", Duration::from_secs(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_going_away_stops_no_traffic_and_a_restart_serves_from_the_snapshot() {
+    let mut etcd = Etcd::start();
+    let fleet = [member(&etcd).await, member(&etcd).await];
+    let edge = EDGE.replace("UPSTREAM", &fleet[0].upstream.to_string());
+    api(&fleet[0], "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
+    let (s, _) = api(
+        &fleet[0],
+        "PUT",
+        "/config/routes/api",
+        Some(&route("api", "/bytes/")),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201);
+    until_served(&fleet[1], "/bytes/10", "api", Duration::from_secs(1)).await;
+
+    // Under load, etcd dies: every request is still served, by the routes in force.
+    let load = |fx: &Fixture| {
+        let mut c = curl(fx, &["-w", "%{http_code}\n"]);
+        for _ in 0..600 {
+            c.args(["-o", "/dev/null", &fx.url("/bytes/100")]);
+        }
+        run(c)
+    };
+    let (a, b, _) = tokio::join!(load(&fleet[0]), load(&fleet[1]), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        etcd.kill();
+    });
+    for out in [a, b] {
+        let codes = stdout(&out);
+        assert_eq!(
+            codes.lines().filter(|l| *l == "200").count(),
+            600,
+            "{codes}"
+        );
+    }
+    for fx in &fleet {
+        eventually_metric(fx, "rampart_control_etcd_connected", &[], 0.0).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (_, st) = api(fx, "GET", "/status", None, &[]).await;
+            if st["control"]["etcd"]["connected"] == false {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still connected: {st}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(served_by(fx, "/bytes/10").await, "api");
+    }
+    // A write while etcd is down is refused with 503, nothing changed.
+    let (s, _) = api(
+        &fleet[0],
+        "PUT",
+        "/config/routes/new",
+        Some(&route("new", "/headers")),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 503);
+
+    // A gateway restarted while etcd is down serves the objects of its snapshot.
+    let mut restarted = fleet.into_iter().next().unwrap();
+    let dir = std::mem::replace(&mut restarted.dir, tempfile::tempdir().unwrap());
+    restarted.gw.take().unwrap().shutdown().await;
+    let again = member_in(&etcd, dir).await;
+    assert_eq!(served_by(&again, "/bytes/10").await, "api");
+    let (_, st) = api(&again, "GET", "/status", None, &[]).await;
+    assert_eq!(st["control"]["source"], "snapshot", "{st}");
+
+    // etcd returns: the gateway reconnects and a change made now reaches it.
+    etcd.restart();
+    etcd.put_all(&[("/rampart/routes/new", &route("new", "/headers"))]);
+    until_served(&again, "/headers", "new", Duration::from_secs(10)).await;
+    let (_, st) = api(&again, "GET", "/status", None, &[]).await;
+    assert_eq!(st["control"]["source"], "etcd", "{st}");
+    assert_eq!(st["control"]["etcd"]["connected"], true, "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_takes_only_its_token_and_names_what_is_wrong_with_an_object() {
+    let etcd = Etcd::start();
+    let fx = member(&etcd).await;
+    let admin = fx.gw().admin.unwrap();
+    let status = |auth: Option<&str>| {
+        let mut c = Command::new("curl");
+        c.args(["-s", "-o", "/dev/null", "-w", "%{http_code}"]);
+        if let Some(a) = auth {
+            c.args(["-H", a]);
+        }
+        c.arg(format!("http://{admin}/status"));
+        run(c)
+    };
+    assert_eq!(stdout(&status(None).await), "401");
+    assert_eq!(
+        stdout(&status(Some("Authorization: Bearer wrong-token-000000")).await),
+        "401"
+    );
+    assert_eq!(
+        stdout(&status(Some(&format!("Authorization: Bearer {TOKEN}"))).await),
+        "200"
+    );
+    // /metrics and /healthz stay open on loopback.
+    let mut c = Command::new("curl");
+    c.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://{admin}/metrics"),
+    ]);
+    assert_eq!(stdout(&run(c).await), "200");
+
+    let (s, body) = api(&fx, "PUT", "/config/routes/r", Some("{\"cluster\": "), &[]).await;
+    assert_eq!(s, 400, "{body}");
+    assert!(body["error"]["line"].is_number(), "{body}");
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/routes/r",
+        Some(r#"{"cluster": "app", "colour": 1}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(body["error"]["field"], "colour", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field"),
+        "{body}"
+    );
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/routes/r",
+        Some(r#"{"cluster": "nowhere"}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(body["error"]["field"], "cluster", "{body}");
+    // The file's objects are not the control plane's to replace.
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/clusters/app",
+        Some(r#"{"name": "app", "endpoints": ["127.0.0.1:1"]}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not replace"),
+        "{body}"
+    );
+    let (s, _) = api(&fx, "PUT", "/config/widgets/w", Some("{}"), &[]).await;
+    assert_eq!(s, 404);
+    let (s, _) = api(
+        &fx,
+        "PUT",
+        "/config/routes/r",
+        Some(r#"{"cluster": "app"}"#),
+        &["If-Match: soon"],
+    )
+    .await;
+    assert_eq!(s, 400);
+    // TOML is taken as well as JSON, and read back as JSON.
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/routes/t",
+        Some("cluster = \"app\"\npath_prefix = \"/t/\""),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    let (s, got) = api(&fx, "GET", "/config/routes/t", None, &[]).await;
+    assert_eq!(s, 200);
+    assert_eq!(got["object"]["path_prefix"], "/t/", "{got}");
+    assert_eq!(got["in_force"], true, "{got}");
+    // The file's route is listed, as the file has it.
+    let (_, list) = api(&fx, "GET", "/config/clusters", None, &[]).await;
+    assert_eq!(list["items"][0]["source"], "file", "{list}");
+    assert_eq!(
+        list["items"][0]["object"]["connect_timeout"], "2s",
+        "{list}"
+    );
+}
