@@ -11,29 +11,7 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "test-token-0123456789";
-
-/// A gateway whose objects come from `etcd` too, its API behind [`TOKEN`]. Its file routes
-/// everything to the demo upstream (`app`); etcd's objects add to that.
-async fn member(etcd: &Etcd) -> Fixture {
-    member_in(etcd, tempfile::tempdir().unwrap()).await
-}
-
-async fn member_in(etcd: &Etcd, dir: tempfile::TempDir) -> Fixture {
-    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
-        .await
-        .unwrap();
-    make_certs(dir.path());
-    std::fs::write(dir.path().join("admin.token"), format!("{TOKEN}\n")).unwrap();
-    let text = config_text(&[upstream], "", "").replace(
-        "[admin]\nlisten = \"127.0.0.1:0\"",
-        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"",
-    ) + &format!(
-        "\n[control.etcd]\nendpoints = [\"{}\"]\nconnect_timeout = \"500ms\"\nrequest_timeout = \"1s\"\n",
-        etcd.url()
-    );
-    start_with(&text, dir, upstream, None).await
-}
+use common::etcd::{member, member_in, TOKEN};
 
 /// One admin API call: (status, JSON body). `headers` are `name: value` lines.
 async fn api(

@@ -63,6 +63,8 @@ enum Command {
     },
     /// Load generator: handshakes and requests against a gateway.
     Bench(Box<bench::BenchArgs>),
+    /// The operator's tool over a gateway's admin API: get, apply, delete, diff, status, watch.
+    Ctl(ctl::CtlArgs),
 }
 
 fn init_logging() {
@@ -195,7 +197,7 @@ endpoints = ["{upstream}"]
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Bench(_)) {
+    if !matches!(cli.command, Command::Bench(_) | Command::Ctl(_)) {
         init_logging();
     }
     match cli.command {
@@ -274,5 +276,12 @@ fn main() -> anyhow::Result<()> {
             })
         }
         Command::Bench(args) => bench::run(*args),
+        Command::Ctl(args) => {
+            let ok = control_runtime()?.block_on(ctl::run(&args, &mut std::io::stdout()))?;
+            if !ok {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }

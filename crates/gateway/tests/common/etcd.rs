@@ -2,6 +2,7 @@
 //! for the control-plane tests; written to through its JSON gateway with curl, as an operator's
 //! tool that bypasses rampart's API would.
 
+use super::{config_text, make_certs, start_with, Fixture};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -114,4 +115,31 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The admin API token of [`member`]s.
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// A gateway whose objects come from `etcd` too, its admin API behind [`TOKEN`] (in
+/// `admin.token` in its folder). Its file routes everything to a demo upstream (cluster
+/// `app`); etcd's objects add to that.
+pub async fn member(etcd: &Etcd) -> Fixture {
+    member_in(etcd, tempfile::tempdir().unwrap()).await
+}
+
+/// [`member`] in `dir` (a restarted gateway finds its state folder there).
+pub async fn member_in(etcd: &Etcd, dir: tempfile::TempDir) -> Fixture {
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    make_certs(dir.path());
+    std::fs::write(dir.path().join("admin.token"), format!("{TOKEN}\n")).unwrap();
+    let text = config_text(&[upstream], "", "").replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"",
+    ) + &format!(
+        "\n[control.etcd]\nendpoints = [\"{}\"]\nconnect_timeout = \"500ms\"\nrequest_timeout = \"1s\"\n",
+        etcd.url()
+    );
+    start_with(&text, dir, upstream, None).await
 }
