@@ -63,6 +63,24 @@ pub fn compose(
     // Each desired object alone; a refused one falls back to its previous version.
     let mut candidates: BTreeMap<String, InForce> = BTreeMap::new();
     for (key, entry) in desired {
+        // Unchanged since it was put in force: parsed and checked then (a fleet with
+        // thousands of objects parses only what changed). Only the file can have moved.
+        if let Some(p) = previous.get(key).filter(|p| p.entry.doc == entry.doc) {
+            let clash = match &p.object {
+                Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
+                Object::Route(r) => file_routes.contains(&r.effective_name()),
+            };
+            if !clash {
+                candidates.insert(
+                    key.clone(),
+                    InForce {
+                        object: p.object.clone(),
+                        entry: entry.clone(),
+                    },
+                );
+                continue;
+            }
+        }
         let parsed = match split_key(key) {
             None => Err(ConfigError {
                 file: source(key),
