@@ -57,12 +57,16 @@ pub(crate) fn build_clusters(
             .with_context(|| format!("clusters[{i}].tls ({})", c.name))?;
         tls.push(t);
     }
+    // By name: a fleet's thousands of clusters are matched in one pass, not one scan each.
+    let by_name: std::collections::HashMap<&str, &ClusterEntry> =
+        previous.iter().map(|e| (e.cfg.name.as_str(), e)).collect();
     Ok(cfg
         .clusters
         .iter()
         .zip(tls)
         .map(|(c, tls)| {
-            let same = previous.iter().find(|e| e.cfg == *c && c.tls.is_none());
+            let named = by_name.get(c.name.as_str()).copied();
+            let same = named.filter(|e| e.cfg == *c && c.tls.is_none());
             match same {
                 Some(e) => ClusterEntry {
                     cfg: c.clone(),
@@ -76,7 +80,7 @@ pub(crate) fn build_clusters(
                 None => {
                     // A changed cluster keeps counting its requests in flight against
                     // `max_requests` (the new value), so a reload admits no extra ones.
-                    let slots = match previous.iter().find(|e| e.cfg.name == c.name) {
+                    let slots = match named {
                         Some(e) => e.slots.reuse(c),
                         None => RequestSlots::new(c, metrics),
                     };
@@ -115,14 +119,14 @@ pub(crate) fn routings(
     workers: usize,
     previous: Option<&Router>,
 ) -> Vec<Routing> {
+    let index: std::collections::HashMap<&str, usize> = clusters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.cfg.name.as_str(), i))
+        .collect();
     let router = Arc::new(Router::after(
         &cfg.routes,
-        |name| {
-            clusters
-                .iter()
-                .position(|c| c.cfg.name == name)
-                .expect("validated")
-        },
+        |name| *index.get(name).expect("validated"),
         previous,
     ));
     (0..workers)
@@ -146,15 +150,19 @@ pub(crate) fn start_checks(clusters: &mut [ClusterEntry]) {
 /// Stops the health checks of the clusters of `old` that `new` does not carry over, and drops
 /// the health gauges of endpoints no cluster of that name has any more.
 pub(crate) fn retire(old: &[ClusterEntry], new: &[ClusterEntry], metrics: &Metrics) {
+    let carried: std::collections::HashSet<*const watch::Sender<bool>> =
+        new.iter().map(|n| Arc::as_ptr(&n.checks)).collect();
+    let by_name: std::collections::HashMap<&str, &ClusterEntry> =
+        new.iter().map(|n| (n.cfg.name.as_str(), n)).collect();
     for e in old {
-        if new.iter().any(|n| Arc::ptr_eq(&n.checks, &e.checks)) {
+        if carried.contains(&Arc::as_ptr(&e.checks)) {
             continue;
         }
         let _ = e.checks.send(true);
         for a in &e.cfg.endpoints {
-            let kept = new
-                .iter()
-                .any(|n| n.cfg.name == e.cfg.name && n.cfg.endpoints.contains(a));
+            let kept = by_name
+                .get(e.cfg.name.as_str())
+                .is_some_and(|n| n.cfg.endpoints.contains(a));
             if !kept {
                 let _ = metrics
                     .upstream_healthy

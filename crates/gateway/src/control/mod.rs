@@ -599,6 +599,15 @@ impl Plane {
             .collect()
     }
 
+    /// One object in etcd: (mod revision, document, whether in force).
+    pub fn object(&self, kind: ObjectKind, name: &str) -> Option<(i64, String, bool)> {
+        let s = self.lock();
+        let key = format!("{}/{name}", kind.plural());
+        let e = s.desired.get(&key)?;
+        let live = s.in_force.get(&key).is_some_and(|f| f.entry == *e);
+        Some((e.mod_revision, e.doc.clone(), live))
+    }
+
     /// Writes one object (created if `expect` is `Absent`, else replaced at that revision),
     /// after the same checks the watch makes; returns the new revision once it is in force
     /// here (or after 2 s).

@@ -228,7 +228,7 @@ impl Api {
     }
 
     fn get(&self, kind: ObjectKind, name: &str) -> Resp {
-        let Some(item) = self.items(kind).into_iter().find(|i| i["name"] == name) else {
+        let Some(item) = self.item(kind, name) else {
             return fail(
                 StatusCode::NOT_FOUND,
                 format!("no {} named {name:?}", singular(kind)),
@@ -241,6 +241,33 @@ impl Api {
             }
         }
         r
+    }
+
+    /// One object, as [`Api::items`] lists it (without listing the others).
+    fn item(&self, kind: ObjectKind, name: &str) -> Option<Value> {
+        if let Some((revision, doc, live)) = self.plane.as_ref().and_then(|p| p.object(kind, name))
+        {
+            return Some(json!({
+                "name": name,
+                "source": "etcd",
+                "revision": revision,
+                "in_force": live,
+                "object": document_value(&doc),
+            }));
+        }
+        let cfg = self.applier.config();
+        match kind {
+            ObjectKind::Route => {
+                cfg.routes.iter().find(|r| r.effective_name() == name).map(
+                    |r| json!({ "name": name, "source": "file", "in_force": true, "object": r }),
+                )
+            }
+            ObjectKind::Cluster => {
+                cfg.clusters.iter().find(|c| c.name == name).map(
+                    |c| json!({ "name": name, "source": "file", "in_force": true, "object": c }),
+                )
+            }
+        }
     }
 
     async fn put(&self, kind: ObjectKind, name: &str, req: Request<Incoming>) -> Resp {
