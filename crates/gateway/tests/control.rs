@@ -443,3 +443,75 @@ async fn the_api_takes_only_its_token_and_names_what_is_wrong_with_an_object() {
         "{list}"
     );
 }
+
+/// A cluster's endpoint list changed through the API while requests run: none fails. The
+/// carried-over pools serve until the new generation is in force; requests in flight finish on
+/// the cluster they started on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_endpoints_change_under_load_loses_no_request() {
+    let etcd = Etcd::start();
+    let fx = member(&etcd).await;
+    let second = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let edge = |eps: &[std::net::SocketAddr]| {
+        let eps: Vec<String> = eps.iter().map(|a| format!("\"{a}\"")).collect();
+        format!(r#"{{"name": "edge", "endpoints": [{}]}}"#, eps.join(", "))
+    };
+    let (s, _) = api(
+        &fx,
+        "PUT",
+        "/config/clusters/edge",
+        Some(&edge(&[fx.upstream])),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201);
+    let (s, _) = api(
+        &fx,
+        "PUT",
+        "/config/routes/api",
+        Some(&route("api", "/bytes/")),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201);
+    let mut c = curl(&fx, &["-w", "%{http_code}\n"]);
+    for _ in 0..600 {
+        c.args(["-o", "/dev/null", &fx.url("/bytes/100")]);
+    }
+    let load = run(c);
+    let changes = async {
+        for eps in [vec![fx.upstream, second], vec![second], vec![fx.upstream]] {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            let (_, got) = api(&fx, "GET", "/config/clusters/edge", None, &[]).await;
+            let rev = format!("If-Match: \"{}\"", got["revision"]);
+            let (s, body) = api(
+                &fx,
+                "PUT",
+                "/config/clusters/edge",
+                Some(&edge(&eps)),
+                &[&rev],
+            )
+            .await;
+            assert_eq!(s, 200, "{body}");
+        }
+    };
+    let (out, _) = tokio::join!(load, changes);
+    let codes = stdout(&out);
+    assert_eq!(
+        codes.lines().filter(|l| *l == "200").count(),
+        600,
+        "{codes}"
+    );
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_control_changes_total",
+            &["kind=\"clusters\"", "result=\"applied\""]
+        ),
+        4.0,
+        "{m}"
+    );
+}
