@@ -48,13 +48,7 @@ endpoints = ["{}"]
 }
 
 async fn x_route(fx: &Fixture, path: &str) -> String {
-    let out = run(curl(fx, &["-o", "/dev/null", "-D", "-", &fx.url(path)])).await;
-    stdout(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("x-route: "))
-        .unwrap_or("")
-        .trim()
-        .to_string()
+    response_header(fx, path, "x-route").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

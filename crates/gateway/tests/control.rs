@@ -50,15 +50,9 @@ async fn api(
     )
 }
 
-/// The `x-route` header of a GET of `path` through `fx` ("" when absent or failed).
+/// The route that served a GET of `path` through `fx` (its `x-route` header; "" for none).
 async fn served_by(fx: &Fixture, path: &str) -> String {
-    let out = run(curl(fx, &["-o", "/dev/null", "-D", "-", &fx.url(path)])).await;
-    stdout(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("x-route: "))
-        .unwrap_or("")
-        .trim()
-        .to_string()
+    response_header(fx, path, "x-route").await
 }
 
 /// Waits until `path` through `fx` is served by route `route`; how long it took.

@@ -20,8 +20,8 @@ pub mod store;
 
 use crate::bootstrap::Applier;
 use crate::config::{parse_object, Config, ConfigError, EtcdConfig, ObjectKind};
+use crate::ops::metrics::ControlMetrics;
 use compose::{compose, split_key, InForce};
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 use snapshot::Snapshot;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,74 +42,6 @@ pub enum Source {
     None,
 }
 
-/// The control plane's metrics, in the gateway's registry.
-struct ControlMetrics {
-    changes: IntCounterVec,
-    apply_seconds: Histogram,
-    connected: IntGauge,
-    revision: IntGauge,
-    objects: IntGaugeVec,
-    refused: IntGauge,
-}
-
-impl ControlMetrics {
-    fn new(m: &crate::ops::metrics::Metrics) -> Self {
-        let c = ControlMetrics {
-            changes: IntCounterVec::new(
-                Opts::new(
-                    "rampart_control_changes_total",
-                    "Control-plane object changes by kind and result (applied, refused)",
-                ),
-                &["kind", "result"],
-            )
-            .unwrap(),
-            apply_seconds: Histogram::with_opts(
-                HistogramOpts::new(
-                    "rampart_control_apply_seconds",
-                    "From a change's arrival from etcd to its configuration in force",
-                )
-                .buckets(vec![
-                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
-                ]),
-            )
-            .unwrap(),
-            connected: IntGauge::new(
-                "rampart_control_etcd_connected",
-                "1 while the gateway watches etcd, 0 while it cannot reach it",
-            )
-            .unwrap(),
-            revision: IntGauge::new(
-                "rampart_control_revision",
-                "The etcd revision whose objects are in force",
-            )
-            .unwrap(),
-            objects: IntGaugeVec::new(
-                Opts::new(
-                    "rampart_control_objects",
-                    "Control-plane objects in force, by kind",
-                ),
-                &["kind"],
-            )
-            .unwrap(),
-            refused: IntGauge::new(
-                "rampart_control_objects_refused",
-                "Objects in etcd refused now (invalid; their last good version, if any, in force)",
-            )
-            .unwrap(),
-        };
-        let r = &m.registry;
-        // A second gateway in one process (tests) shares nothing: registering twice in one
-        // registry cannot happen, each Running has its own.
-        let _ = r.register(Box::new(c.changes.clone()));
-        let _ = r.register(Box::new(c.apply_seconds.clone()));
-        let _ = r.register(Box::new(c.connected.clone()));
-        let _ = r.register(Box::new(c.revision.clone()));
-        let _ = r.register(Box::new(c.objects.clone()));
-        let _ = r.register(Box::new(c.refused.clone()));
-        c
-    }
-}
-
 /// The control plane's state.
 struct State {
     /// The configuration file's part.
@@ -124,6 +56,16 @@ struct State {
     source: Source,
     /// Why etcd cannot be reached, while it cannot.
     etcd_error: Option<String>,
+}
+
+impl State {
+    /// Objects of `kind` in force.
+    fn count(&self, kind: ObjectKind) -> usize {
+        self.in_force
+            .keys()
+            .filter(|k| split_key(k).is_some_and(|(k, _)| k == kind))
+            .count()
+    }
 }
 
 /// What start-up reads before the listeners are built: the objects (from etcd, else from the
@@ -248,7 +190,7 @@ impl Plane {
             state_dir: state_dir(file),
             etcd,
             applier,
-            metrics: ControlMetrics::new(metrics),
+            metrics: ControlMetrics::register(metrics),
             applied: watch::channel(initial.state.revision).0,
             store: Mutex::new(initial.store),
             state: Mutex::new(initial.state),
@@ -503,11 +445,7 @@ impl Plane {
         self.metrics.revision.set(s.revision);
         self.metrics.refused.set(s.errors.len() as i64);
         for kind in ObjectKind::ALL {
-            let n = s
-                .in_force
-                .keys()
-                .filter(|k| split_key(k).is_some_and(|(kk, _)| kk == kind))
-                .count();
+            let n = s.count(kind);
             self.metrics
                 .objects
                 .with_label_values(&[kind.plural()])
@@ -563,11 +501,7 @@ impl Plane {
             .collect();
         let mut objects = serde_json::Map::new();
         for kind in ObjectKind::ALL {
-            let n = s
-                .in_force
-                .keys()
-                .filter(|k| split_key(k).is_some_and(|(kk, _)| kk == kind))
-                .count();
+            let n = s.count(kind);
             objects.insert(kind.plural().into(), n.into());
         }
         serde_json::json!({

@@ -2,7 +2,9 @@
 
 use keyengine::metrics::{Families, Kind, MetricFamily};
 use prometheus::core::{Collector, Desc};
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 use std::sync::{Arc, Mutex};
 use tokio_quiche::quic::RetryGate;
 
@@ -443,6 +445,74 @@ impl Drop for GaugeGuard {
     }
 }
 
+/// The control plane's metrics, in the gateway's registry.
+pub struct ControlMetrics {
+    pub changes: IntCounterVec,
+    pub apply_seconds: Histogram,
+    pub connected: IntGauge,
+    pub revision: IntGauge,
+    pub objects: IntGaugeVec,
+    pub refused: IntGauge,
+}
+
+impl ControlMetrics {
+    /// Registered in `m`'s registry by a gateway with a control plane (one without shows none
+    /// of these series).
+    pub fn register(m: &Metrics) -> Self {
+        let c = ControlMetrics {
+            changes: IntCounterVec::new(
+                Opts::new(
+                    "rampart_control_changes_total",
+                    "Control-plane object changes by kind and result (applied, refused)",
+                ),
+                &["kind", "result"],
+            )
+            .unwrap(),
+            apply_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "rampart_control_apply_seconds",
+                    "From a change's arrival from etcd to its configuration in force",
+                )
+                .buckets(vec![
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+                ]),
+            )
+            .unwrap(),
+            connected: IntGauge::new(
+                "rampart_control_etcd_connected",
+                "1 while the gateway watches etcd, 0 while it cannot reach it",
+            )
+            .unwrap(),
+            revision: IntGauge::new(
+                "rampart_control_revision",
+                "The etcd revision whose objects are in force",
+            )
+            .unwrap(),
+            objects: IntGaugeVec::new(
+                Opts::new(
+                    "rampart_control_objects",
+                    "Control-plane objects in force, by kind",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
+            refused: IntGauge::new(
+                "rampart_control_objects_refused",
+                "Objects in etcd refused now (invalid; their last good version, if any, in force)",
+            )
+            .unwrap(),
+        };
+        let r = &m.registry;
+        let _ = r.register(Box::new(c.changes.clone()));
+        let _ = r.register(Box::new(c.apply_seconds.clone()));
+        let _ = r.register(Box::new(c.connected.clone()));
+        let _ = r.register(Box::new(c.revision.clone()));
+        let _ = r.register(Box::new(c.objects.clone()));
+        let _ = r.register(Box::new(c.refused.clone()));
+        c
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,6 +558,12 @@ mod tests {
         m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
         m.watch_retry_gate("l", RetryGate::always());
+        let control = ControlMetrics::register(&m);
+        control
+            .changes
+            .with_label_values(&["routes", "applied"])
+            .inc();
+        control.objects.with_label_values(&["routes"]).set(1);
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
         let text = m.render();

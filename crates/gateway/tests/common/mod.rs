@@ -161,6 +161,19 @@ async fn start_inner(
     start_with(&text, dir, upstream, engines).await
 }
 
+/// The value of response header `name` (lowercase) of a GET of `path` through `fx` ("" when
+/// absent or when the request failed).
+pub async fn response_header(fx: &Fixture, path: &str, name: &str) -> String {
+    let out = run(curl(fx, &["-o", "/dev/null", "-D", "-", &fx.url(path)])).await;
+    let prefix = format!("{name}: ");
+    stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
 /// Runs a blocking command off the async runtime.
 pub async fn run(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("spawn"))
