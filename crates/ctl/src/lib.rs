@@ -35,7 +35,7 @@ pub struct CtlArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum CtlCommand {
-    /// Objects of a kind (routes, clusters), or one of them, as JSON.
+    /// Objects of a kind (routes, clusters, listeners), or one of them, as JSON.
     Get { kind: String, name: Option<String> },
     /// Creates or replaces every object of a file of [[routes]] and [[clusters]] tables.
     Apply {
@@ -124,8 +124,8 @@ fn expect_ok(a: Answer) -> anyhow::Result<Answer> {
 /// One object of a file: (kind's plural, name, the object as JSON).
 type FileObject = (&'static str, String, Value);
 
-/// The objects of a file of `[[clusters]]` and `[[routes]]` tables (TOML, or the same as a
-/// JSON object), clusters first. Every object needs a `name`: it is its address.
+/// The objects of a file of `[[clusters]]`, `[[listeners]]` (name, allow, deny) and `[[routes]]`
+/// tables (TOML, or the same as a JSON object), clusters first. Every object needs a `name`: it is its address.
 fn objects_of(path: &Path) -> anyhow::Result<Vec<FileObject>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -141,14 +141,14 @@ fn objects_of(path: &Path) -> anyhow::Result<Vec<FileObject>> {
     };
     let mut objects = Vec::new();
     for key in tables.keys() {
-        if key != "routes" && key != "clusters" {
+        if !["routes", "clusters", "listeners"].contains(&key.as_str()) {
             bail!(
-                "{}: `{key}`: only [[routes]] and [[clusters]] are objects (the rest of the configuration stays in the gateway's file)",
+                "{}: `{key}`: only [[routes]], [[clusters]] and [[listeners]] (their allow and deny) are objects (the rest of the configuration stays in the gateway's file)",
                 path.display()
             );
         }
     }
-    for kind in ["clusters", "routes"] {
+    for kind in ["clusters", "listeners", "routes"] {
         let Some(list) = tables.get(kind) else {
             continue;
         };

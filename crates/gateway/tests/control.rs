@@ -509,3 +509,69 @@ async fn a_cluster_whose_endpoints_change_under_load_loses_no_request() {
         "{m}"
     );
 }
+
+/// A listener's access lists as an object: an address range shut out on the gateway at once
+/// (new connections refused before any handshake), and let in again when the object goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_access_list_in_etcd_shuts_clients_out_and_back_in() {
+    let etcd = Etcd::start();
+    let fx = member(&etcd).await;
+    let ok = |fx: &Fixture| {
+        let c = curl(
+            fx,
+            &["-o", "/dev/null", "-w", "%{http_code}", &fx.url("/bytes/1")],
+        );
+        run(c)
+    };
+    assert_eq!(stdout(&ok(&fx).await), "200");
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/listeners/https",
+        Some(r#"{"deny": ["127.0.0.0/8"]}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(
+        stdout(&ok(&fx).await),
+        "000",
+        "a denied client gets no answer"
+    );
+    let (_, list) = api(&fx, "GET", "/config/listeners", None, &[]).await;
+    assert_eq!(list["items"][0]["source"], "etcd", "{list}");
+    assert_eq!(
+        list["items"][0]["object"]["deny"][0], "127.0.0.0/8",
+        "{list}"
+    );
+    // Only the file's listeners can be named; the field path of a bad block is given.
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/listeners/nope",
+        Some(r#"{"deny": []}"#),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expected one of: https"),
+        "{body}"
+    );
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/listeners/https",
+        Some(r#"{"deny": ["10.0.0.0/40"]}"#),
+        &["If-Match: \"1\""],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(body["error"]["field"], "deny[0]", "{body}");
+    let (s, _) = api(&fx, "DELETE", "/config/listeners/https", None, &[]).await;
+    assert_eq!(s, 200);
+    assert_eq!(stdout(&ok(&fx).await), "200", "the file's lists again");
+}

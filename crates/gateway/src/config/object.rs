@@ -1,27 +1,40 @@
-//! Control-plane objects: one route or one cluster as a document of its own, in the config
-//! file's schema (the fields of one `[[routes]]` or `[[clusters]]` table), as TOML or JSON.
-//! Each is parsed and checked alone, with the same messages as the file; whether a route's
-//! cluster exists is checked when the objects are put together with the file's.
+//! Control-plane objects: one route, one cluster, or one listener's access lists as a document
+//! of its own, in the config file's schema (the fields of one `[[routes]]` or `[[clusters]]`
+//! table, or the `allow` and `deny` of one `[[listeners]]` table), as TOML or JSON. Each is
+//! parsed and checked alone, with the same messages as the file; whether a route's cluster or
+//! the listener exists is checked when the objects are put together with the file's.
 
 use super::file::parse_toml;
 use super::{At, ClusterConfig, ConfigError, RouteConfig};
+use crate::policy::access::Cidr;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// What an object is; its plural is its key's folder (`routes/api`) and its table's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
     Cluster,
+    Listener,
     Route,
 }
 
 impl ObjectKind {
     /// Clusters first: routes name them.
-    pub const ALL: [ObjectKind; 2] = [ObjectKind::Cluster, ObjectKind::Route];
+    pub const ALL: [ObjectKind; 3] = [ObjectKind::Cluster, ObjectKind::Listener, ObjectKind::Route];
 
     pub fn plural(self) -> &'static str {
         match self {
             ObjectKind::Cluster => "clusters",
+            ObjectKind::Listener => "listeners",
             ObjectKind::Route => "routes",
+        }
+    }
+
+    pub fn singular(self) -> &'static str {
+        match self {
+            ObjectKind::Cluster => "cluster",
+            ObjectKind::Listener => "listener",
+            ObjectKind::Route => "route",
         }
     }
 
@@ -34,6 +47,8 @@ impl ObjectKind {
 #[derive(Clone, Debug)]
 pub enum Object {
     Cluster(ClusterConfig),
+    /// The access lists of the file's listener of the object's name, in place of the file's.
+    Listener(ListenerAccessConfig),
     Route(RouteConfig),
 }
 
@@ -41,9 +56,23 @@ impl Object {
     pub fn kind(&self) -> ObjectKind {
         match self {
             Object::Cluster(_) => ObjectKind::Cluster,
+            Object::Listener(_) => ObjectKind::Listener,
             Object::Route(_) => ObjectKind::Route,
         }
     }
+}
+
+/// A listener's `allow` and `deny` (for connections, TCP and QUIC), as an object: an incident's
+/// address range shut out on every gateway at once.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerAccessConfig {
+    /// The listener's name (the object's, if given).
+    pub name: Option<String>,
+    #[serde(default)]
+    pub allow: Vec<Cidr>,
+    #[serde(default)]
+    pub deny: Vec<Cidr>,
 }
 
 /// Whether `name` can name an object (and be the last segment of its key).
@@ -81,6 +110,7 @@ pub fn parse_object(
     }
     let mut object = match kind {
         ObjectKind::Cluster => Object::Cluster(parse_doc(doc, source)?),
+        ObjectKind::Listener => Object::Listener(parse_doc(doc, source)?),
         ObjectKind::Route => Object::Route(parse_doc(doc, source)?),
     };
     let at = At::root("");
@@ -95,6 +125,18 @@ pub fn parse_object(
             c.resolve_paths(base);
             c.validate(&at)
         }
+        Object::Listener(l) => match &l.name {
+            Some(n) if n != name => {
+                return Err(fail(
+                    "name",
+                    format!("{name:?}, the name in the object's key, not {n:?}"),
+                ))
+            }
+            _ => {
+                l.name = Some(name.into());
+                Ok(())
+            }
+        },
         Object::Route(r) => {
             match &r.name {
                 Some(n) if n != name => {

@@ -7,7 +7,9 @@
 //! - a name the file already defines is refused (the file's object is not replaced);
 //! - a route whose cluster exists nowhere is refused; its last good version stays if that
 //!   one's cluster exists;
-//! - a cluster deleted while routes in force still use it stays, reported, until they do not.
+//! - a cluster deleted while routes in force still use it stays, reported, until they do not;
+//! - a listener's access lists must name one of the file's listeners, whose `allow` and `deny`
+//!   they replace.
 
 use super::store::Entry;
 use crate::config::{parse_object, Config, ConfigError, Object, ObjectKind};
@@ -59,6 +61,7 @@ pub fn compose(
         };
     let file_clusters: HashSet<&str> = file.clusters.iter().map(|c| c.name.as_str()).collect();
     let file_routes: HashSet<String> = file.routes.iter().map(|r| r.effective_name()).collect();
+    let file_listeners: HashSet<&str> = file.listeners.iter().map(|l| l.name.as_str()).collect();
 
     // Each desired object alone; a refused one falls back to its previous version.
     let mut candidates: BTreeMap<String, InForce> = BTreeMap::new();
@@ -69,6 +72,7 @@ pub fn compose(
             let clash = match &p.object {
                 Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
                 Object::Route(r) => file_routes.contains(&r.effective_name()),
+                Object::Listener(l) => !file_listeners.contains(l.name.as_deref().unwrap_or("")),
             };
             if !clash {
                 candidates.insert(
@@ -90,9 +94,25 @@ pub fn compose(
             }),
             Some((kind, name)) => {
                 parse_object(kind, name, &entry.doc, &source(key), base).and_then(|o| {
+                    if let Object::Listener(_) = &o {
+                        if !file_listeners.contains(name) {
+                            let mut known: Vec<&str> = file_listeners.iter().copied().collect();
+                            known.sort();
+                            return Err(ConfigError {
+                                file: source(key),
+                                path: "name".into(),
+                                line: None,
+                                message: format!(
+                                    "no listener named {name:?} in the configuration file; expected one of: {}",
+                                    known.join(", ")
+                                ),
+                            });
+                        }
+                    }
                     let clash = match &o {
                         Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
                         Object::Route(r) => file_routes.contains(&r.effective_name()),
+                        Object::Listener(_) => false,
                     };
                     if clash {
                         return Err(ConfigError {
@@ -101,7 +121,7 @@ pub fn compose(
                             line: None,
                             message: format!(
                                 "a name the configuration file does not define: it has a {} {name:?}, which the control plane does not replace",
-                                &kind.plural()[..kind.plural().len() - 1]
+                                kind.singular()
                             ),
                         });
                     }
@@ -204,6 +224,16 @@ pub fn compose(
         match &f.object {
             Object::Cluster(c) => config.clusters.push(c.clone()),
             Object::Route(r) => config.routes.push(r.clone()),
+            Object::Listener(a) => {
+                if let Some(l) = config
+                    .listeners
+                    .iter_mut()
+                    .find(|l| Some(l.name.as_str()) == a.name.as_deref())
+                {
+                    l.allow = a.allow.clone();
+                    l.deny = a.deny.clone();
+                }
+            }
         }
     }
     Composed {
@@ -334,6 +364,16 @@ endpoints = ["127.0.0.1:8080"]
             .message
             .contains("does not replace"));
         assert!(c.errors["misc/x"].message.contains("not an object key"));
+        // A listener's access lists name one of the file's listeners and replace its own.
+        let l = run(
+            &entries(&[
+                ("listeners/https", r#"{"deny": ["192.0.2.0/24"]}"#),
+                ("listeners/other", r#"{"deny": []}"#),
+            ]),
+            &BTreeMap::new(),
+        );
+        assert_eq!(l.config.listeners[0].deny.len(), 1);
+        assert!(l.errors["listeners/other"].message.contains("expected one of: https"));
         assert!(c.config.routes.is_empty());
         assert_eq!(c.config.clusters.len(), 1);
 

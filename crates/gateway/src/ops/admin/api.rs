@@ -2,8 +2,9 @@
 //!
 //! - `GET /status`: where the objects come from, the applied etcd revision, the connection,
 //!   and every refused object with its key, field and what was expected.
-//! - `GET /config/{routes|clusters}`, `GET /config/{kind}/{name}`: the objects in force (the
-//!   file's and etcd's) and etcd's refused ones. An etcd object's `ETag` is its revision.
+//! - `GET /config/{routes|clusters|listeners}`, `GET /config/{kind}/{name}`: the objects in
+//!   force (the file's and etcd's; a listener's object is its access lists) and etcd's refused
+//!   ones. An etcd object's `ETag` is its revision.
 //! - `PUT /config/{kind}/{name}` (the object as JSON or TOML, in the file's schema): a create,
 //!   or with `If-Match: <revision>` a replace of that revision; `DELETE` the same way. Checked
 //!   as the watch checks, then written to etcd with a compare-and-swap: 409 when another
@@ -13,7 +14,7 @@
 //! With `[admin] token_file`, every call needs `Authorization: Bearer <token>` (401 else).
 
 use crate::bootstrap::Applier;
-use crate::config::{Config, ConfigError, ObjectKind};
+use crate::config::{Config, ConfigError, ListenerAccessConfig, ObjectKind};
 use crate::control::store::Expect;
 use crate::control::{Plane, WriteError};
 use bytes::Bytes;
@@ -140,7 +141,7 @@ impl Api {
             },
             _ => fail(
                 StatusCode::NOT_FOUND,
-                "not found: /status, /config/{routes|clusters}[/{name}], /reload, /healthz, /metrics",
+                "not found: /status, /config/{routes|clusters|listeners}[/{name}], /reload, /healthz, /metrics",
             ),
         }
     }
@@ -194,35 +195,18 @@ impl Api {
     /// Every object of `kind`: the file's and, with a control plane, etcd's (those refused
     /// with `in_force: false`).
     fn items(&self, kind: ObjectKind) -> Vec<Value> {
-        let cfg = self.applier.config();
         let etcd = self
             .plane
             .as_ref()
             .map(|p| p.objects(kind))
             .unwrap_or_default();
-        let from_etcd = |name: &str| etcd.iter().any(|(n, ..)| n == name);
-        let mut items: Vec<Value> = match kind {
-            ObjectKind::Route => cfg
-                .routes
-                .iter()
-                .filter(|r| !from_etcd(&r.effective_name()))
-                .map(|r| json!({ "name": r.effective_name(), "source": "file", "in_force": true, "object": r }))
-                .collect(),
-            ObjectKind::Cluster => cfg
-                .clusters
-                .iter()
-                .filter(|c| !from_etcd(&c.name))
-                .map(|c| json!({ "name": c.name, "source": "file", "in_force": true, "object": c }))
-                .collect(),
-        };
+        let mut items: Vec<Value> = file_objects(&self.applier.config(), kind)
+            .into_iter()
+            .filter(|(name, _)| !etcd.iter().any(|(n, ..)| n == name))
+            .map(|(name, object)| file_item(&name, object))
+            .collect();
         for (name, revision, doc, live) in etcd {
-            items.push(json!({
-                "name": name,
-                "source": "etcd",
-                "revision": revision,
-                "in_force": live,
-                "object": document_value(&doc),
-            }));
+            items.push(etcd_item(&name, revision, &doc, live));
         }
         items
     }
@@ -231,7 +215,7 @@ impl Api {
         let Some(item) = self.item(kind, name) else {
             return fail(
                 StatusCode::NOT_FOUND,
-                format!("no {} named {name:?}", singular(kind)),
+                format!("no {} named {name:?}", kind.singular()),
             );
         };
         let mut r = reply(StatusCode::OK, item.clone());
@@ -247,27 +231,12 @@ impl Api {
     fn item(&self, kind: ObjectKind, name: &str) -> Option<Value> {
         if let Some((revision, doc, live)) = self.plane.as_ref().and_then(|p| p.object(kind, name))
         {
-            return Some(json!({
-                "name": name,
-                "source": "etcd",
-                "revision": revision,
-                "in_force": live,
-                "object": document_value(&doc),
-            }));
+            return Some(etcd_item(name, revision, &doc, live));
         }
-        let cfg = self.applier.config();
-        match kind {
-            ObjectKind::Route => {
-                cfg.routes.iter().find(|r| r.effective_name() == name).map(
-                    |r| json!({ "name": name, "source": "file", "in_force": true, "object": r }),
-                )
-            }
-            ObjectKind::Cluster => {
-                cfg.clusters.iter().find(|c| c.name == name).map(
-                    |c| json!({ "name": name, "source": "file", "in_force": true, "object": c }),
-                )
-            }
-        }
+        file_objects(&self.applier.config(), kind)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(n, object)| file_item(&n, object))
     }
 
     async fn put(&self, kind: ObjectKind, name: &str, req: Request<Incoming>) -> Resp {
@@ -372,15 +341,51 @@ fn no_control_plane() -> Resp {
 fn unknown_kind(kind: &str) -> Resp {
     fail(
         StatusCode::NOT_FOUND,
-        format!("no object kind {kind:?}: routes or clusters"),
+        format!("no object kind {kind:?}: routes, clusters or listeners"),
     )
 }
 
-fn singular(kind: ObjectKind) -> &'static str {
+/// The objects of `kind` in force from `cfg` (a listener's: its access lists), by name.
+fn file_objects(cfg: &Config, kind: ObjectKind) -> Vec<(String, Value)> {
+    let as_json = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
     match kind {
-        ObjectKind::Route => "route",
-        ObjectKind::Cluster => "cluster",
+        ObjectKind::Route => cfg
+            .routes
+            .iter()
+            .map(|r| (r.effective_name(), as_json(serde_json::to_value(r))))
+            .collect(),
+        ObjectKind::Cluster => cfg
+            .clusters
+            .iter()
+            .map(|c| (c.name.clone(), as_json(serde_json::to_value(c))))
+            .collect(),
+        ObjectKind::Listener => cfg
+            .listeners
+            .iter()
+            .map(|l| {
+                let access = ListenerAccessConfig {
+                    name: Some(l.name.clone()),
+                    allow: l.allow.clone(),
+                    deny: l.deny.clone(),
+                };
+                (l.name.clone(), as_json(serde_json::to_value(access)))
+            })
+            .collect(),
     }
+}
+
+fn file_item(name: &str, object: Value) -> Value {
+    json!({ "name": name, "source": "file", "in_force": true, "object": object })
+}
+
+fn etcd_item(name: &str, revision: i64, doc: &str, live: bool) -> Value {
+    json!({
+        "name": name,
+        "source": "etcd",
+        "revision": revision,
+        "in_force": live,
+        "object": document_value(doc),
+    })
 }
 
 /// An object's document as JSON (a TOML one converted; one that parses as neither, as text).
