@@ -216,14 +216,14 @@ async fn apply(api: &Client, objects: &[FileObject], out: &mut dyn Write) -> any
             Some((_, revision, _)) => {
                 let a = put(vec![(header::IF_MATCH, format!("\"{revision}\""))]).await?;
                 match a.status {
-                    200 => Ok(format!("configured (revision {})", a.body["revision"])),
+                    200 => written("configured", &a),
                     _ => Err(format!("{} {}", a.status, a.message())),
                 }
             }
             None => {
                 let a = put(vec![]).await?;
                 match a.status {
-                    201 => Ok(format!("created (revision {})", a.body["revision"])),
+                    201 => written("created", &a),
                     _ => Err(format!("{} {}", a.status, a.message())),
                 }
             }
@@ -237,6 +237,18 @@ async fn apply(api: &Client, objects: &[FileObject], out: &mut dyn Write) -> any
         }
     }
     Ok(ok)
+}
+
+/// A write's outcome: `what` at its revision, or, when the gateway refused to put it in force
+/// (written all the same), why.
+fn written(what: &str, a: &Answer) -> Result<String, String> {
+    if a.body["in_force"] == false {
+        return Err(format!(
+            "written (revision {}) but refused: {}",
+            a.body["revision"], a.body["refused"]["text"]
+        ));
+    }
+    Ok(format!("{what} (revision {})", a.body["revision"]))
 }
 
 async fn diff(api: &Client, objects: &[FileObject], out: &mut dyn Write) -> anyhow::Result<bool> {

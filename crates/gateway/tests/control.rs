@@ -575,3 +575,101 @@ async fn a_listener_access_list_in_etcd_shuts_clients_out_and_back_in() {
     assert_eq!(s, 200);
     assert_eq!(stdout(&ok(&fx).await), "200", "the file's lists again");
 }
+
+/// The subject of the certificate `fx` presents to `name`.
+async fn subject(fx: &Fixture, name: &str) -> String {
+    presented_subject(&s_client(fx, name, &[]).await)
+}
+
+/// A certificate in etcd (its chain in the object, its key a file on the node) is served to its
+/// server name by a running gateway; a key that does not match the chain is refused when it is
+/// built (written, but reported not in force); a key's PEM in place of a path is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_in_etcd_is_served_to_its_name_without_a_restart() {
+    let etcd = Etcd::start();
+    let fx = member(&etcd).await;
+    let dir = fx.dir.path();
+    gateway::demo::ensure_self_signed(
+        dir,
+        "new",
+        gateway::demo::CertKind::EcdsaP256,
+        &["new.test"],
+    )
+    .unwrap();
+    let chain = std::fs::read_to_string(dir.join("new.crt")).unwrap();
+    let object = |key: &str| {
+        serde_json::json!({
+            "listener": "https",
+            "server_names": ["new.test"],
+            "ecdsa": { "chain": chain, "key": key },
+        })
+        .to_string()
+    };
+    assert!(
+        !subject(&fx, "new.test").await.contains("new.test"),
+        "not served before"
+    );
+    // The wrong key (another certificate's): written, refused when built, nothing changes.
+    let wrong = dir.join("localhost-ecdsa.key");
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/certificates/new",
+        Some(&object(wrong.to_str().unwrap())),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(body["in_force"], false, "{body}");
+    assert!(
+        body["refused"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not build"),
+        "{body}"
+    );
+    assert!(!subject(&fx, "new.test").await.contains("new.test"));
+    // The right key: served from now on.
+    let (_, got) = api(&fx, "GET", "/config/certificates/new", None, &[]).await;
+    let rev = format!("If-Match: \"{}\"", got["revision"]);
+    let right = dir.join("new.key");
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/certificates/new",
+        Some(&object(right.to_str().unwrap())),
+        &[&rev],
+    )
+    .await;
+    assert_eq!((s, body["in_force"].clone()), (200, true.into()), "{body}");
+    assert!(
+        subject(&fx, "new.test").await.contains("new.test"),
+        "served"
+    );
+    let (_, st) = api(&fx, "GET", "/status", None, &[]).await;
+    assert_eq!(
+        st["control"]["refused"].as_array().map(Vec::len),
+        Some(0),
+        "{st}"
+    );
+    // Keys stay out of etcd; a chain must be one.
+    let key_pem = std::fs::read_to_string(&right).unwrap();
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/certificates/k",
+        Some(&object(&key_pem)),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(body["error"]["field"], "ecdsa.key", "{body}");
+    let bad_chain = object(right.to_str().unwrap()).replace("BEGIN CERTIFICATE", "BEGIN NOTHING");
+    let (s, body) = api(&fx, "PUT", "/config/certificates/c", Some(&bad_chain), &[]).await;
+    assert_eq!(s, 400);
+    assert_eq!(body["error"]["field"], "ecdsa.chain", "{body}");
+    // Deleted, the name falls back to the listener's default certificate.
+    let (s, _) = api(&fx, "DELETE", "/config/certificates/new", None, &[]).await;
+    assert_eq!(s, 200);
+    assert!(!subject(&fx, "new.test").await.contains("new.test"));
+}

@@ -1,11 +1,15 @@
-//! Control-plane objects: one route, one cluster, or one listener's access lists as a document
-//! of its own, in the config file's schema (the fields of one `[[routes]]` or `[[clusters]]`
-//! table, or the `allow` and `deny` of one `[[listeners]]` table), as TOML or JSON. Each is
+//! Control-plane objects: one route, one cluster, one listener's access lists or one
+//! certificate as a document of its own, in the config file's schema (the fields of one
+//! `[[routes]]` or `[[clusters]]` table, the `allow` and `deny` of one `[[listeners]]` table,
+//! or a certificate whose chain is in the document and whose key stays a file on the node),
+//! as TOML or JSON. Each is
 //! parsed and checked alone, with the same messages as the file; whether a route's cluster or
 //! the listener exists is checked when the objects are put together with the file's.
 
 use super::file::parse_toml;
-use super::{At, ClusterConfig, ConfigError, RouteConfig};
+use super::{
+    valid_server_name, At, CertKeyPair, CertificateConfig, ClusterConfig, ConfigError, RouteConfig,
+};
 use crate::policy::access::Cidr;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -13,6 +17,7 @@ use std::path::Path;
 /// What an object is; its plural is its key's folder (`routes/api`) and its table's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
+    Certificate,
     Cluster,
     Listener,
     Route,
@@ -20,10 +25,16 @@ pub enum ObjectKind {
 
 impl ObjectKind {
     /// Clusters first: routes name them.
-    pub const ALL: [ObjectKind; 3] = [ObjectKind::Cluster, ObjectKind::Listener, ObjectKind::Route];
+    pub const ALL: [ObjectKind; 4] = [
+        ObjectKind::Certificate,
+        ObjectKind::Cluster,
+        ObjectKind::Listener,
+        ObjectKind::Route,
+    ];
 
     pub fn plural(self) -> &'static str {
         match self {
+            ObjectKind::Certificate => "certificates",
             ObjectKind::Cluster => "clusters",
             ObjectKind::Listener => "listeners",
             ObjectKind::Route => "routes",
@@ -32,6 +43,7 @@ impl ObjectKind {
 
     pub fn singular(self) -> &'static str {
         match self {
+            ObjectKind::Certificate => "certificate",
             ObjectKind::Cluster => "cluster",
             ObjectKind::Listener => "listener",
             ObjectKind::Route => "route",
@@ -46,6 +58,8 @@ impl ObjectKind {
 /// One parsed and checked object.
 #[derive(Clone, Debug)]
 pub enum Object {
+    /// A certificate added to a listener of the file.
+    Certificate(CertificateObject),
     Cluster(ClusterConfig),
     /// The access lists of the file's listener of the object's name, in place of the file's.
     Listener(ListenerAccessConfig),
@@ -55,6 +69,7 @@ pub enum Object {
 impl Object {
     pub fn kind(&self) -> ObjectKind {
         match self {
+            Object::Certificate(_) => ObjectKind::Certificate,
             Object::Cluster(_) => ObjectKind::Cluster,
             Object::Listener(_) => ObjectKind::Listener,
             Object::Route(_) => ObjectKind::Route,
@@ -73,6 +88,89 @@ pub struct ListenerAccessConfig {
     pub allow: Vec<Cidr>,
     #[serde(default)]
     pub deny: Vec<Cidr>,
+}
+
+/// A certificate as an object: its chain in the document, its private key a file on the
+/// gateway's node (or, with the `remote` engine, on key servers). Private keys are never kept
+/// in etcd.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateObject {
+    /// The file's listener that serves it.
+    pub listener: String,
+    /// Names it serves (exact, or `*.example.com`).
+    pub server_names: Vec<String>,
+    pub rsa: Option<ChainAndKey>,
+    pub ecdsa: Option<ChainAndKey>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChainAndKey {
+    /// The PEM certificate chain, leaf first.
+    pub chain: String,
+    /// The PEM private key's file on the gateway's node.
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl CertificateObject {
+    fn validate(&mut self, at: &At, base: &Path) -> Result<(), super::Invalid> {
+        if self.server_names.is_empty() {
+            return at.field("server_names").fail("at least one server name");
+        }
+        for (k, n) in self.server_names.iter().enumerate() {
+            if !valid_server_name(n) {
+                return at
+                    .field("server_names")
+                    .index(k)
+                    .fail(format!("{n:?} is not a DNS name or *.wildcard"));
+            }
+        }
+        if self.rsa.is_none() && self.ecdsa.is_none() {
+            return at.fail("an `rsa` or an `ecdsa` certificate (or both)");
+        }
+        for (kind, pair) in [("rsa", &mut self.rsa), ("ecdsa", &mut self.ecdsa)] {
+            let Some(pair) = pair else { continue };
+            let at = at.field(kind);
+            let certs = pem::parse_many(pair.chain.as_bytes()).unwrap_or_default();
+            if certs.is_empty() || certs.iter().any(|c| c.tag() != "CERTIFICATE") {
+                return at
+                    .field("chain")
+                    .fail("a PEM certificate chain (-----BEGIN CERTIFICATE-----), leaf first");
+            }
+            if let Some(key) = &mut pair.key {
+                if key.to_string_lossy().contains("-----BEGIN") {
+                    return at.field("key").fail(
+                        "the path of a key file on the gateway's node: private keys are not kept in etcd",
+                    );
+                }
+                *key = base.join(&*key);
+                at.field("key").file_exists(key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The listener's certificate entry, its chains read from the files `chain_file` names
+    /// (which the control plane writes from the document).
+    pub fn to_config(
+        &self,
+        mut chain_file: impl FnMut(&str, &str) -> std::path::PathBuf,
+    ) -> CertificateConfig {
+        let mut pair = |kind: &str, p: &Option<ChainAndKey>| {
+            p.as_ref().map(|p| CertKeyPair {
+                cert: chain_file(kind, &p.chain),
+                key: p.key.clone(),
+            })
+        };
+        let rsa = pair("rsa", &self.rsa);
+        let ecdsa = pair("ecdsa", &self.ecdsa);
+        CertificateConfig {
+            server_names: self.server_names.clone(),
+            rsa,
+            ecdsa,
+        }
+    }
 }
 
 /// Whether `name` can name an object (and be the last segment of its key).
@@ -109,12 +207,14 @@ pub fn parse_object(
         ));
     }
     let mut object = match kind {
+        ObjectKind::Certificate => Object::Certificate(parse_doc(doc, source)?),
         ObjectKind::Cluster => Object::Cluster(parse_doc(doc, source)?),
         ObjectKind::Listener => Object::Listener(parse_doc(doc, source)?),
         ObjectKind::Route => Object::Route(parse_doc(doc, source)?),
     };
     let at = At::root("");
     let checked = match &mut object {
+        Object::Certificate(c) => c.validate(&at, base),
         Object::Cluster(c) => {
             if c.name != name {
                 return Err(fail(

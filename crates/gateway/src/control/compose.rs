@@ -9,12 +9,15 @@
 //!   one's cluster exists;
 //! - a cluster deleted while routes in force still use it stays, reported, until they do not;
 //! - a listener's access lists must name one of the file's listeners, whose `allow` and `deny`
-//!   they replace.
+//!   they replace;
+//! - a certificate must name one of the file's listeners, and have a key file unless the
+//!   `remote` engine signs; its chain goes to a file in the state folder (named by its
+//!   content, so a changed chain is a new file) that [`Composed::chains`] lists for writing.
 
 use super::store::Entry;
-use crate::config::{parse_object, Config, ConfigError, Object, ObjectKind};
+use crate::config::{parse_object, Config, ConfigError, EngineKind, Object, ObjectKind};
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// An object in force: the checked object and the entry it came from.
 #[derive(Debug, Clone)]
@@ -28,6 +31,35 @@ pub struct Composed {
     pub config: Config,
     pub in_force: BTreeMap<String, InForce>,
     pub errors: BTreeMap<String, ConfigError>,
+    /// Certificate chains to write before `config` is put in force: (file, PEM).
+    pub chains: Vec<(PathBuf, String)>,
+}
+
+impl Composed {
+    /// Writes the certificate chains `config` names (those already there are left alone).
+    pub fn write_chains(&self) -> std::io::Result<()> {
+        for (path, pem) in &self.chains {
+            if path.exists() {
+                continue;
+            }
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, pem)?;
+            std::fs::rename(&tmp, path)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a certificate object's chain is written: named by the object, the kind and the
+/// chain's content (FNV-1a), in `state_dir/certificates`.
+fn chain_file(dir: &Path, name: &str, kind: &str, pem: &str) -> PathBuf {
+    let hash = pem.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    dir.join(format!("{name}.{kind}.{hash:016x}.pem"))
 }
 
 /// `(kind, name)` of an object key (`routes/api`), if it is one.
@@ -62,6 +94,34 @@ pub fn compose(
     let file_clusters: HashSet<&str> = file.clusters.iter().map(|c| c.name.as_str()).collect();
     let file_routes: HashSet<String> = file.routes.iter().map(|r| r.effective_name()).collect();
     let file_listeners: HashSet<&str> = file.listeners.iter().map(|l| l.name.as_str()).collect();
+    let remote_keys = file.key_engine.engines.contains(&EngineKind::Remote);
+    // What the file does not provide an object with (none: fine).
+    let unfit = |o: &Object| -> Option<(String, String)> {
+        match o {
+            Object::Certificate(c) if !file_listeners.contains(c.listener.as_str()) => {
+                let mut known: Vec<&str> = file_listeners.iter().copied().collect();
+                known.sort();
+                Some((
+                    "listener".into(),
+                    format!(
+                        "no listener named {:?} in the configuration file; expected one of: {}",
+                        c.listener,
+                        known.join(", ")
+                    ),
+                ))
+            }
+            Object::Certificate(c) if !remote_keys => [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)]
+                .into_iter()
+                .find(|(_, p)| p.as_ref().is_some_and(|p| p.key.is_none()))
+                .map(|(kind, _)| {
+                    (
+                        format!("{kind}.key"),
+                        "a private key file on the node, unless key_engine.engines includes \"remote\"".into(),
+                    )
+                }),
+            _ => None,
+        }
+    };
 
     // Each desired object alone; a refused one falls back to its previous version.
     let mut candidates: BTreeMap<String, InForce> = BTreeMap::new();
@@ -73,6 +133,7 @@ pub fn compose(
                 Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
                 Object::Route(r) => file_routes.contains(&r.effective_name()),
                 Object::Listener(l) => !file_listeners.contains(l.name.as_deref().unwrap_or("")),
+                Object::Certificate(_) => unfit(&p.object).is_some(),
             };
             if !clash {
                 candidates.insert(
@@ -109,10 +170,18 @@ pub fn compose(
                             });
                         }
                     }
+                    if let Some((path, message)) = unfit(&o) {
+                        return Err(ConfigError {
+                            file: source(key),
+                            path,
+                            line: None,
+                            message,
+                        });
+                    }
                     let clash = match &o {
                         Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
                         Object::Route(r) => file_routes.contains(&r.effective_name()),
-                        Object::Listener(_) => false,
+                        Object::Listener(_) | Object::Certificate(_) => false,
                     };
                     if clash {
                         return Err(ConfigError {
@@ -220,8 +289,26 @@ pub fn compose(
     }
 
     let mut config = file.clone();
-    for f in candidates.values() {
+    let cert_dir = file
+        .control
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("state"))
+        .join("certificates");
+    let mut chains = Vec::new();
+    for (key, f) in &candidates {
         match &f.object {
+            Object::Certificate(c) => {
+                let name = split_key(key).map_or("", |(_, n)| n);
+                let cert = c.to_config(|kind, pem| {
+                    let path = chain_file(&cert_dir, name, kind, pem);
+                    chains.push((path.clone(), pem.to_string()));
+                    path
+                });
+                if let Some(l) = config.listeners.iter_mut().find(|l| l.name == c.listener) {
+                    l.certificates.push(cert);
+                }
+            }
             Object::Cluster(c) => config.clusters.push(c.clone()),
             Object::Route(r) => config.routes.push(r.clone()),
             Object::Listener(a) => {
@@ -240,6 +327,7 @@ pub fn compose(
         config,
         in_force: candidates,
         errors,
+        chains,
     }
 }
 
@@ -373,7 +461,9 @@ endpoints = ["127.0.0.1:8080"]
             &BTreeMap::new(),
         );
         assert_eq!(l.config.listeners[0].deny.len(), 1);
-        assert!(l.errors["listeners/other"].message.contains("expected one of: https"));
+        assert!(l.errors["listeners/other"]
+            .message
+            .contains("expected one of: https"));
         assert!(c.config.routes.is_empty());
         assert_eq!(c.config.clusters.len(), 1);
 

@@ -69,7 +69,7 @@ impl State {
 }
 
 /// What start-up reads before the listeners are built: the objects (from etcd, else from the
-/// snapshot) and the configuration they make with the file.
+/// snapshot), and the configuration to build the listeners from (the file's).
 pub struct Initial {
     state: State,
     store: Option<Store>,
@@ -114,25 +114,18 @@ impl Initial {
                 }
             },
         };
-        let prefix = etcd.prefix.clone();
-        let composed = compose(
-            &file,
-            &desired,
-            &BTreeMap::new(),
-            &file.control.base_dir(),
-            |k| format!("{prefix}{k}"),
-        );
-        for (key, e) in &composed.errors {
-            tracing::warn!(%key, error = %e, "control-plane object refused");
-        }
+        // The listeners are built from the file alone; [`Plane::new`] then puts the objects in
+        // force through the reload path, so one that does not build (a certificate whose key
+        // does not match, a cluster's missing CA file) is refused there instead of stopping
+        // the start.
         Initial {
             store: store.filter(|_| source == Source::Etcd),
-            config: composed.config,
+            config: file.clone(),
             state: State {
                 file,
                 desired,
-                in_force: composed.in_force,
-                errors: composed.errors,
+                in_force: BTreeMap::new(),
+                errors: BTreeMap::new(),
                 revision,
                 source,
                 etcd_error,
@@ -178,7 +171,8 @@ pub struct Plane {
 }
 
 impl Plane {
-    /// The plane over what start-up read; call [`Plane::run`] to watch.
+    /// The plane over what start-up read, its objects put in force (before the workers
+    /// serve); call [`Plane::run`] to watch.
     pub fn new(
         initial: Initial,
         applier: Arc<Applier>,
@@ -196,11 +190,10 @@ impl Plane {
             state: Mutex::new(initial.state),
         };
         {
-            let s = plane.lock();
-            plane.export(&s);
-            if s.source == Source::Etcd {
-                plane.write_snapshot(&s);
-            }
+            let mut s = plane.lock();
+            let keys: Vec<String> = s.desired.keys().cloned().collect();
+            let revision = s.revision;
+            plane.apply(&mut s, revision, &keys, Instant::now());
         }
         Arc::new(plane)
     }
@@ -342,7 +335,7 @@ impl Plane {
     fn apply(&self, s: &mut State, revision: i64, changed: &[String], started: Instant) {
         let base = s.file.control.base_dir();
         let composed = compose(&s.file, &s.desired, &s.in_force, &base, self.source_of());
-        let outcome = match self.applier.reload(composed.config.clone()) {
+        let outcome = match self.put_in_force(&composed) {
             Ok(_) => Some(composed),
             Err(whole) => {
                 tracing::warn!(error = %whole, "control-plane change does not build; trying its objects one at a time");
@@ -390,7 +383,7 @@ impl Plane {
                 None => trial.remove(key),
             };
             let c = compose(&s.file, &trial, &s.in_force, &base, self.source_of());
-            match self.applier.reload(c.config.clone()) {
+            match self.put_in_force(&c) {
                 Ok(_) => accepted = trial,
                 Err(e) => {
                     build_errors.insert(
@@ -411,8 +404,19 @@ impl Plane {
         c.errors.extend(desired_c.errors);
         c.errors.extend(build_errors);
         // The last successful reload was of `accepted` (or nothing changed at all).
-        let _ = self.applier.reload(c.config.clone());
+        let _ = self.put_in_force(&c);
         Some(c)
+    }
+
+    /// Writes the composed configuration's certificate chains, then reloads with it.
+    fn put_in_force(
+        &self,
+        c: &compose::Composed,
+    ) -> anyhow::Result<crate::bootstrap::reload::ReloadReport> {
+        c.write_chains().map_err(|e| {
+            anyhow::anyhow!("cannot write certificate chains to the state folder: {e}")
+        })?;
+        self.applier.reload(c.config.clone())
     }
 
     fn advance(&self, revision: i64) {
@@ -476,7 +480,7 @@ impl Plane {
             &file.control.base_dir(),
             self.source_of(),
         );
-        let report = self.applier.reload(composed.config)?;
+        let report = self.put_in_force(&composed)?;
         s.file = file;
         s.in_force = composed.in_force;
         s.errors = composed.errors;
@@ -531,6 +535,12 @@ impl Plane {
                 })
             })
             .collect()
+    }
+
+    /// Why the object at `kind/name` is refused, if it is.
+    pub fn refusal(&self, kind: ObjectKind, name: &str) -> Option<ConfigError> {
+        let key = format!("{}/{name}", kind.plural());
+        self.lock().errors.get(&key).cloned()
     }
 
     /// One object in etcd: (mod revision, document, whether in force).

@@ -8,7 +8,8 @@
 //! - `PUT /config/{kind}/{name}` (the object as JSON or TOML, in the file's schema): a create,
 //!   or with `If-Match: <revision>` a replace of that revision; `DELETE` the same way. Checked
 //!   as the watch checks, then written to etcd with a compare-and-swap: 409 when another
-//!   writer got there first. Answered once the change is in force here (at most 2 s).
+//!   writer got there first. Answered once the change is applied here (at most 2 s), with
+//!   whether it went in force (`in_force`; if not, why it was `refused`).
 //! - `POST /reload`: the configuration file read again (what SIGHUP does).
 //!
 //! With `[admin] token_file`, every call needs `Authorization: Bearer <token>` (401 else).
@@ -141,7 +142,7 @@ impl Api {
             },
             _ => fail(
                 StatusCode::NOT_FOUND,
-                "not found: /status, /config/{routes|clusters|listeners}[/{name}], /reload, /healthz, /metrics",
+                "not found: /status, /config/{routes|clusters|listeners|certificates}[/{name}], /reload, /healthz, /metrics",
             ),
         }
     }
@@ -267,13 +268,23 @@ impl Api {
             .put(kind, name, doc, expect.unwrap_or(Expect::Absent))
             .await
         {
+            // Written; whether it went in force here (a certificate whose key does not match
+            // its chain, say, is refused only when built) is said too.
             Ok(revision) => reply(
                 if created {
                     StatusCode::CREATED
                 } else {
                     StatusCode::OK
                 },
-                json!({ "name": name, "revision": revision }),
+                match plane.refusal(kind, name) {
+                    None => json!({ "name": name, "revision": revision, "in_force": true }),
+                    Some(e) => json!({
+                        "name": name,
+                        "revision": revision,
+                        "in_force": false,
+                        "refused": { "field": e.path, "message": e.message, "text": e.to_string() },
+                    }),
+                },
             ),
             Err(e) => write_error(e),
         }
@@ -341,7 +352,7 @@ fn no_control_plane() -> Resp {
 fn unknown_kind(kind: &str) -> Resp {
     fail(
         StatusCode::NOT_FOUND,
-        format!("no object kind {kind:?}: routes, clusters or listeners"),
+        format!("no object kind {kind:?}: routes, clusters, listeners or certificates"),
     )
 }
 
@@ -349,6 +360,8 @@ fn unknown_kind(kind: &str) -> Resp {
 fn file_objects(cfg: &Config, kind: ObjectKind) -> Vec<(String, Value)> {
     let as_json = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
     match kind {
+        // The file's certificates are its listeners' (files, no names): not objects.
+        ObjectKind::Certificate => Vec::new(),
         ObjectKind::Route => cfg
             .routes
             .iter()
