@@ -78,6 +78,21 @@ pub fn compose(
     base: &Path,
     source: impl Fn(&str) -> String,
 ) -> Composed {
+    let mut c = decide(file, desired, previous, base, source);
+    c.build();
+    c
+}
+
+/// [`compose`]'s decisions only (which objects go in force, which are refused), its
+/// `config` still the file's: for checks that need no configuration (the API's, before a
+/// write), which a fleet's thousands of objects would make dear.
+pub fn decide(
+    file: &Config,
+    desired: &BTreeMap<String, Entry>,
+    previous: &BTreeMap<String, InForce>,
+    base: &Path,
+    source: impl Fn(&str) -> String,
+) -> Composed {
     let mut errors = BTreeMap::new();
     let refuse =
         |errors: &mut BTreeMap<String, ConfigError>, key: &str, path: &str, msg: String| {
@@ -288,46 +303,53 @@ pub fn compose(
         }
     }
 
-    let mut config = file.clone();
-    let cert_dir = file
-        .control
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("state"))
-        .join("certificates");
-    let mut chains = Vec::new();
-    for (key, f) in &candidates {
-        match &f.object {
-            Object::Certificate(c) => {
-                let name = split_key(key).map_or("", |(_, n)| n);
-                let cert = c.to_config(|kind, pem| {
-                    let path = chain_file(&cert_dir, name, kind, pem);
-                    chains.push((path.clone(), pem.to_string()));
-                    path
-                });
-                if let Some(l) = config.listeners.iter_mut().find(|l| l.name == c.listener) {
-                    l.certificates.push(cert);
+    Composed {
+        config: file.clone(),
+        in_force: candidates,
+        errors,
+        chains: Vec::new(),
+    }
+}
+
+impl Composed {
+    /// Adds the objects in force to the file's configuration, and lists the certificate
+    /// chains it names.
+    fn build(&mut self) {
+        let config = &mut self.config;
+        let chains = &mut self.chains;
+        let cert_dir = config
+            .control
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("state"))
+            .join("certificates");
+        for (key, f) in &self.in_force {
+            match &f.object {
+                Object::Certificate(c) => {
+                    let name = split_key(key).map_or("", |(_, n)| n);
+                    let cert = c.to_config(|kind, pem| {
+                        let path = chain_file(&cert_dir, name, kind, pem);
+                        chains.push((path.clone(), pem.to_string()));
+                        path
+                    });
+                    if let Some(l) = config.listeners.iter_mut().find(|l| l.name == c.listener) {
+                        l.certificates.push(cert);
+                    }
                 }
-            }
-            Object::Cluster(c) => config.clusters.push(c.clone()),
-            Object::Route(r) => config.routes.push(r.clone()),
-            Object::Listener(a) => {
-                if let Some(l) = config
-                    .listeners
-                    .iter_mut()
-                    .find(|l| Some(l.name.as_str()) == a.name.as_deref())
-                {
-                    l.allow = a.allow.clone();
-                    l.deny = a.deny.clone();
+                Object::Cluster(c) => config.clusters.push(c.clone()),
+                Object::Route(r) => config.routes.push(r.clone()),
+                Object::Listener(a) => {
+                    if let Some(l) = config
+                        .listeners
+                        .iter_mut()
+                        .find(|l| Some(l.name.as_str()) == a.name.as_deref())
+                    {
+                        l.allow = a.allow.clone();
+                        l.deny = a.deny.clone();
+                    }
                 }
             }
         }
-    }
-    Composed {
-        config,
-        in_force: candidates,
-        errors,
-        chains,
     }
 }
 

@@ -615,15 +615,15 @@ impl Plane {
     /// Refuses a write the watch would refuse: the object with `doc` (none: deleted) must
     /// parse and check, and leave every reference intact.
     fn check(&self, key: &str, doc: Option<&str>) -> Result<(), WriteError> {
-        let s = self.lock();
+        let mut s = self.lock();
         let base = s.file.control.base_dir();
         if let (Some(doc), Some((kind, name))) = (doc, split_key(key)) {
             parse_object(kind, name, doc, &self.source_of()(key), &base)
                 .map_err(WriteError::Invalid)?;
         }
-        let mut desired = s.desired.clone();
-        match doc {
-            Some(d) => desired.insert(
+        // The write made in place, decided on, and undone (no copy of every object).
+        let before = match doc {
+            Some(d) => s.desired.insert(
                 key.to_string(),
                 Entry {
                     key: key.to_string(),
@@ -631,9 +631,13 @@ impl Plane {
                     mod_revision: 0,
                 },
             ),
-            None => desired.remove(key),
+            None => s.desired.remove(key),
         };
-        let c = compose(&s.file, &desired, &s.in_force, &base, self.source_of());
+        let c = compose::decide(&s.file, &s.desired, &s.in_force, &base, self.source_of());
+        match before {
+            Some(e) => s.desired.insert(key.to_string(), e),
+            None => s.desired.remove(key),
+        };
         match c.errors.get(key) {
             None => Ok(()),
             Some(e) if doc.is_none() => Err(WriteError::Conflict(e.message.clone())),
