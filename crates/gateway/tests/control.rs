@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::etcd::{member, member_in, TOKEN};
+use common::etcd::{member, member_config, member_in, member_with, TOKEN};
 
 /// One admin API call: (status, JSON body). `headers` are `name: value` lines.
 async fn api(
@@ -587,7 +587,8 @@ async fn subject(fx: &Fixture, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_in_etcd_is_served_to_its_name_without_a_restart() {
     let etcd = Etcd::start();
-    let fx = member(&etcd).await;
+    let quic = "[listeners.quic]\nenabled = true";
+    let fx = member_with(&etcd, tempfile::tempdir().unwrap(), quic).await;
     let dir = fx.dir.path();
     gateway::demo::ensure_self_signed(
         dir,
@@ -672,4 +673,45 @@ async fn a_certificate_in_etcd_is_served_to_its_name_without_a_restart() {
     let (s, _) = api(&fx, "DELETE", "/config/certificates/new", None, &[]).await;
     assert_eq!(s, 200);
     assert!(!subject(&fx, "new.test").await.contains("new.test"));
+}
+
+/// etcd with authentication on: a gateway with the user and its password file reads, watches
+/// and writes; one with a wrong password reaches nothing, says why, and serves its file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_with_authentication_is_used_with_its_credentials() {
+    let etcd = Etcd::start();
+    etcd.enable_auth("s3cret-pass");
+    let with = |password: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("etcd.password"), format!("{password}\n")).unwrap();
+        member_config(
+            &etcd,
+            dir,
+            "",
+            "username = \"root\"\npassword_file = \"etcd.password\"",
+        )
+    };
+    let good = with("s3cret-pass").await;
+    let edge = EDGE.replace("UPSTREAM", &good.upstream.to_string());
+    let (s, body) = api(&good, "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
+    assert_eq!(s, 201, "{body}");
+    let (s, _) = api(
+        &good,
+        "PUT",
+        "/config/routes/api",
+        Some(&route("api", "/bytes/")),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 201);
+    assert_eq!(served_by(&good, "/bytes/10").await, "api");
+    let bad = with("wrong").await;
+    let (_, st) = api(&bad, "GET", "/status", None, &[]).await;
+    assert_eq!(st["control"]["etcd"]["connected"], false, "{st}");
+    assert!(st["control"]["etcd"]["error"].is_string(), "{st}");
+    assert_eq!(
+        served_by(&bad, "/bytes/10").await,
+        "",
+        "only its file's route"
+    );
 }

@@ -210,6 +210,10 @@ async def main():
             out["resumed"] = bool(getattr(tls, "session_resumed", False))
             out["early_data_accepted"] = bool(getattr(tls, "early_data_accepted", False))
             out["largest_datagram"] = client.largest_datagram
+            # The server's certificate (aioquic keeps it in a private field).
+            peer = getattr(tls, "_peer_certificate", None)
+            if peer is not None:
+                out["peer_subject"] = peer.subject.rfc4514_string()
             if args.print_cid:
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()

@@ -111,6 +111,28 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    /// Turns etcd's authentication on with one user, `root` (which etcd requires first).
+    pub fn enable_auth(&self, password: &str) {
+        let call = |path: &str, body: &str| {
+            let out = Command::new("curl")
+                .args(["-sS", "--max-time", "5", "-d", body])
+                .arg(format!("{}/v3/auth/{path}", self.url()))
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(text.contains("header"), "etcd auth/{path}: {text}");
+        };
+        call(
+            "user/add",
+            &format!(r#"{{"name":"root","password":"{password}"}}"#),
+        );
+        call("role/add", r#"{"name":"root"}"#);
+        call("user/grant", r#"{"user":"root","role":"root"}"#);
+        call("enable", "{}");
+    }
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
@@ -129,16 +151,31 @@ pub async fn member(etcd: &Etcd) -> Fixture {
 
 /// [`member`] in `dir` (a restarted gateway finds its state folder there).
 pub async fn member_in(etcd: &Etcd, dir: tempfile::TempDir) -> Fixture {
+    member_with(etcd, dir, "").await
+}
+
+/// [`member_in`], `listener_extra` added to its listener's table (e.g. `[listeners.quic]`).
+pub async fn member_with(etcd: &Etcd, dir: tempfile::TempDir, listener_extra: &str) -> Fixture {
+    member_config(etcd, dir, listener_extra, "").await
+}
+
+/// [`member_with`], `etcd_extra` added to its `[control.etcd]` table (e.g. credentials).
+pub async fn member_config(
+    etcd: &Etcd,
+    dir: tempfile::TempDir,
+    listener_extra: &str,
+    etcd_extra: &str,
+) -> Fixture {
     let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     make_certs(dir.path());
     std::fs::write(dir.path().join("admin.token"), format!("{TOKEN}\n")).unwrap();
-    let text = config_text(&[upstream], "", "").replace(
+    let text = config_text(&[upstream], "", listener_extra).replace(
         "[admin]\nlisten = \"127.0.0.1:0\"",
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"",
     ) + &format!(
-        "\n[control.etcd]\nendpoints = [\"{}\"]\nconnect_timeout = \"500ms\"\nrequest_timeout = \"1s\"\n",
+        "\n[control.etcd]\nendpoints = [\"{}\"]\nconnect_timeout = \"500ms\"\nrequest_timeout = \"1s\"\n{etcd_extra}\n",
         etcd.url()
     );
     start_with(&text, dir, upstream, None).await
