@@ -715,3 +715,26 @@ async fn an_etcd_with_authentication_is_used_with_its_credentials() {
         "only its file's route"
     );
 }
+
+/// etcd over TLS that requires client certificates: a gateway with the CA and its client
+/// certificate and key uses it; objects written straight into etcd reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_over_tls_with_client_certificates_is_used() {
+    let etcd = Etcd::start_tls();
+    let tls = format!(
+        "ca = {:?}\ncert = {:?}\nkey = {:?}",
+        etcd.pki("ca.pem"),
+        etcd.pki("client.pem"),
+        etcd.pki("client.key")
+    );
+    let fx = member_config(&etcd, tempfile::tempdir().unwrap(), "", &tls).await;
+    let edge = EDGE.replace("UPSTREAM", &fx.upstream.to_string());
+    etcd.put_all(&[
+        ("/rampart/clusters/edge", &edge),
+        ("/rampart/routes/api", &route("api", "/bytes/")),
+    ]);
+    until_served(&fx, "/bytes/10", "api", Duration::from_secs(2)).await;
+    let (_, st) = api(&fx, "GET", "/status", None, &[]).await;
+    assert_eq!(st["control"]["etcd"]["connected"], true, "{st}");
+    assert_eq!(st["control"]["source"], "etcd", "{st}");
+}

@@ -12,6 +12,8 @@ pub struct Etcd {
     child: Option<Child>,
     client_port: u16,
     peer_port: u16,
+    /// Serving its clients over TLS (`https://`), with certificates from [`Etcd::start_tls`].
+    tls: bool,
 }
 
 fn free_port() -> u16 {
@@ -25,18 +27,112 @@ fn free_port() -> u16 {
 impl Etcd {
     /// Starts a one-member cluster and waits until it is healthy.
     pub fn start() -> Etcd {
+        Self::start_with(false)
+    }
+
+    /// Starts one that serves clients over TLS only, with a certificate for 127.0.0.1 from a
+    /// CA of its own ([`Etcd::ca`]), and requires each client's certificate from that CA.
+    pub fn start_tls() -> Etcd {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Etcd {
         let mut e = Etcd {
             dir: tempfile::tempdir().unwrap(),
             child: None,
             client_port: free_port(),
             peer_port: free_port(),
+            tls,
         };
+        if tls {
+            e.make_pki();
+        }
         e.restart();
         e
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Its PKI's files: `ca.pem`, and a client's `client.pem` and `client.key`.
+    pub fn pki(&self, file: &str) -> std::path::PathBuf {
+        self.dir.path().join(file)
+    }
+
+    /// A CA, etcd's certificate for 127.0.0.1 and a client certificate, with openssl.
+    fn make_pki(&self) {
+        let d = self.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=etcd test CA",
+        ]);
+        for (name, ext) in [
+            (
+                "server",
+                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth",
+            ),
+            ("client", "extendedKeyUsage=clientAuth"),
+        ] {
+            std::fs::write(d.join(format!("{name}.ext")), ext).unwrap();
+            openssl(&[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ]);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+            ]);
+        }
     }
 
     /// Starts it again (after [`Etcd::kill`]) on the same ports and data.
@@ -48,7 +144,17 @@ impl Etcd {
             .append(true)
             .open(self.dir.path().join("etcd.log"))
             .unwrap();
-        let child = Command::new("etcd")
+        let mut cmd = Command::new("etcd");
+        if self.tls {
+            cmd.arg("--cert-file")
+                .arg(self.pki("server.pem"))
+                .arg("--key-file")
+                .arg(self.pki("server.key"))
+                .arg("--trusted-ca-file")
+                .arg(self.pki("ca.pem"))
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &self.url()])
@@ -63,7 +169,8 @@ impl Etcd {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            let out = Command::new("curl")
+            let out = self
+                .curl()
                 .args(["-s", "--max-time", "1", &format!("{}/health", self.url())])
                 .output()
                 .unwrap();
@@ -76,6 +183,20 @@ impl Etcd {
             "etcd did not become healthy:\n{}",
             std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
         );
+    }
+
+    /// curl, with the client certificate when etcd takes TLS.
+    fn curl(&self) -> Command {
+        let mut c = Command::new("curl");
+        if self.tls {
+            c.arg("--cacert")
+                .arg(self.pki("ca.pem"))
+                .arg("--cert")
+                .arg(self.pki("client.pem"))
+                .arg("--key")
+                .arg(self.pki("client.key"));
+        }
+        c
     }
 
     /// Kills it (SIGKILL), as a crash or a network partition would end it.
@@ -101,7 +222,8 @@ impl Etcd {
             })
             .collect();
         let body = format!(r#"{{"success":[{}]}}"#, ops.join(","));
-        let out = Command::new("curl")
+        let out = self
+            .curl()
             .args(["-sS", "--max-time", "5", "-d", &body])
             .arg(format!("{}/v3/kv/txn", self.url()))
             .output()
@@ -115,7 +237,8 @@ impl Etcd {
     /// Turns etcd's authentication on with one user, `root` (which etcd requires first).
     pub fn enable_auth(&self, password: &str) {
         let call = |path: &str, body: &str| {
-            let out = Command::new("curl")
+            let out = self
+                .curl()
                 .args(["-sS", "--max-time", "5", "-d", body])
                 .arg(format!("{}/v3/auth/{path}", self.url()))
                 .output()
