@@ -738,3 +738,33 @@ async fn an_etcd_over_tls_with_client_certificates_is_used() {
     assert_eq!(st["control"]["etcd"]["connected"], true, "{st}");
     assert_eq!(st["control"]["source"], "etcd", "{st}");
 }
+
+/// The admin API over TLS ([admin.tls]): served over HTTPS with the token; plain HTTP gets no
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_served_over_tls_when_configured() {
+    let etcd = Etcd::start();
+    // A table of its own, after [control.etcd]'s keys.
+    let admin_tls = "\n[admin.tls]\ncert = \"localhost-ecdsa.crt\"\nkey = \"localhost-ecdsa.key\"";
+    let fx = member_config(&etcd, tempfile::tempdir().unwrap(), "", admin_tls).await;
+    let admin = fx.gw().admin.unwrap();
+    let call = |scheme: &str, token: &str| {
+        let mut c = Command::new("curl");
+        c.args([
+            "-s",
+            "--insecure",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("{scheme}://{admin}/status"));
+        run(c)
+    };
+    assert_eq!(stdout(&call("https", TOKEN).await), "200");
+    assert_eq!(stdout(&call("https", "wrong-token-0000000").await), "401");
+    assert_eq!(stdout(&call("http", TOKEN).await), "000");
+}

@@ -22,6 +22,7 @@ fn keyserver_admin() -> AdminConfig {
     AdminConfig {
         listen: Some(SocketAddr::from(([127, 0, 0, 1], 9902))),
         token_file: None,
+        tls: None,
     }
 }
 
@@ -119,7 +120,7 @@ impl KeyServerConfig {
                 ));
             }
         }
-        if cfg.admin.token_file.is_some() {
+        if cfg.admin.token_file.is_some() || cfg.admin.tls.is_some() {
             return Err(fail(
                 "admin.token_file".into(),
                 "absent: the key server's admin listener serves only /healthz and /metrics".into(),

@@ -388,10 +388,15 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 applier.clone(),
                 opts.config_path.clone(),
             );
+            let tls = match &admin_cfg.tls {
+                Some(t) => Some(admin::tls_acceptor(t).context("admin.tls")?),
+                None => None,
+            };
             tasks.push(tokio::spawn(admin::run_with_api(
                 l,
                 render,
                 api,
+                tls,
                 stop_rx.clone(),
             )));
             tracing::info!(%addr, "admin listening");

@@ -237,6 +237,23 @@ endpoints = ["127.0.0.1:8080"]
     }
 
     #[test]
+    fn the_admin_listener_goes_beyond_loopback_only_with_a_token_and_tls() {
+        let with = |admin: &str| format!("[admin]\n{admin}\n{MINIMAL}");
+        let e = parse(&with("listen = \"0.0.0.0:9901\"")).unwrap_err();
+        assert_eq!(e.path, "admin.listen");
+        assert!(
+            e.message.contains("needs token_file and [admin.tls]"),
+            "{e}"
+        );
+        let e = parse(&with("listen = \"0.0.0.0:9901\"\ntoken_file = \"c.pem\"")).unwrap_err();
+        assert_eq!(e.path, "admin.listen");
+        let both = "listen = \"0.0.0.0:9901\"\ntoken_file = \"c.pem\"\ntls = { cert = \"c.pem\", key = \"k.pem\" }";
+        assert!(parse(&with(both)).is_ok());
+        let e = parse(&with("tls = { cert = \"c.pem\", key = \"none.pem\" }")).unwrap_err();
+        assert_eq!(e.path, "admin.tls.key");
+    }
+
+    #[test]
     fn a_bad_access_list_entry_names_its_place() {
         let text = MINIMAL.replace(
             "cluster = \"app\"",

@@ -58,8 +58,19 @@ pub struct AdminConfig {
     /// Address of the admin listener (`/healthz`, `/metrics`, the API); must be loopback.
     pub listen: Option<SocketAddr>,
     /// A file holding the API's bearer token: when set, every API call but `/healthz` and
-    /// `/metrics` needs `Authorization: Bearer <token>`.
+    /// `/metrics` (from loopback) needs `Authorization: Bearer <token>`.
     pub token_file: Option<std::path::PathBuf>,
+    /// TLS for the admin listener: needed (with `token_file`) to listen beyond loopback.
+    pub tls: Option<AdminTlsConfig>,
+}
+
+/// `[admin.tls]`: the admin listener's certificate chain and key (PEM files). The key is the
+/// admin listener's own, loaded in process (not a key-engine key).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdminTlsConfig {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 impl Default for AdminConfig {
@@ -67,13 +78,15 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 9901))),
             token_file: None,
+            tls: None,
         }
     }
 }
 
 impl AdminConfig {
     pub(super) fn resolve_paths(&mut self, base: &std::path::Path) {
-        if let Some(p) = &mut self.token_file {
+        let tls = self.tls.iter_mut().flat_map(|t| [&mut t.cert, &mut t.key]);
+        for p in self.token_file.iter_mut().chain(tls) {
             *p = base.join(&*p);
         }
     }
@@ -82,9 +95,15 @@ impl AdminConfig {
         if let Some(p) = &self.token_file {
             at.field("token_file").file_exists(p)?;
         }
+        if let Some(t) = &self.tls {
+            at.field("tls").field("cert").file_exists(&t.cert)?;
+            at.field("tls").field("key").file_exists(&t.key)?;
+        }
         if let Some(a) = self.listen {
-            if !a.ip().is_loopback() {
-                return at.field("listen").fail(format!("{a} is not a loopback address; the admin listener must stay on 127.0.0.0/8 or ::1"));
+            if !a.ip().is_loopback() && (self.token_file.is_none() || self.tls.is_none()) {
+                return at.field("listen").fail(format!(
+                    "{a} is not a loopback address: beyond 127.0.0.0/8 and ::1 the admin listener needs token_file and [admin.tls]"
+                ));
             }
         }
         Ok(())

@@ -110,6 +110,13 @@ impl Api {
         })
     }
 
+    /// Whether `req` carries the token (or none is needed).
+    pub fn admits<B>(&self, req: &Request<B>) -> bool {
+        self.token
+            .as_ref()
+            .is_none_or(|t| t.admits(req.headers().get(header::AUTHORIZATION)))
+    }
+
     pub async fn handle(&self, req: Request<Incoming>) -> Resp {
         if let Some(t) = &self.token {
             if !t.admits(req.headers().get(header::AUTHORIZATION)) {
