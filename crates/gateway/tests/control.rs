@@ -75,6 +75,18 @@ fn route(name: &str, prefix: &str) -> String {
     )
 }
 
+/// Creates cluster `edge` (`fx`'s upstream) and route `api` (`/bytes/` to it) through `fx`'s
+/// API; the route's revision.
+async fn edge_and_api(fx: &Fixture) -> i64 {
+    let edge = EDGE.replace("UPSTREAM", &fx.upstream.to_string());
+    let (s, body) = api(fx, "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
+    assert_eq!(s, 201, "{body}");
+    let api_route = route("api", "/bytes/");
+    let (s, body) = api(fx, "PUT", "/config/routes/api", Some(&api_route), &[]).await;
+    assert_eq!(s, 201, "{body}");
+    body["revision"].as_i64().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_written_through_one_gateway_reaches_three_within_a_second() {
     let etcd = Etcd::start();
@@ -83,18 +95,7 @@ async fn an_object_written_through_one_gateway_reaches_three_within_a_second() {
         member(&etcd).await,
         member(&etcd).await,
     ];
-    let edge = EDGE.replace("UPSTREAM", &fleet[0].upstream.to_string());
-    let (s, body) = api(&fleet[0], "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
-    assert_eq!(s, 201, "{body}");
-    let (s, body) = api(
-        &fleet[0],
-        "PUT",
-        "/config/routes/api",
-        Some(&route("api", "/bytes/")),
-        &[],
-    )
-    .await;
-    assert_eq!(s, 201, "{body}");
+    let revision = edge_and_api(&fleet[0]).await;
     let written = Instant::now();
     // The gateway written through answers once the route is in force there.
     assert_eq!(served_by(&fleet[0], "/bytes/10").await, "api");
@@ -111,10 +112,7 @@ async fn an_object_written_through_one_gateway_reaches_three_within_a_second() {
     assert_eq!(st["control"]["source"], "etcd", "{st}");
     assert_eq!(st["control"]["etcd"]["connected"], true, "{st}");
     assert_eq!(st["control"]["objects"]["routes"], 1, "{st}");
-    assert_eq!(
-        st["control"]["applied_revision"], body["revision"],
-        "{st} vs {body}"
-    );
+    assert_eq!(st["control"]["applied_revision"], revision, "{st}");
     assert_eq!(served_by(&fleet[1], "/").await, "");
     let m = fleet[1].gw().metrics.render();
     assert_eq!(
@@ -247,17 +245,7 @@ async fn an_invalid_object_is_refused_with_its_key_and_field_and_the_others_appl
 async fn etcd_going_away_stops_no_traffic_and_a_restart_serves_from_the_snapshot() {
     let mut etcd = Etcd::start();
     let fleet = [member(&etcd).await, member(&etcd).await];
-    let edge = EDGE.replace("UPSTREAM", &fleet[0].upstream.to_string());
-    api(&fleet[0], "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
-    let (s, _) = api(
-        &fleet[0],
-        "PUT",
-        "/config/routes/api",
-        Some(&route("api", "/bytes/")),
-        &[],
-    )
-    .await;
-    assert_eq!(s, 201);
+    edge_and_api(&fleet[0]).await;
     until_served(&fleet[1], "/bytes/10", "api", Duration::from_secs(1)).await;
 
     // Under load, etcd dies: every request is still served, by the routes in force.
@@ -695,18 +683,7 @@ async fn an_etcd_with_authentication_is_used_with_its_credentials() {
         )
     };
     let good = with("s3cret-pass").await;
-    let edge = EDGE.replace("UPSTREAM", &good.upstream.to_string());
-    let (s, body) = api(&good, "PUT", "/config/clusters/edge", Some(&edge), &[]).await;
-    assert_eq!(s, 201, "{body}");
-    let (s, _) = api(
-        &good,
-        "PUT",
-        "/config/routes/api",
-        Some(&route("api", "/bytes/")),
-        &[],
-    )
-    .await;
-    assert_eq!(s, 201);
+    edge_and_api(&good).await;
     assert_eq!(served_by(&good, "/bytes/10").await, "api");
     let bad = with("wrong").await;
     let (_, st) = api(&bad, "GET", "/status", None, &[]).await;
