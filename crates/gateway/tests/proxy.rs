@@ -1343,3 +1343,61 @@ async fn a_cluster_reaches_its_endpoints_over_verified_tls_with_http1_or_h2() {
         "{m}"
     );
 }
+
+/// Gray release through the gateway: a 50/50 split sticky by a header keeps each user on one
+/// cluster and spreads users over both; a cohort header always reaches the canary; each
+/// choice is counted by route and cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sticky_split_keeps_users_on_one_side_and_cohorts_reach_the_canary() {
+    let canary = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let fx = start_edited("", |text, _| {
+        text.replace(
+            "[[routes]]\ncluster = \"app\"",
+            "[[routes]]\nname = \"web\"\ncluster = \"app\"\nsplit = [{ cluster = \"canary\", weight = 50 }]\nsticky = { header = \"x-user\" }\ncohorts = [{ header = \"x-canary\", value = \"1\", cluster = \"canary\" }]",
+        ) + &format!("\n[[clusters]]\nname = \"canary\"\nendpoints = [\"{canary}\"]\n")
+    })
+    .await;
+    let count = |cluster: &str| {
+        metric_sum(
+            &fx.gw().metrics.render(),
+            "rampart_split_requests_total",
+            &["route=\"web\"", &format!("cluster=\"{cluster}\"")],
+        )
+    };
+    // 40 users, 5 requests each: every user's requests land on one cluster.
+    let mut users_on = [0, 0];
+    for user in 0..40 {
+        let before = count("canary");
+        let header = format!("x-user: u{user}");
+        for _ in 0..5 {
+            let out = curl_status(&fx, &["-H", &header, &fx.url("/bytes/1")]).await;
+            assert_eq!(out, "200");
+        }
+        match count("canary") - before {
+            0.0 => users_on[0] += 1,
+            5.0 => users_on[1] += 1,
+            n => panic!("user u{user} split over both clusters ({n} of 5 to the canary)"),
+        }
+    }
+    assert!(
+        users_on.iter().all(|n| *n >= 8),
+        "users per side: {users_on:?}"
+    );
+    let before = count("canary");
+    for user in 0..20 {
+        let header = format!("x-user: u{user}");
+        curl_status(
+            &fx,
+            &["-H", &header, "-H", "x-canary: 1", &fx.url("/bytes/1")],
+        )
+        .await;
+    }
+    assert_eq!(
+        count("canary") - before,
+        20.0,
+        "the cohort always reaches the canary"
+    );
+    assert_eq!(count("app") + count("canary"), 220.0);
+}

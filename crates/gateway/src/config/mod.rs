@@ -254,6 +254,34 @@ endpoints = ["127.0.0.1:8080"]
     }
 
     #[test]
+    fn traffic_splits_are_validated_with_their_paths() {
+        let with = |extra: &str| {
+            MINIMAL.replace("cluster = \"app\"", &format!("cluster = \"app\"\n{extra}"))
+                + "[[clusters]]\nname = \"canary\"\nendpoints = [\"127.0.0.1:8081\"]\n"
+        };
+        let ok = "split = [{ cluster = \"canary\", weight = 5 }]\nsticky = { cookie = \"uid\" }\ncohorts = [{ header = \"x-canary\", cluster = \"canary\" }]";
+        assert!(parse(&with(ok)).is_ok(), "{:?}", parse(&with(ok)).err());
+        let e = parse(&with("split = [{ cluster = \"canary\", weight = 0 }]")).unwrap_err();
+        assert_eq!(e.path, "routes[0].split[0].weight");
+        let e = parse(&with(
+            "split = [{ cluster = \"canary\", weight = 60 }, { cluster = \"app\", weight = 50 }]",
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "routes[0].split");
+        let e = parse(&with("split = [{ cluster = \"nope\", weight = 5 }]")).unwrap_err();
+        assert_eq!(e.path, "routes[0].split[0].cluster");
+        let e = parse(&with(
+            "cohorts = [{ header = \"x\", cookie = \"y\", cluster = \"canary\" }]",
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "routes[0].cohorts[0]");
+        let e = parse(&with("cohorts = [{ query = \"c\", cluster = \"nope\" }]")).unwrap_err();
+        assert_eq!(e.path, "routes[0].cohorts[0].cluster");
+        let e = parse(&with("sticky = { cookie = \"uid\" }")).unwrap_err();
+        assert_eq!(e.path, "routes[0].sticky");
+    }
+
+    #[test]
     fn a_bad_access_list_entry_names_its_place() {
         let text = MINIMAL.replace(
             "cluster = \"app\"",

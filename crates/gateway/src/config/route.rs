@@ -42,6 +42,47 @@ pub struct RouteConfig {
     /// answers, such as 403 or 502, included).
     #[serde(default)]
     pub response_headers: HeaderRewriteConfig,
+    /// Other clusters and the share of the route's requests (percent) each gets; the rest go
+    /// to `cluster` (gray release: `split = [{ cluster = "canary", weight = 5 }]`).
+    #[serde(default)]
+    pub split: Vec<SplitConfig>,
+    /// Rules checked before the split: a request with the header, cookie or query parameter
+    /// (of the value, if given) goes to the rule's cluster.
+    #[serde(default)]
+    pub cohorts: Vec<CohortConfig>,
+    /// What keeps a user on one side of the split: a header, a cookie or the client address.
+    pub sticky: Option<StickyConfig>,
+}
+
+/// One entry of a route's `split`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SplitConfig {
+    pub cluster: String,
+    /// Percent of the route's requests, more than 0.
+    pub weight: f64,
+}
+
+/// One of a route's `cohorts`: exactly one of `header`, `cookie`, `query`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CohortConfig {
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    pub query: Option<String>,
+    /// The value it must have; none: present with any value.
+    pub value: Option<String>,
+    pub cluster: String,
+}
+
+/// A route's `sticky`: exactly one of `header`, `cookie`, `client_address = true`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StickyConfig {
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    #[serde(default)]
+    pub client_address: bool,
 }
 
 #[cfg(test)]
@@ -60,6 +101,9 @@ impl RouteConfig {
             response_headers: Default::default(),
             compress: false,
             upgrade_protocols: vec!["websocket".into()],
+            split: vec![],
+            cohorts: vec![],
+            sticky: None,
         }
     }
 }
@@ -148,6 +192,51 @@ impl RateLimitConfig {
     }
 }
 
+impl RouteConfig {
+    /// `split`, `cohorts` and `sticky`.
+    fn validate_split(&self, at: &At) -> Result<(), Invalid> {
+        let mut total = 0.0;
+        for (i, s) in self.split.iter().enumerate() {
+            let w = at.field("split").index(i).field("weight");
+            if !(s.weight.is_finite() && s.weight > 0.0 && s.weight <= 100.0) {
+                return w
+                    .fail("a share of the route's requests in percent, more than 0, at most 100");
+            }
+            total += s.weight;
+        }
+        if total > 100.0 + 1e-9 {
+            return at.field("split").fail(format!(
+                "weights summing to at most 100 (percent; the rest go to `cluster`), not {total}"
+            ));
+        }
+        let header_ok = |h: &str| http::HeaderName::from_bytes(h.as_bytes()).is_ok();
+        for (i, c) in self.cohorts.iter().enumerate() {
+            let at = at.field("cohorts").index(i);
+            let set = [c.header.is_some(), c.cookie.is_some(), c.query.is_some()];
+            if set.iter().filter(|s| **s).count() != 1 {
+                return at.fail("exactly one of header, cookie, query");
+            }
+            if c.header.as_deref().is_some_and(|h| !header_ok(h)) {
+                return at.field("header").fail("a header name");
+            }
+        }
+        if let Some(s) = &self.sticky {
+            let at = at.field("sticky");
+            if self.split.is_empty() {
+                return at.fail("a split to keep users on one side of (`split` is empty)");
+            }
+            let set = [s.header.is_some(), s.cookie.is_some(), s.client_address];
+            if set.iter().filter(|s| **s).count() != 1 {
+                return at.fail("exactly one of header, cookie, client_address = true");
+            }
+            if s.header.as_deref().is_some_and(|h| !header_ok(h)) {
+                return at.field("header").fail("a header name");
+            }
+        }
+        Ok(())
+    }
+}
+
 fn default_upgrades() -> Vec<String> {
     vec!["websocket".to_string()]
 }
@@ -163,15 +252,37 @@ impl RouteConfig {
     /// The route's own fields, and that it names one of `clusters`.
     pub(super) fn validate(&self, at: &At, clusters: &[ClusterConfig]) -> Result<(), Invalid> {
         self.validate_fields(at)?;
-        if !clusters.iter().any(|c| c.name == self.cluster) {
-            let known: Vec<_> = clusters.iter().map(|c| c.name.as_str()).collect();
-            return at.field("cluster").fail(format!(
-                "no cluster named {:?}; expected one of: {}",
-                self.cluster,
-                known.join(", ")
-            ));
+        for (path, name) in self.cluster_refs() {
+            if !clusters.iter().any(|c| c.name == name) {
+                let known: Vec<_> = clusters.iter().map(|c| c.name.as_str()).collect();
+                let at = path
+                    .split('.')
+                    .fold(at.clone(), |a, part| match part.split_once('[') {
+                        Some((f, i)) => a
+                            .field(f)
+                            .index(i.trim_end_matches(']').parse().unwrap_or(0)),
+                        None => a.field(part),
+                    });
+                return at.fail(format!(
+                    "no cluster named {name:?}; expected one of: {}",
+                    known.join(", ")
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// Every cluster the route names, with the field naming it (`cluster`, `split[1].cluster`,
+    /// `cohorts[0].cluster`).
+    pub fn cluster_refs(&self) -> Vec<(String, &str)> {
+        let mut refs = vec![("cluster".to_string(), self.cluster.as_str())];
+        for (i, s) in self.split.iter().enumerate() {
+            refs.push((format!("split[{i}].cluster"), s.cluster.as_str()));
+        }
+        for (i, c) in self.cohorts.iter().enumerate() {
+            refs.push((format!("cohorts[{i}].cluster"), c.cluster.as_str()));
+        }
+        refs
     }
 
     /// The name routes are known by in metrics, logs and the control plane: `name`, else
@@ -184,6 +295,7 @@ impl RouteConfig {
 
     /// The route's own fields (not whether its cluster exists).
     pub(super) fn validate_fields(&self, at: &At) -> Result<(), Invalid> {
+        self.validate_split(at)?;
         self.request_headers
             .validate(&at.field("request_headers"))?;
         self.response_headers

@@ -241,9 +241,21 @@ pub fn decide(
             .chain(file_clusters.iter().map(|s| s.to_string()))
             .collect()
     };
-    let route_cluster = |f: &InForce| match &f.object {
-        Object::Route(r) => Some(r.cluster.clone()),
-        _ => None,
+    // Every cluster a route names (its own, its split's and cohorts'), with the field.
+    let route_clusters = |f: &InForce| -> Vec<(String, String)> {
+        match &f.object {
+            Object::Route(r) => r
+                .cluster_refs()
+                .into_iter()
+                .map(|(path, name)| (path, name.to_string()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let missing = |f: &InForce, known: &HashSet<String>| {
+        route_clusters(f)
+            .into_iter()
+            .find(|(_, name)| !known.contains(name))
     };
 
     // A cluster deleted (or refused without a previous version) while routes still use it.
@@ -257,7 +269,7 @@ pub fn decide(
         }
         let users: Vec<String> = candidates
             .iter()
-            .filter(|(_, f)| route_cluster(f).as_deref() == Some(c.name.as_str()))
+            .filter(|(_, f)| route_clusters(f).iter().any(|(_, n)| *n == c.name))
             .map(|(k, _)| k.clone())
             .collect();
         if users.is_empty() {
@@ -276,20 +288,18 @@ pub fn decide(
 
     // Routes must name a cluster that exists.
     let known = cluster_names(&candidates);
-    let unknown: Vec<String> = candidates
+    let unknown: Vec<(String, (String, String))> = candidates
         .iter()
-        .filter(|(_, f)| route_cluster(f).is_some_and(|c| !known.contains(&c)))
-        .map(|(k, _)| k.clone())
+        .filter_map(|(k, f)| missing(f, &known).map(|m| (k.clone(), m)))
         .collect();
-    for key in unknown {
-        let cluster = route_cluster(&candidates[&key]).expect("a route");
+    for (key, (path, cluster)) in unknown {
         let mut names: Vec<&String> = known.iter().collect();
         names.sort();
         let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
         refuse(
             &mut errors,
             &key,
-            "cluster",
+            &path,
             format!(
                 "no cluster named {cluster:?}; expected one of: {}",
                 names.join(", ")
@@ -297,7 +307,7 @@ pub fn decide(
         );
         candidates.remove(&key);
         if let Some(p) = previous.get(&key) {
-            if route_cluster(p).is_some_and(|c| known.contains(&c)) {
+            if missing(p, &known).is_none() {
                 candidates.insert(key, p.clone());
             }
         }
@@ -467,6 +477,14 @@ endpoints = ["127.0.0.1:8080"]
             &BTreeMap::new(),
         );
         assert_eq!(c.errors["routes/api"].path, "cluster");
+        let split = run(
+            &entries(&[(
+                "routes/s",
+                r#"{"cluster": "static", "split": [{"cluster": "gone", "weight": 5}]}"#,
+            )]),
+            &BTreeMap::new(),
+        );
+        assert_eq!(split.errors["routes/s"].path, "split[0].cluster");
         assert!(c.errors["routes/api"]
             .message
             .contains("expected one of: static"));

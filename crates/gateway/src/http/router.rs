@@ -56,6 +56,8 @@ pub struct Route {
     pub compress: bool,
     /// `Upgrade` protocols passed upstream (lowercase).
     upgrades: Vec<String>,
+    /// Other clusters the route's requests may go to (gray release).
+    pub split: Option<crate::policy::split::TrafficSplit>,
 }
 
 impl Route {
@@ -155,7 +157,19 @@ impl Router {
                 router.exact.entry(host).or_default()
             };
             table.insert(&r.path_prefix, i);
+            let split: Vec<(String, f64)> = r
+                .split
+                .iter()
+                .map(|s| (s.cluster.clone(), s.weight))
+                .collect();
+            let split = crate::policy::split::TrafficSplit::new(
+                &split,
+                &r.cohorts,
+                r.sticky.as_ref(),
+                &cluster_index,
+            );
             router.routes.push(Route {
+                split,
                 rate_limit: r.rate_limit.map(|rl| {
                     kept_limiter(&rl).unwrap_or_else(|| {
                         std::sync::Arc::new(crate::policy::ratelimit::RateLimiter::new(

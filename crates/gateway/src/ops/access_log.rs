@@ -25,6 +25,8 @@ pub struct AccessRecord {
     pub host: String,
     pub path: String,
     pub route: Option<String>,
+    /// The cluster the request went to (the route's, or the one its split or a cohort chose).
+    pub cluster: Option<String>,
     pub upstream: Option<SocketAddr>,
     pub status: u16,
     pub bytes_in: u64,

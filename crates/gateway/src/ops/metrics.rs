@@ -15,6 +15,8 @@ pub struct Metrics {
     pub handshake_errors: IntCounterVec,
     pub handshake_seconds: HistogramVec,
     pub requests: IntCounterVec,
+    /// Requests of routes with a traffic split, by route and the cluster chosen.
+    pub split_requests: IntCounterVec,
     pub upstream_seconds: HistogramVec,
     pub upstream_errors: IntCounterVec,
     pub upstream_in_flight: IntGaugeVec,
@@ -147,6 +149,14 @@ impl Metrics {
                 )
                 .buckets(LATENCY_BUCKETS.to_vec()),
                 &["listener", "protocol", "resumed"],
+            )
+            .unwrap(),
+            split_requests: IntCounterVec::new(
+                Opts::new(
+                    "rampart_split_requests_total",
+                    "Requests of routes with a traffic split, by route and the cluster chosen",
+                ),
+                &["route", "cluster"],
             )
             .unwrap(),
             requests: IntCounterVec::new(
@@ -354,6 +364,7 @@ impl Metrics {
             &m.denied_connections,
             &m.rate_limited_connections,
             &m.config_reloads,
+            &m.split_requests,
             &m.rejected_connections,
             &m.closed_connections,
             &m.overload_actions,
@@ -555,6 +566,7 @@ mod tests {
         m.denied_connections.with_label_values(&["l"]).inc();
         m.rate_limited_connections.with_label_values(&["l"]).inc();
         m.config_reloads.with_label_values(&["ok"]).inc();
+        m.split_requests.with_label_values(&["r", "c"]).inc();
         m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
         m.watch_retry_gate("l", RetryGate::always());

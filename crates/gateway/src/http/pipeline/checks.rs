@@ -185,6 +185,32 @@ pub(super) async fn admit(
     ControlFlow::Continue(req)
 }
 
+/// Phase: the cluster, when the route splits its traffic (a cohort's, else by weight; see
+/// [`crate::policy::split`]); the route's own otherwise. A split route's choice is counted
+/// by route and cluster; every request's is in the access log.
+pub(super) fn split(ctx: &mut RequestCtx<'_>, route: &Route, req: &Request<ClientBody>) -> usize {
+    let chosen = route.split.as_ref().and_then(|s| {
+        s.choose(&crate::policy::split::Request {
+            headers: req.headers(),
+            query: req.uri().query(),
+            client: ctx.conn.client.ip(),
+        })
+    });
+    let index = chosen.unwrap_or(route.cluster);
+    let cluster = &ctx.routing.clusters[index];
+    if route.split.is_some() {
+        ctx.shared
+            .metrics
+            .split_requests
+            .with_label_values(&[route.name.as_str(), cluster.name.as_str()])
+            .inc();
+    }
+    if ctx.logging() {
+        ctx.rec.cluster = Some(cluster.name.clone());
+    }
+    index
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{client_request, shared, status, with_ctx};

@@ -255,7 +255,7 @@ async fn run<'a>(
     let (req, declared_len) = checks::limits(ctx, req).await?;
     let route = checks::route(ctx, &target)?;
     let req = checks::admit(ctx, route, req).await?;
-    let cluster = &ctx.routing.clusters[route.cluster];
+    let cluster = &ctx.routing.clusters[checks::split(ctx, route, &req)];
     let prepared = rewrite::request(ctx, route, &target, req);
     let (req, exchange_plan) = forward::buffer_body(ctx, prepared, declared_len).await?;
     let exchange = forward::send(ctx, cluster, req, exchange_plan.upgrade.is_some()).await?;
