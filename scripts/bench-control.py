@@ -7,8 +7,10 @@
   scale        10,000 routes and 1,000 clusters in etcd: a gateway's start to all of them in
                force; the CPU one change among them costs it; and keep-alive request CPU with
                them against with 10 routes (`rampart bench https-requests --server-pid`).
+  split        keep-alive request CPU through a 95/5 split sticky by client address against
+               the same route without a split (issue 35), ROUNDS (3) alternating rounds.
 
-    scripts/bench-control.py [propagation] [scale]      # both by default
+    scripts/bench-control.py [propagation] [scale] [split]   # propagation and scale by default
 Settings (environment): CHANGES (30), BIN (./target/release/rampart), OUT
 (target/bench-control). Gateways run with one worker thread each on CPU 0; etcd, the upstream
 and the load on CPU 1. Every loop is bounded in count and time.
@@ -241,6 +243,32 @@ def scale(workdir, certs, upstream):
     g.stop()
 
 
+def split(workdir, certs, upstream):
+    rows = {"plain": [], "split": []}
+    for rnd in range(int(os.environ.get("ROUNDS", "3"))):
+        for kind in ("plain", "split") if rnd % 2 == 0 else ("split", "plain"):
+            etcd = Etcd(f"{workdir}/split-{kind}-{rnd}")
+            clusters = [(f"/rampart/clusters/c{i}", json.dumps({"name": f"c{i}", "endpoints": [f"127.0.0.1:{upstream}"]}))
+                        for i in range(2)]
+            r = {"path_prefix": "/bytes/", "cluster": "c0"}
+            if kind == "split":
+                r.update({"split": [{"cluster": "c1", "weight": 5}], "sticky": {"client_address": True}})
+            etcd.put_all(clusters + [("/rampart/routes/r", json.dumps(r))])
+            g = Gateway(workdir, f"{kind}-gw-{rnd}", etcd, upstream, certs)
+            g.ready()
+            out = subprocess.run(["taskset", "-c", "1", BIN, "bench", "https-requests", "--http", "h1",
+                                  "--url", f"https://localhost:{g.port}/bytes/100", "-c", "16", "-d", "5s",
+                                  "--server-pid", str(g.proc.pid), "--json"],
+                                 capture_output=True, text=True, timeout=60).stdout
+            rows[kind].append(json.loads(out.strip().splitlines()[-1])["server_cpu_us_per_op"])
+            g.stop()
+    ratios = [s / p for s, p in zip(rows["split"], rows["plain"])]
+    print("round\tplain_us\tsplit_us\tratio")
+    for i, (p, s_) in enumerate(zip(rows["plain"], rows["split"])):
+        print(f"{i + 1}\t{p:.1f}\t{s_:.1f}\t{s_ / p:.3f}")
+    print(f"median ratio {statistics.median(ratios):.3f}")
+
+
 def main():
     which = sys.argv[1:] or ["propagation", "scale"]
     if not os.path.exists(BIN):
@@ -260,6 +288,8 @@ def main():
             propagation(workdir, certs, upstream)
         if "scale" in which:
             scale(workdir, certs, upstream)
+        if "split" in which:
+            split(workdir, certs, upstream)
     finally:
         for p in procs:
             if p.poll() is None:
