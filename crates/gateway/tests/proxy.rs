@@ -1401,3 +1401,43 @@ async fn a_sticky_split_keeps_users_on_one_side_and_cohorts_reach_the_canary() {
     );
     assert_eq!(count("app") + count("canary"), 220.0);
 }
+
+/// `lb = "consistent_hash"`: every request of one user (by header) reaches one endpoint, users
+/// spread over both; and the access log says which cluster and endpoint served each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_hash_keeps_each_user_on_one_endpoint() {
+    let second = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let fx = start_edited("", |text, dir| {
+        let text = log_to_file(text, dir);
+        // Both endpoints in the cluster, hashed by a header.
+        let at = text.find("endpoints = [").unwrap();
+        let end = at + text[at..].find(']').unwrap();
+        format!(
+            "{}, \"{second}\"]\nlb = \"consistent_hash\"\nhash_key = {{ header = \"x-user\" }}{}",
+            &text[..end],
+            &text[end + 1..]
+        )
+    })
+    .await;
+    for user in 0..20 {
+        for _ in 0..3 {
+            let header = format!("x-user: u{user}");
+            assert_eq!(
+                curl_status(&fx, &["-H", &header, &fx.url("/bytes/1")]).await,
+                "200"
+            );
+        }
+    }
+    let log = access_log(&fx, 60).await;
+    let mut endpoints = std::collections::HashSet::new();
+    for user in log.chunks(3) {
+        let served: std::collections::HashSet<_> =
+            user.iter().map(|r| r["upstream"].clone()).collect();
+        assert_eq!(served.len(), 1, "one user on two endpoints: {user:?}");
+        assert_eq!(user[0]["cluster"], "app");
+        endpoints.extend(served);
+    }
+    assert_eq!(endpoints.len(), 2, "20 users all on one endpoint");
+}

@@ -9,9 +9,24 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum LbPolicy {
+    /// Weighted round robin (smooth).
     #[default]
     RoundRobin,
+    /// The power of two random choices, by requests in flight per unit of weight.
     LeastRequest,
+    /// A Maglev table looked up by a hash of `hash_key`.
+    ConsistentHash,
+}
+
+/// `hash_key`: what `consistent_hash` hashes, exactly one of a header, a cookie or
+/// `client_address = true`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashKeyConfig {
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    #[serde(default)]
+    pub client_address: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
@@ -46,6 +61,11 @@ pub struct ClusterConfig {
     pub endpoints: Vec<SocketAddr>,
     #[serde(default)]
     pub lb: LbPolicy,
+    /// Each endpoint's weight (1 to 1,000), in `endpoints`' order; empty: all 1.
+    #[serde(default)]
+    pub weights: Vec<u32>,
+    /// What `lb = "consistent_hash"` hashes.
+    pub hash_key: Option<HashKeyConfig>,
     #[serde(default)]
     pub protocol: UpstreamProtocol,
     #[serde(default = "default_connect_timeout", with = "duration_text")]
@@ -85,6 +105,15 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
+    /// Every endpoint's weight (`weights`, or 1 each).
+    pub fn endpoint_weights(&self) -> Vec<u32> {
+        if self.weights.is_empty() {
+            vec![1; self.endpoints.len()]
+        } else {
+            self.weights.clone()
+        }
+    }
+
     /// `max_requests_per_client`, or its default: a quarter of `max_requests`, and at least
     /// 8 (or `max_requests`, if fewer), never more than `max_requests`.
     pub fn max_requests_per_client(&self) -> usize {
@@ -156,6 +185,37 @@ impl ClusterConfig {
     pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
         if self.endpoints.is_empty() {
             return at.field("endpoints").fail("at least one endpoint");
+        }
+        if !self.weights.is_empty() && self.weights.len() != self.endpoints.len() {
+            return at.field("weights").fail(format!(
+                "one weight per endpoint ({} endpoints), or none",
+                self.endpoints.len()
+            ));
+        }
+        if let Some(i) = self.weights.iter().position(|w| !(1..=1000).contains(w)) {
+            return at.field("weights").index(i).fail("a weight from 1 to 1000");
+        }
+        match (&self.hash_key, self.lb) {
+            (None, LbPolicy::ConsistentHash) => {
+                return at.field("hash_key").fail(
+                    "what lb = \"consistent_hash\" hashes: { header = \"...\" }, { cookie = \"...\" } or { client_address = true }",
+                )
+            }
+            (Some(_), LbPolicy::RoundRobin | LbPolicy::LeastRequest) => {
+                return at.field("hash_key").fail("only with lb = \"consistent_hash\"")
+            }
+            (Some(k), _) => {
+                let set = [k.header.is_some(), k.cookie.is_some(), k.client_address];
+                if set.iter().filter(|s| **s).count() != 1 {
+                    return at
+                        .field("hash_key")
+                        .fail("exactly one of header, cookie, client_address = true");
+                }
+                if k.header.as_deref().is_some_and(|h| http::HeaderName::from_bytes(h.as_bytes()).is_err()) {
+                    return at.field("hash_key").field("header").fail("a header name");
+                }
+            }
+            (None, _) => {}
         }
         match (&self.tls, self.protocol) {
             (None, UpstreamProtocol::H2) => {

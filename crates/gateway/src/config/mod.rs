@@ -254,6 +254,26 @@ endpoints = ["127.0.0.1:8080"]
     }
 
     #[test]
+    fn balancing_settings_are_validated_with_their_paths() {
+        let with = |extra: &str| format!("{MINIMAL}{extra}\n");
+        assert!(parse(&with(
+            "lb = \"consistent_hash\"\nhash_key = { cookie = \"uid\" }"
+        ))
+        .is_ok());
+        let e = parse(&with("lb = \"consistent_hash\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].hash_key");
+        let e = parse(&with("hash_key = { cookie = \"uid\" }")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].hash_key");
+        let e = parse(&with("lb = \"consistent_hash\"\nhash_key = {}")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].hash_key");
+        let e = parse(&with("weights = [1, 2]")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].weights");
+        let e = parse(&with("weights = [0]")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].weights[0]");
+        assert!(parse(&with("weights = [3]\nlb = \"least_request\"")).is_ok());
+    }
+
+    #[test]
     fn traffic_splits_are_validated_with_their_paths() {
         let with = |extra: &str| {
             MINIMAL.replace("cluster = \"app\"", &format!("cluster = \"app\"\n{extra}"))

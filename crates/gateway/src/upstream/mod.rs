@@ -5,13 +5,15 @@
 //! their endpoint's idle stack when the response body has been read to its end; an h2c
 //! endpoint keeps one multiplexed connection.
 
+mod balance;
 pub(crate) mod health;
 pub(crate) mod tls;
 
 use crate::body::{RequestBody, UpstreamLease};
-use crate::config::{ClusterConfig, LbPolicy, UpstreamProtocol};
+use crate::config::{ClusterConfig, UpstreamProtocol};
 use crate::upstream::health::Health;
 use crate::upstream::tls::{dial, UpstreamIo, UpstreamTls};
+use balance::{Balancer, Pick};
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
@@ -289,8 +291,7 @@ pub struct Cluster {
     /// TLS to the endpoints, when the cluster has it.
     tls: Option<Arc<UpstreamTls>>,
     endpoints: Vec<Arc<Endpoint>>,
-    lb: LbPolicy,
-    next: AtomicUsize,
+    balancer: Balancer,
     connect_timeout: Duration,
     read_timeout: Duration,
     /// `body_timeout`: the longest wait for the next bytes of a response body.
@@ -361,8 +362,7 @@ impl Cluster {
                     })
                 })
                 .collect(),
-            lb: cfg.lb,
-            next: AtomicUsize::new(0),
+            balancer: Balancer::new(cfg),
             connect_timeout: cfg.connect_timeout,
             read_timeout: cfg.read_timeout,
             body_timeout: cfg.body_timeout,
@@ -370,26 +370,19 @@ impl Cluster {
         }
     }
 
-    /// Picks an endpoint index, avoiding `exclude` when there is another.
-    fn pick(&self, exclude: Option<usize>) -> usize {
+    /// Picks an endpoint index for `req` (`None`: in tests) by the cluster's balancer,
+    /// avoiding `exclude` when there is another and endpoints failing their health checks
+    /// unless all are.
+    fn pick(&self, req: Option<&Pick<'_>>, exclude: Option<usize>) -> usize {
         let n = self.endpoints.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
         let allowed = |i: usize| Some(i) != exclude || n == 1;
-        // Endpoints failing their health checks are passed over, unless all are.
         let any_healthy = (0..n).any(|i| allowed(i) && self.health.is_healthy(i));
-        let candidates = (0..n)
-            .map(|k| (start + k) % n)
-            .filter(|i| allowed(*i) && (!any_healthy || self.health.is_healthy(*i)));
-        match self.lb {
-            LbPolicy::RoundRobin => candidates.take(1).next().unwrap_or(0),
-            // Least in flight; ties go to the first in rotation so load spreads.
-            LbPolicy::LeastRequest => candidates
-                .enumerate()
-                .min_by_key(|(rank, i)| {
-                    (self.endpoints[*i].in_flight.load(Ordering::Relaxed), *rank)
-                })
-                .map_or(0, |(_, i)| i),
-        }
+        self.balancer.pick(
+            n,
+            req,
+            |i| allowed(i) && (!any_healthy || self.health.is_healthy(i)),
+            |i| self.endpoints[i].in_flight.load(Ordering::Relaxed),
+        )
     }
 
     /// Sends `req` (origin-form target) to an endpoint. The connection is secured before the
@@ -410,11 +403,19 @@ impl Cluster {
             Ok(s) => s,
             Err(no) => return Err(SendFailure::with_body(no.into(), req)),
         };
-        let first = self.pick(None);
+        let pick = Pick {
+            headers: req.headers(),
+            client,
+        };
+        let first = self.pick(Some(&pick), None);
         let (idx, conn) = match self.acquire_at(first, upgrade).await {
             Ok(c) => (first, c),
             Err(e) if self.endpoints.len() > 1 && req.method().is_idempotent() => {
-                let second = self.pick(Some(first));
+                let pick = Pick {
+                    headers: req.headers(),
+                    client,
+                };
+                let second = self.pick(Some(&pick), Some(first));
                 tracing::debug!(cluster = %self.name, error = %e, "retrying on another endpoint");
                 match Box::pin(self.acquire_at(second, upgrade)).await {
                     Ok(c) => (second, c),
@@ -684,6 +685,7 @@ impl From<UpstreamError> for SendFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LbPolicy;
 
     fn config(lb: LbPolicy, n: u16) -> ClusterConfig {
         ClusterConfig {
@@ -692,6 +694,8 @@ mod tests {
                 .map(|i| SocketAddr::from(([127, 0, 0, 1], 1000 + i)))
                 .collect(),
             lb,
+            weights: vec![],
+            hash_key: None,
             protocol: UpstreamProtocol::Http1,
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
@@ -822,11 +826,11 @@ mod tests {
     #[tokio::test]
     async fn round_robin_cycles_and_exclusion_moves_on() {
         let c = cluster(LbPolicy::RoundRobin, 3);
-        let picks: Vec<_> = (0..6).map(|_| c.pick(None)).collect();
+        let picks: Vec<_> = (0..6).map(|_| c.pick(None, None)).collect();
         assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
         for _ in 0..6 {
-            let first = c.pick(None);
-            assert_ne!(c.pick(Some(first)), first);
+            let first = c.pick(None, None);
+            assert_ne!(c.pick(None, Some(first)), first);
         }
     }
 
@@ -836,14 +840,14 @@ mod tests {
             let c = cluster(lb, 3);
             c.health.set(1, false);
             for _ in 0..6 {
-                let first = c.pick(None);
+                let first = c.pick(None, None);
                 assert_ne!(first, 1, "{lb:?}");
-                let second = c.pick(Some(first));
+                let second = c.pick(None, Some(first));
                 assert!(second != 1 && second != first, "{lb:?}: retry on {second}");
             }
             c.health.set(0, false);
             c.health.set(2, false);
-            let picks: std::collections::HashSet<_> = (0..6).map(|_| c.pick(None)).collect();
+            let picks: std::collections::HashSet<_> = (0..6).map(|_| c.pick(None, None)).collect();
             assert_eq!(picks.len(), 3, "{lb:?}: all down, all tried");
         }
     }
@@ -876,9 +880,10 @@ mod tests {
         let c = cluster(LbPolicy::LeastRequest, 3);
         c.endpoints[0].in_flight.store(5, Ordering::Relaxed);
         c.endpoints[2].in_flight.store(1, Ordering::Relaxed);
-        for _ in 0..5 {
-            assert_eq!(c.pick(None), 1);
-        }
-        assert_eq!(c.pick(Some(1)), 2);
+        // Two drawn, the less loaded taken: the busiest never wins a draw.
+        let picks: Vec<usize> = (0..60).map(|_| c.pick(None, None)).collect();
+        assert!(!picks.contains(&0), "{picks:?}");
+        assert!(picks.iter().filter(|p| **p == 1).count() >= 30, "{picks:?}");
+        assert_eq!(c.pick(None, Some(1)), 2);
     }
 }
