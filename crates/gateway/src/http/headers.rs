@@ -14,3 +14,14 @@ pub(crate) fn list_elements<'a>(
         .flat_map(|v| v.split(','))
         .map(str::trim)
 }
+
+/// The value of cookie `name` in `h`'s `Cookie` headers (the first, as sent).
+pub(crate) fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    h.get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}

@@ -10,6 +10,7 @@
 //! fleet agrees on every user's side.
 
 use crate::config::{CohortConfig, StickyConfig};
+use crate::http::headers::cookie;
 use http::HeaderMap;
 use std::net::IpAddr;
 
@@ -143,18 +144,6 @@ fn bucket_of(key: &[u8]) -> u64 {
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
     h % BUCKETS
-}
-
-/// The value of cookie `name` in the request's `Cookie` headers.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
 }
 
 /// The value of query parameter `name` (not percent-decoded).

@@ -140,15 +140,7 @@ impl HashKey {
                 .get(h)
                 .and_then(|v| v.to_str().ok())
                 .map(Into::into),
-            HashKey::Cookie(name) => r
-                .headers
-                .get_all(http::header::COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(';'))
-                .filter_map(|kv| kv.trim().split_once('='))
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.into()),
+            HashKey::Cookie(name) => crate::http::headers::cookie(r.headers, name).map(Into::into),
             HashKey::ClientAddress => Some(r.client.to_string().into()),
         }
     }
