@@ -881,10 +881,11 @@ mod tests {
         let c = cluster(LbPolicy::LeastRequest, 3);
         c.endpoints[0].in_flight.store(5, Ordering::Relaxed);
         c.endpoints[2].in_flight.store(1, Ordering::Relaxed);
-        // Two drawn, the less loaded taken: the busiest never wins a draw.
+        // Two drawn, the less loaded taken: the busiest never wins a draw; the idle one is in
+        // two of three draws (40 of 60 expected; 25 is four standard deviations below).
         let picks: Vec<usize> = (0..60).map(|_| c.pick(None, None)).collect();
         assert!(!picks.contains(&0), "{picks:?}");
-        assert!(picks.iter().filter(|p| **p == 1).count() >= 30, "{picks:?}");
+        assert!(picks.iter().filter(|p| **p == 1).count() >= 25, "{picks:?}");
         assert_eq!(c.pick(None, Some(1)), 2);
     }
 }
