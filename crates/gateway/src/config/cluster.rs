@@ -96,6 +96,8 @@ pub struct ClusterConfig {
     pub tls: Option<UpstreamTlsConfig>,
     /// Active health checks of the endpoints; none when absent.
     pub health_check: Option<HealthCheckConfig>,
+    /// Passive ejection of endpoints that answer with errors; none when absent.
+    pub outlier_detection: Option<OutlierConfig>,
     /// Failed connects in a row after which an endpoint is passed over for `fail_timeout`
     /// (passive health, as nginx's `max_fails`); 0: never.
     #[serde(default = "default_max_fails")]
@@ -120,6 +122,37 @@ impl ClusterConfig {
         self.max_requests_per_client
             .unwrap_or((self.max_requests / 4).max(self.max_requests.min(8)))
             .min(self.max_requests)
+    }
+}
+
+/// `[clusters.outlier_detection]`: an endpoint whose responses are 5xx (or gateway failures:
+/// 502, 503, 504, or no answer within `read_timeout`) so many times in a row is ejected for
+/// `base_ejection_time` times the number of its ejections (at most `max_ejection_time`), while
+/// no more than `max_ejection_percent` of the cluster's endpoints (at least one) are out.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutlierConfig {
+    /// 5xx responses in a row that eject; 0: not counted.
+    pub consecutive_5xx: u32,
+    /// Gateway failures in a row (502, 503, 504, no answer within `read_timeout`) that eject;
+    /// 0: not counted.
+    pub consecutive_gateway_failures: u32,
+    #[serde(with = "duration_text")]
+    pub base_ejection_time: Duration,
+    #[serde(with = "duration_text")]
+    pub max_ejection_time: Duration,
+    pub max_ejection_percent: u32,
+}
+
+impl Default for OutlierConfig {
+    fn default() -> Self {
+        OutlierConfig {
+            consecutive_5xx: 5,
+            consecutive_gateway_failures: 5,
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 10,
+        }
     }
 }
 
@@ -257,6 +290,22 @@ impl ClusterConfig {
             }
             if h.unhealthy_after == 0 || h.healthy_after == 0 {
                 return at.fail("unhealthy_after and healthy_after must be at least 1");
+            }
+        }
+        if let Some(o) = &self.outlier_detection {
+            let at = at.field("outlier_detection");
+            if o.consecutive_5xx == 0 && o.consecutive_gateway_failures == 0 {
+                return at.fail("consecutive_5xx or consecutive_gateway_failures above 0");
+            }
+            if o.base_ejection_time.is_zero() || o.max_ejection_time < o.base_ejection_time {
+                return at
+                    .field("max_ejection_time")
+                    .fail("at least base_ejection_time, which must be greater than zero");
+            }
+            if o.max_ejection_percent == 0 || o.max_ejection_percent > 100 {
+                return at
+                    .field("max_ejection_percent")
+                    .fail("a percent from 1 to 100");
             }
         }
         if self.read_timeout.is_zero() || self.connect_timeout.is_zero() {

@@ -271,6 +271,14 @@ endpoints = ["127.0.0.1:8080"]
         let e = parse(&with("weights = [0]")).unwrap_err();
         assert_eq!(e.path, "clusters[0].weights[0]");
         assert!(parse(&with("weights = [3]\nlb = \"least_request\"")).is_ok());
+        let od = |t: &str| with(&format!("[clusters.outlier_detection]\n{t}"));
+        assert!(parse(&od("consecutive_5xx = 3")).is_ok());
+        let e = parse(&od("consecutive_5xx = 0\nconsecutive_gateway_failures = 0")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].outlier_detection");
+        let e = parse(&od("max_ejection_percent = 0")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].outlier_detection.max_ejection_percent");
+        let e = parse(&od("base_ejection_time = \"10m\"")).unwrap_err();
+        assert_eq!(e.path, "clusters[0].outlier_detection.max_ejection_time");
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     pub upstream_in_flight: IntGaugeVec,
     pub upstream_healthy: IntGaugeVec,
+    /// Endpoints ejected by outlier detection, by cluster, endpoint and reason.
+    pub upstream_ejections: IntCounterVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
@@ -149,6 +151,14 @@ impl Metrics {
                 )
                 .buckets(LATENCY_BUCKETS.to_vec()),
                 &["listener", "protocol", "resumed"],
+            )
+            .unwrap(),
+            upstream_ejections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_upstream_ejections_total",
+                    "Endpoints ejected by outlier detection, by cluster, endpoint and reason",
+                ),
+                &["cluster", "endpoint", "reason"],
             )
             .unwrap(),
             split_requests: IntCounterVec::new(
@@ -365,6 +375,7 @@ impl Metrics {
             &m.rate_limited_connections,
             &m.config_reloads,
             &m.split_requests,
+            &m.upstream_ejections,
             &m.rejected_connections,
             &m.closed_connections,
             &m.overload_actions,
@@ -567,6 +578,9 @@ mod tests {
         m.rate_limited_connections.with_label_values(&["l"]).inc();
         m.config_reloads.with_label_values(&["ok"]).inc();
         m.split_requests.with_label_values(&["r", "c"]).inc();
+        m.upstream_ejections
+            .with_label_values(&["c", "e", "consecutive_5xx"])
+            .inc();
         m.upstream_in_flight.with_label_values(&["c"]).inc();
         m.upstream_healthy.with_label_values(&["c", "e"]).set(1);
         m.watch_retry_gate("l", RetryGate::always());

@@ -1,7 +1,10 @@
 //! Upstream endpoint health, active and passive.
 //!
 //! Passive: an endpoint whose connects fail `max_fails` times in a row is passed over for
-//! `fail_timeout` (nginx's rule), whatever the requests it would have had.
+//! `fail_timeout` (nginx's rule), whatever the requests it would have had. With
+//! `[clusters.outlier_detection]`, one whose responses are 5xx (or that time out) so
+//! many times in a row is ejected for a time growing with each ejection, never more than a
+//! share of the cluster at once (Envoy's outlier detection).
 //!
 //! Active health checks: one task per cluster that has a
 //! `[clusters.health_check]` (on the control-plane runtime) asks every endpoint for the check
@@ -11,7 +14,7 @@
 //! Endpoints start healthy; when every endpoint is down, requests go to all of them as if none
 //! were (a gateway that refused everything would turn one bad check into an outage).
 
-use crate::config::{ClusterConfig, HealthCheckConfig, UpstreamProtocol};
+use crate::config::{ClusterConfig, HealthCheckConfig, OutlierConfig, UpstreamProtocol};
 use crate::upstream::tls::{dial, UpstreamTls};
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -38,6 +41,13 @@ pub struct Health {
     fail_timeout: Duration,
     cluster: String,
     endpoints: Vec<SocketAddr>,
+    /// Outlier detection: its settings, and per endpoint the 5xx responses and the gateway
+    /// failures in a row, and its ejections so far.
+    outlier: Option<OutlierConfig>,
+    errors_5xx: Vec<AtomicU32>,
+    gateway_failures: Vec<AtomicU32>,
+    ejections: Vec<AtomicU32>,
+    ejected: prometheus::IntCounterVec,
 }
 
 impl Health {
@@ -67,7 +77,71 @@ impl Health {
             fail_timeout: cfg.fail_timeout,
             cluster: cfg.name.clone(),
             endpoints: cfg.endpoints.clone(),
+            outlier: cfg.outlier_detection.clone(),
+            errors_5xx: cfg.endpoints.iter().map(|_| AtomicU32::new(0)).collect(),
+            gateway_failures: cfg.endpoints.iter().map(|_| AtomicU32::new(0)).collect(),
+            ejections: cfg.endpoints.iter().map(|_| AtomicU32::new(0)).collect(),
+            ejected: metrics.upstream_ejections.clone(),
         })
+    }
+
+    /// Outlier detection: the status of a response from `endpoint` (headers received).
+    pub fn record_response(&self, endpoint: usize, status: u16) {
+        let Some(o) = &self.outlier else { return };
+        if status < 500 {
+            for c in [&self.errors_5xx[endpoint], &self.gateway_failures[endpoint]] {
+                if c.load(Ordering::Relaxed) != 0 {
+                    c.store(0, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
+        let run_5xx = self.errors_5xx[endpoint].fetch_add(1, Ordering::Relaxed) + 1;
+        let run_gw = if matches!(status, 502..=504) {
+            self.gateway_failures[endpoint].fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.gateway_failures[endpoint].store(0, Ordering::Relaxed);
+            0
+        };
+        let over = |n: u32, limit: u32| limit > 0 && n >= limit;
+        if over(run_5xx, o.consecutive_5xx) {
+            self.eject(endpoint, o, "consecutive_5xx");
+        } else if over(run_gw, o.consecutive_gateway_failures) {
+            self.eject(endpoint, o, "consecutive_gateway_failures");
+        }
+    }
+
+    /// Outlier detection: `endpoint` did not answer within the cluster's `read_timeout`.
+    pub fn record_exchange_failure(&self, endpoint: usize) {
+        let Some(o) = &self.outlier else { return };
+        let run = self.gateway_failures[endpoint].fetch_add(1, Ordering::Relaxed) + 1;
+        if o.consecutive_gateway_failures > 0 && run >= o.consecutive_gateway_failures {
+            self.eject(endpoint, o, "consecutive_gateway_failures");
+        }
+    }
+
+    /// Ejects `endpoint` unless the cluster's share of ejected endpoints is reached.
+    fn eject(&self, endpoint: usize, o: &OutlierConfig, why: &'static str) {
+        self.errors_5xx[endpoint].store(0, Ordering::Relaxed);
+        self.gateway_failures[endpoint].store(0, Ordering::Relaxed);
+        let now = self.now_nanos();
+        let out = (0..self.endpoints.len())
+            .filter(|i| self.down_until[*i].load(Ordering::Relaxed) > now)
+            .count();
+        let allowed = (self.endpoints.len() * o.max_ejection_percent as usize / 100).max(1);
+        if out >= allowed {
+            tracing::warn!(cluster = %self.cluster, endpoint = %self.endpoints[endpoint], reason = why,
+                "endpoint not ejected: max_ejection_percent of the cluster is out already");
+            return;
+        }
+        let times = self.ejections[endpoint].fetch_add(1, Ordering::Relaxed) + 1;
+        let time = (o.base_ejection_time * times).min(o.max_ejection_time);
+        self.down_until[endpoint].store(now + time.as_nanos() as u64, Ordering::Relaxed);
+        self.ejected
+            .with_label_values(&[&self.cluster, &self.endpoints[endpoint].to_string(), why])
+            .inc();
+        tracing::warn!(cluster = %self.cluster, endpoint = %self.endpoints[endpoint], reason = why,
+            for_ = ?time, ejections = times, "endpoint ejected");
     }
 
     /// Whether load balancing should pick `endpoint`: its active checks pass (or it has none)

@@ -427,7 +427,18 @@ impl Cluster {
         let ep = &self.endpoints[idx];
         ep.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&ep.in_flight);
-        match tokio::time::timeout(self.read_timeout, self.exchange(ep, conn, req)).await {
+        let outcome = tokio::time::timeout(self.read_timeout, self.exchange(ep, conn, req)).await;
+        // Outlier detection sees every answer, and every wait for one that timed out. A
+        // failed exchange may be the client's doing (its body broke off), so it is not held
+        // against the endpoint.
+        match &outcome {
+            Ok(Ok(x)) => self
+                .health
+                .record_response(idx, x.response.status().as_u16()),
+            Err(_) => self.health.record_exchange_failure(idx),
+            Ok(Err(_)) => {}
+        }
+        match outcome {
             Err(_) => Err(UpstreamError::Timeout(ep.addr, self.read_timeout).into()),
             Ok(r) => r.map(|x| Exchange {
                 slot: Some(slot),
@@ -705,6 +716,7 @@ mod tests {
             max_requests_per_client: None,
             body_timeout: Duration::from_secs(60),
             health_check: None,
+            outlier_detection: None,
             tls: None,
             max_fails: 1,
             fail_timeout: Duration::from_secs(10),
@@ -874,6 +886,57 @@ mod tests {
             never.record_connect(1, false);
         }
         assert!(never.is_healthy(1), "max_fails = 0 turns it off");
+    }
+
+    #[tokio::test]
+    async fn outliers_are_ejected_for_growing_times_and_never_more_than_the_share() {
+        let mut cfg = config(LbPolicy::RoundRobin, 4);
+        cfg.outlier_detection = Some(crate::config::OutlierConfig {
+            consecutive_5xx: 3,
+            consecutive_gateway_failures: 2,
+            base_ejection_time: Duration::from_millis(200),
+            max_ejection_time: Duration::from_millis(350),
+            max_ejection_percent: 50,
+        });
+        let metrics = crate::ops::metrics::Metrics::new();
+        let health = Health::new(&cfg, &metrics);
+        // Two 500s and a 200 reset the run; three in a row eject.
+        for s in [500, 500, 200, 500, 500] {
+            health.record_response(0, s);
+        }
+        assert!(health.is_healthy(0));
+        health.record_response(0, 500);
+        assert!(!health.is_healthy(0), "ejected after 3 in a row");
+        // Two gateway failures (a 503, a timeout) eject endpoint 1: 2 of 4 is the share.
+        health.record_response(1, 503);
+        health.record_exchange_failure(1);
+        assert!(!health.is_healthy(1));
+        for _ in 0..3 {
+            health.record_response(2, 500);
+        }
+        assert!(
+            health.is_healthy(2),
+            "not ejected: half the cluster is out already"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            health.is_healthy(0) && health.is_healthy(1),
+            "back after the base time"
+        );
+        // A second ejection lasts twice the base, capped at max_ejection_time.
+        for _ in 0..3 {
+            health.record_response(0, 500);
+        }
+        // (Twice the base would be 400 ms; the cap makes it 350.)
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            !health.is_healthy(0),
+            "the second ejection is longer than the first"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(health.is_healthy(0), "capped at max_ejection_time");
+        let m = metrics.render();
+        assert!(m.contains("rampart_upstream_ejections_total"), "{m}");
     }
 
     #[tokio::test]
