@@ -1441,3 +1441,59 @@ async fn a_consistent_hash_keeps_each_user_on_one_endpoint() {
     }
     assert_eq!(endpoints.len(), 2, "20 users all on one endpoint");
 }
+
+/// Outlier detection through the gateway: of two endpoints, one answers every request with
+/// 500; after `consecutive_5xx` of them it is ejected and the rest go to the healthy one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_answering_500_is_ejected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let bad = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bad_addr = bad.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = bad.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                // One answer per request head read (keep-alive).
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let answer = b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n";
+                    if s.write_all(answer).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let fx = start_edited("", |text, _| {
+        let at = text.find("endpoints = [").unwrap();
+        let end = at + text[at..].find(']').unwrap();
+        format!(
+            "{}, \"{bad_addr}\"]\n[clusters.outlier_detection]\nconsecutive_5xx = 2\nbase_ejection_time = \"60s\"{}",
+            &text[..end],
+            &text[end + 1..]
+        )
+    })
+    .await;
+    let mut codes = Vec::new();
+    for _ in 0..20 {
+        codes.push(curl_status(&fx, &[&fx.url("/bytes/1")]).await);
+    }
+    let errors = codes.iter().filter(|c| *c == "500").count();
+    assert_eq!(errors, 2, "{codes:?}");
+    assert!(
+        codes[codes.len() - 10..].iter().all(|c| c == "200"),
+        "{codes:?}"
+    );
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_upstream_ejections_total",
+            &["reason=\"consecutive_5xx\""]
+        ),
+        1.0,
+        "{m}"
+    );
+}
