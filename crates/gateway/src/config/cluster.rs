@@ -18,17 +18,6 @@ pub enum LbPolicy {
     ConsistentHash,
 }
 
-/// `hash_key`: what `consistent_hash` hashes, exactly one of a header, a cookie or
-/// `client_address = true`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct HashKeyConfig {
-    pub header: Option<String>,
-    pub cookie: Option<String>,
-    #[serde(default)]
-    pub client_address: bool,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum UpstreamProtocol {
@@ -65,7 +54,7 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub weights: Vec<u32>,
     /// What `lb = "consistent_hash"` hashes.
-    pub hash_key: Option<HashKeyConfig>,
+    pub hash_key: Option<super::RequestKeyConfig>,
     #[serde(default)]
     pub protocol: UpstreamProtocol,
     #[serde(default = "default_connect_timeout", with = "duration_text")]
@@ -237,17 +226,7 @@ impl ClusterConfig {
             (Some(_), LbPolicy::RoundRobin | LbPolicy::LeastRequest) => {
                 return at.field("hash_key").fail("only with lb = \"consistent_hash\"")
             }
-            (Some(k), _) => {
-                let set = [k.header.is_some(), k.cookie.is_some(), k.client_address];
-                if set.iter().filter(|s| **s).count() != 1 {
-                    return at
-                        .field("hash_key")
-                        .fail("exactly one of header, cookie, client_address = true");
-                }
-                if k.header.as_deref().is_some_and(|h| http::HeaderName::from_bytes(h.as_bytes()).is_err()) {
-                    return at.field("hash_key").field("header").fail("a header name");
-                }
-            }
+            (Some(k), _) => k.validate(&at.field("hash_key"))?,
             (None, _) => {}
         }
         match (&self.tls, self.protocol) {

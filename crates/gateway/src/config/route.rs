@@ -51,7 +51,7 @@ pub struct RouteConfig {
     #[serde(default)]
     pub cohorts: Vec<CohortConfig>,
     /// What keeps a user on one side of the split: a header, a cookie or the client address.
-    pub sticky: Option<StickyConfig>,
+    pub sticky: Option<RequestKeyConfig>,
 }
 
 /// One entry of a route's `split`.
@@ -75,14 +75,36 @@ pub struct CohortConfig {
     pub cluster: String,
 }
 
-/// A route's `sticky`: exactly one of `header`, `cookie`, `client_address = true`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+/// What a request is known by for a route's `sticky` split or a cluster's `hash_key`: exactly
+/// one of `header`, `cookie`, `client_address = true`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct StickyConfig {
+pub struct RequestKeyConfig {
     pub header: Option<String>,
     pub cookie: Option<String>,
     #[serde(default)]
     pub client_address: bool,
+}
+
+impl RequestKeyConfig {
+    pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
+        let set = [
+            self.header.is_some(),
+            self.cookie.is_some(),
+            self.client_address,
+        ];
+        if set.iter().filter(|s| **s).count() != 1 {
+            return at.fail("exactly one of header, cookie, client_address = true");
+        }
+        if self
+            .header
+            .as_deref()
+            .is_some_and(|h| http::HeaderName::from_bytes(h.as_bytes()).is_err())
+        {
+            return at.field("header").fail("a header name");
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -225,13 +247,7 @@ impl RouteConfig {
             if self.split.is_empty() {
                 return at.fail("a split to keep users on one side of (`split` is empty)");
             }
-            let set = [s.header.is_some(), s.cookie.is_some(), s.client_address];
-            if set.iter().filter(|s| **s).count() != 1 {
-                return at.fail("exactly one of header, cookie, client_address = true");
-            }
-            if s.header.as_deref().is_some_and(|h| !header_ok(h)) {
-                return at.field("header").fail("a header name");
-            }
+            s.validate(&at)?;
         }
         Ok(())
     }

@@ -54,11 +54,9 @@ impl Composed {
 }
 
 /// Where a certificate object's chain is written: named by the object, the kind and the
-/// chain's content (FNV-1a), in `state_dir/certificates`.
+/// chain's content, in `state_dir/certificates`.
 fn chain_file(dir: &Path, name: &str, kind: &str, pem: &str) -> PathBuf {
-    let hash = pem.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    });
+    let hash = crate::http::headers::stable_hash(pem.as_bytes(), 0);
     dir.join(format!("{name}.{kind}.{hash:016x}.pem"))
 }
 

@@ -1,4 +1,6 @@
-//! Helpers over header fields shared by the pipeline's phases.
+//! Helpers over header fields shared by the pipeline's phases, the traffic split and load
+//! balancing: comma-separated lists, cookies, and what a request is known by (a request key)
+//! with the stable hash both spread users by.
 
 use http::{HeaderMap, HeaderName};
 
@@ -24,4 +26,51 @@ pub(crate) fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
+}
+
+/// What a request is known by (a route's `sticky` split, a cluster's `hash_key`), built from a
+/// validated [`crate::config::RequestKeyConfig`].
+#[derive(Debug, Clone)]
+pub(crate) enum RequestKey {
+    Header(HeaderName),
+    Cookie(String),
+    ClientAddress,
+}
+
+impl RequestKey {
+    pub fn new(cfg: &crate::config::RequestKeyConfig) -> RequestKey {
+        match (&cfg.header, &cfg.cookie) {
+            (Some(h), _) => {
+                RequestKey::Header(HeaderName::from_bytes(h.as_bytes()).expect("validated"))
+            }
+            (_, Some(c)) => RequestKey::Cookie(c.clone()),
+            _ => RequestKey::ClientAddress,
+        }
+    }
+
+    /// The request's key, if it has one.
+    pub fn of<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        client: std::net::IpAddr,
+    ) -> Option<std::borrow::Cow<'h, str>> {
+        match self {
+            RequestKey::Header(h) => headers.get(h).and_then(|v| v.to_str().ok()).map(Into::into),
+            RequestKey::Cookie(name) => cookie(headers, name).map(Into::into),
+            RequestKey::ClientAddress => Some(client.to_string().into()),
+        }
+    }
+}
+
+/// FNV-1a from `seed`, then a 64-bit finalizer (so close keys spread): the same on every
+/// gateway and release, so a fleet agrees on where each user goes.
+pub(crate) fn stable_hash(data: &[u8], seed: u64) -> u64 {
+    let mut h = data.iter().fold(0xcbf2_9ce4_8422_2325u64 ^ seed, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }

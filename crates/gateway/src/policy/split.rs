@@ -6,11 +6,11 @@
 //! weight from 5% to 10% moves only the users in buckets 500-999. Without a key (or when the
 //! request lacks it) each request draws a bucket at random.
 //!
-//! The hash is FNV-1a with a 64-bit finalizer, the same on every gateway and release, so a
-//! fleet agrees on every user's side.
+//! The hash is [`stable_hash`], the same on every gateway and release, so a fleet agrees on
+//! every user's side.
 
-use crate::config::{CohortConfig, StickyConfig};
-use crate::http::headers::cookie;
+use crate::config::{CohortConfig, RequestKeyConfig};
+use crate::http::headers::{cookie, stable_hash, RequestKey};
 use http::HeaderMap;
 use std::net::IpAddr;
 
@@ -32,14 +32,7 @@ pub struct TrafficSplit {
     /// route's own cluster.
     weighted: Vec<(u64, usize)>,
     cohorts: Vec<(Source, Option<String>, usize)>,
-    sticky: Option<StickyKey>,
-}
-
-#[derive(Debug, Clone)]
-enum StickyKey {
-    Header(http::HeaderName),
-    Cookie(String),
-    ClientAddress,
+    sticky: Option<RequestKey>,
 }
 
 /// What a request offers the split to decide by.
@@ -55,7 +48,7 @@ impl TrafficSplit {
     pub fn new(
         split: &[(String, f64)],
         cohorts: &[CohortConfig],
-        sticky: Option<&StickyConfig>,
+        sticky: Option<&RequestKeyConfig>,
         cluster_index: impl Fn(&str) -> usize,
     ) -> Option<TrafficSplit> {
         if split.is_empty() && cohorts.is_empty() {
@@ -83,13 +76,7 @@ impl TrafficSplit {
                 (source, c.value.clone(), cluster_index(&c.cluster))
             })
             .collect();
-        let sticky = sticky.map(|s| match (&s.header, &s.cookie) {
-            (Some(h), _) => {
-                StickyKey::Header(http::HeaderName::from_bytes(h.as_bytes()).expect("validated"))
-            }
-            (_, Some(c)) => StickyKey::Cookie(c.clone()),
-            _ => StickyKey::ClientAddress,
-        });
+        let sticky = sticky.map(RequestKey::new);
         Some(TrafficSplit {
             weighted,
             cohorts,
@@ -112,7 +99,11 @@ impl TrafficSplit {
         if self.weighted.is_empty() {
             return None;
         }
-        let bucket = match self.sticky_key(req) {
+        let key = self
+            .sticky
+            .as_ref()
+            .and_then(|k| k.of(req.headers, req.client));
+        let bucket = match key {
             Some(key) => bucket_of(key.as_bytes()),
             None => fastrand::u64(..BUCKETS),
         };
@@ -121,29 +112,11 @@ impl TrafficSplit {
             .find(|(edge, _)| bucket < *edge)
             .map(|(_, c)| *c)
     }
-
-    fn sticky_key<'r>(&self, req: &Request<'r>) -> Option<std::borrow::Cow<'r, str>> {
-        match self.sticky.as_ref()? {
-            StickyKey::Header(h) => req
-                .headers
-                .get(h)
-                .and_then(|v| v.to_str().ok())
-                .map(Into::into),
-            StickyKey::Cookie(name) => cookie(req.headers, name).map(Into::into),
-            StickyKey::ClientAddress => Some(req.client.to_string().into()),
-        }
-    }
 }
 
-/// A user's bucket: FNV-1a, then a finalizer (so close keys spread), modulo [`BUCKETS`].
+/// A user's bucket.
 fn bucket_of(key: &[u8]) -> u64 {
-    let mut h = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h % BUCKETS
+    stable_hash(key, 0) % BUCKETS
 }
 
 /// The value of query parameter `name` (not percent-decoded).
@@ -159,7 +132,7 @@ fn query_param<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
 mod tests {
     use super::*;
 
-    fn split(weight: f64, sticky: Option<StickyConfig>) -> TrafficSplit {
+    fn split(weight: f64, sticky: Option<RequestKeyConfig>) -> TrafficSplit {
         let cohorts = [
             CohortConfig {
                 header: Some("x-canary".into()),
@@ -216,7 +189,7 @@ mod tests {
     #[test]
     fn sticky_users_stay_on_their_side_and_a_raised_weight_moves_only_the_next_buckets() {
         let sticky = || {
-            Some(StickyConfig {
+            Some(RequestKeyConfig {
                 header: Some("x-user".into()),
                 cookie: None,
                 client_address: false,

@@ -13,7 +13,8 @@
 //! Endpoints that may not be chosen (unhealthy, or just failed) are passed over: the next in
 //! the schedule, the other choice, the next slot of the table.
 
-use crate::config::{ClusterConfig, HashKeyConfig, LbPolicy};
+use crate::config::{ClusterConfig, LbPolicy};
+use crate::http::headers::{stable_hash as hash, RequestKey};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -27,15 +28,8 @@ pub(crate) enum Balancer {
     },
     ConsistentHash {
         table: Vec<u32>,
-        key: HashKey,
+        key: RequestKey,
     },
-}
-
-/// What a consistent hash is taken of.
-pub(crate) enum HashKey {
-    Header(http::HeaderName),
-    Cookie(String),
-    ClientAddress,
 }
 
 /// What the balancer may look at in a request.
@@ -58,17 +52,7 @@ impl Balancer {
             LbPolicy::LeastRequest => Balancer::LeastRequest { weights },
             LbPolicy::ConsistentHash => {
                 let names: Vec<String> = cfg.endpoints.iter().map(|a| a.to_string()).collect();
-                let key = match cfg.hash_key.as_ref() {
-                    Some(HashKeyConfig {
-                        header: Some(h), ..
-                    }) => HashKey::Header(
-                        http::HeaderName::from_bytes(h.as_bytes()).expect("validated"),
-                    ),
-                    Some(HashKeyConfig {
-                        cookie: Some(c), ..
-                    }) => HashKey::Cookie(c.clone()),
-                    _ => HashKey::ClientAddress,
-                };
+                let key = RequestKey::new(cfg.hash_key.as_ref().expect("validated"));
                 Balancer::ConsistentHash {
                     table: maglev_table(&names, &weights),
                     key,
@@ -116,7 +100,7 @@ impl Balancer {
                     .unwrap_or(0)
             }
             Balancer::ConsistentHash { table, key } => {
-                let h = match req.and_then(|r| key.of(r)) {
+                let h = match req.and_then(|r| key.of(r.headers, r.client)) {
                     Some(k) => hash(k.as_bytes(), 0),
                     // No key in this request: any endpoint.
                     None => fastrand::u64(..),
@@ -130,32 +114,6 @@ impl Balancer {
             }
         }
     }
-}
-
-impl HashKey {
-    fn of<'r>(&self, r: &Pick<'r>) -> Option<std::borrow::Cow<'r, str>> {
-        match self {
-            HashKey::Header(h) => r
-                .headers
-                .get(h)
-                .and_then(|v| v.to_str().ok())
-                .map(Into::into),
-            HashKey::Cookie(name) => crate::http::headers::cookie(r.headers, name).map(Into::into),
-            HashKey::ClientAddress => Some(r.client.to_string().into()),
-        }
-    }
-}
-
-/// FNV-1a from `seed`, then a 64-bit finalizer: stable across processes and releases.
-fn hash(data: &[u8], seed: u64) -> u64 {
-    let mut h = data.iter().fold(0xcbf2_9ce4_8422_2325u64 ^ seed, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
 }
 
 /// The smooth weighted round-robin order of one cycle (weights scaled so that a cycle has at
