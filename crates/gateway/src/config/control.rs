@@ -58,6 +58,19 @@ impl ControlConfig {
         self.base.clone()
     }
 
+    /// The state folder (`state_dir`, resolved; `state` before paths are resolved).
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("state"))
+    }
+
+    /// The name errors give object `key` (`routes/api`): its etcd key.
+    pub fn object_source(&self, key: &str) -> String {
+        let prefix = self.etcd.as_ref().map_or("", |e| e.prefix.as_str());
+        format!("{prefix}{key}")
+    }
+
     pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
         let Some(etcd) = &self.etcd else {
             return Ok(());

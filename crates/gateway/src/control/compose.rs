@@ -67,16 +67,14 @@ pub fn split_key(key: &str) -> Option<(ObjectKind, &str)> {
 }
 
 /// The configuration of `file` with the objects of `desired` (etcd's) added, falling back to
-/// those of `previous` (in force until now) where a desired one is refused. `source` names
-/// an object in errors (etcd's full key): `source(key)`.
+/// those of `previous` (in force until now) where a desired one is refused. Errors name an
+/// object by its etcd key; relative paths resolve against the file's folder.
 pub fn compose(
     file: &Config,
     desired: &BTreeMap<String, Entry>,
     previous: &BTreeMap<String, InForce>,
-    base: &Path,
-    source: impl Fn(&str) -> String,
 ) -> Composed {
-    let mut c = decide(file, desired, previous, base, source);
+    let mut c = decide(file, desired, previous);
     c.build();
     c
 }
@@ -88,41 +86,68 @@ pub fn decide(
     file: &Config,
     desired: &BTreeMap<String, Entry>,
     previous: &BTreeMap<String, InForce>,
-    base: &Path,
-    source: impl Fn(&str) -> String,
 ) -> Composed {
+    let base = file.control.base_dir();
+    let source = |key: &str| file.control.object_source(key);
+    let error = |key: &str, path: &str, message: String| ConfigError {
+        file: source(key),
+        path: path.into(),
+        line: None,
+        message,
+    };
     let mut errors = BTreeMap::new();
     let refuse =
         |errors: &mut BTreeMap<String, ConfigError>, key: &str, path: &str, msg: String| {
-            errors.insert(
-                key.to_string(),
-                ConfigError {
-                    file: source(key),
-                    path: path.into(),
-                    line: None,
-                    message: msg,
-                },
-            );
+            errors.insert(key.to_string(), error(key, path, msg));
         };
     let file_clusters: HashSet<&str> = file.clusters.iter().map(|c| c.name.as_str()).collect();
     let file_routes: HashSet<String> = file.routes.iter().map(|r| r.effective_name()).collect();
     let file_listeners: HashSet<&str> = file.listeners.iter().map(|l| l.name.as_str()).collect();
     let remote_keys = file.key_engine.engines.contains(&EngineKind::Remote);
-    // What the file does not provide an object with (none: fine).
-    let unfit = |o: &Object| -> Option<(String, String)> {
+    let listener_names = || {
+        let mut known: Vec<&str> = file_listeners.iter().copied().collect();
+        known.sort();
+        known.join(", ")
+    };
+    // Why the file leaves no room for an object, as (field, what was expected): a name it
+    // defines itself, a listener it lacks, a key a certificate needs. None: it fits.
+    let conflict = |o: &Object| -> Option<(String, String)> {
+        let clash = |kind: ObjectKind, name: &str| {
+            Some((
+                "name".to_string(),
+                format!(
+                    "a name the configuration file does not define: it has a {} {name:?}, which the control plane does not replace",
+                    kind.singular()
+                ),
+            ))
+        };
         match o {
-            Object::Certificate(c) if !file_listeners.contains(c.listener.as_str()) => {
-                let mut known: Vec<&str> = file_listeners.iter().copied().collect();
-                known.sort();
-                Some((
-                    "listener".into(),
-                    format!(
-                        "no listener named {:?} in the configuration file; expected one of: {}",
-                        c.listener,
-                        known.join(", ")
-                    ),
-                ))
+            Object::Cluster(c) if file_clusters.contains(c.name.as_str()) => {
+                clash(ObjectKind::Cluster, &c.name)
             }
+            Object::Route(r) if file_routes.contains(&r.effective_name()) => {
+                clash(ObjectKind::Route, &r.effective_name())
+            }
+            Object::Listener(l) => {
+                let name = l.name.as_deref().unwrap_or("");
+                (!file_listeners.contains(name)).then(|| {
+                    (
+                        "name".to_string(),
+                        format!(
+                            "no listener named {name:?} in the configuration file; expected one of: {}",
+                            listener_names()
+                        ),
+                    )
+                })
+            }
+            Object::Certificate(c) if !file_listeners.contains(c.listener.as_str()) => Some((
+                "listener".into(),
+                format!(
+                    "no listener named {:?} in the configuration file; expected one of: {}",
+                    c.listener,
+                    listener_names()
+                ),
+            )),
             Object::Certificate(c) if !remote_keys => [("rsa", &c.rsa), ("ecdsa", &c.ecdsa)]
                 .into_iter()
                 .find(|(_, p)| p.as_ref().is_some_and(|p| p.key.is_none()))
@@ -142,13 +167,7 @@ pub fn decide(
         // Unchanged since it was put in force: parsed and checked then (a fleet with
         // thousands of objects parses only what changed). Only the file can have moved.
         if let Some(p) = previous.get(key).filter(|p| p.entry.doc == entry.doc) {
-            let clash = match &p.object {
-                Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
-                Object::Route(r) => file_routes.contains(&r.effective_name()),
-                Object::Listener(l) => !file_listeners.contains(l.name.as_deref().unwrap_or("")),
-                Object::Certificate(_) => unfit(&p.object).is_some(),
-            };
-            if !clash {
+            if conflict(&p.object).is_none() {
                 candidates.insert(
                     key.clone(),
                     InForce {
@@ -160,56 +179,19 @@ pub fn decide(
             }
         }
         let parsed = match split_key(key) {
-            None => Err(ConfigError {
-                file: source(key),
-                path: String::new(),
-                line: None,
-                message: "not an object key: expected routes/<name> or clusters/<name>".into(),
-            }),
-            Some((kind, name)) => {
-                parse_object(kind, name, &entry.doc, &source(key), base).and_then(|o| {
-                    if let Object::Listener(_) = &o {
-                        if !file_listeners.contains(name) {
-                            let mut known: Vec<&str> = file_listeners.iter().copied().collect();
-                            known.sort();
-                            return Err(ConfigError {
-                                file: source(key),
-                                path: "name".into(),
-                                line: None,
-                                message: format!(
-                                    "no listener named {name:?} in the configuration file; expected one of: {}",
-                                    known.join(", ")
-                                ),
-                            });
-                        }
-                    }
-                    if let Some((path, message)) = unfit(&o) {
-                        return Err(ConfigError {
-                            file: source(key),
-                            path,
-                            line: None,
-                            message,
-                        });
-                    }
-                    let clash = match &o {
-                        Object::Cluster(c) => file_clusters.contains(c.name.as_str()),
-                        Object::Route(r) => file_routes.contains(&r.effective_name()),
-                        Object::Listener(_) | Object::Certificate(_) => false,
-                    };
-                    if clash {
-                        return Err(ConfigError {
-                            file: source(key),
-                            path: "name".into(),
-                            line: None,
-                            message: format!(
-                                "a name the configuration file does not define: it has a {} {name:?}, which the control plane does not replace",
-                                kind.singular()
-                            ),
-                        });
-                    }
-                    Ok(o)
-                })
-            }
+            None => Err(error(
+                key,
+                "",
+                format!(
+                    "not an object key: expected <kind>/<name>, the kind one of {}",
+                    ObjectKind::ALL.map(ObjectKind::plural).join(", ")
+                ),
+            )),
+            Some((kind, name)) => parse_object(kind, name, &entry.doc, &source(key), &base)
+                .and_then(|o| match conflict(&o) {
+                    Some((path, message)) => Err(error(key, &path, message)),
+                    None => Ok(o),
+                }),
         };
         match parsed {
             Ok(object) => {
@@ -325,12 +307,7 @@ impl Composed {
     fn build(&mut self) {
         let config = &mut self.config;
         let chains = &mut self.chains;
-        let cert_dir = config
-            .control
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("state"))
-            .join("certificates");
+        let cert_dir = config.control.state_dir().join("certificates");
         for (key, f) in &self.in_force {
             match &f.object {
                 Object::Certificate(c) => {
@@ -403,9 +380,7 @@ endpoints = ["127.0.0.1:8080"]
     }
 
     fn run(desired: &BTreeMap<String, Entry>, previous: &BTreeMap<String, InForce>) -> Composed {
-        compose(&file(), desired, previous, Path::new("/"), |k| {
-            format!("/rampart/{k}")
-        })
+        compose(&file(), desired, previous)
     }
 
     fn routes(c: &Composed) -> Vec<(String, String)> {

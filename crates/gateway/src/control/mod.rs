@@ -80,7 +80,7 @@ impl Initial {
     /// Reads the objects for a gateway starting with `file` (which has `[control] etcd`).
     pub async fn load(file: Config) -> Initial {
         let etcd = file.control.etcd.clone().expect("[control] etcd");
-        let state_dir = state_dir(&file);
+        let state_dir = file.control.state_dir();
         let (store, loaded) = match Store::connect(&etcd).await {
             Ok(s) => {
                 let loaded = s.load().await;
@@ -138,13 +138,6 @@ fn by_key(entries: Vec<Entry>) -> BTreeMap<String, Entry> {
     entries.into_iter().map(|e| (e.key.clone(), e)).collect()
 }
 
-fn state_dir(cfg: &Config) -> PathBuf {
-    cfg.control
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("state"))
-}
-
 /// A refused write through the API.
 #[derive(Debug)]
 pub enum WriteError {
@@ -181,7 +174,7 @@ impl Plane {
         let file = &initial.state.file;
         let etcd = file.control.etcd.clone().expect("[control] etcd");
         let plane = Plane {
-            state_dir: state_dir(file),
+            state_dir: file.control.state_dir(),
             etcd,
             applier,
             metrics: ControlMetrics::register(metrics),
@@ -200,10 +193,6 @@ impl Plane {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn source_of(&self) -> impl Fn(&str) -> String + '_ {
-        move |k| format!("{}{k}", self.etcd.prefix)
     }
 
     /// Watches etcd until `stop`: applies every change, reconnects with backoff (100 ms
@@ -333,8 +322,7 @@ impl Plane {
     /// file is missing), each changed object is tried alone over what is in force, and those
     /// that fail are refused.
     fn apply(&self, s: &mut State, revision: i64, changed: &[String], started: Instant) {
-        let base = s.file.control.base_dir();
-        let composed = compose(&s.file, &s.desired, &s.in_force, &base, self.source_of());
+        let composed = compose(&s.file, &s.desired, &s.in_force);
         let outcome = match self.put_in_force(&composed) {
             Ok(_) => Some(composed),
             Err(whole) => {
@@ -369,7 +357,6 @@ impl Plane {
     /// The changed objects added one at a time to what is in force, each kept only if the
     /// whole still builds.
     fn apply_one_by_one(&self, s: &mut State, changed: &[String]) -> Option<compose::Composed> {
-        let base = s.file.control.base_dir();
         let mut accepted: BTreeMap<String, Entry> = s
             .in_force
             .iter()
@@ -382,14 +369,14 @@ impl Plane {
                 Some(e) => trial.insert(key.clone(), e.clone()),
                 None => trial.remove(key),
             };
-            let c = compose(&s.file, &trial, &s.in_force, &base, self.source_of());
+            let c = compose(&s.file, &trial, &s.in_force);
             match self.put_in_force(&c) {
                 Ok(_) => accepted = trial,
                 Err(e) => {
                     build_errors.insert(
                         key.clone(),
                         ConfigError {
-                            file: self.source_of()(key),
+                            file: s.file.control.object_source(key),
                             path: String::new(),
                             line: None,
                             message: format!("does not build: {e:#}"),
@@ -398,13 +385,14 @@ impl Plane {
                 }
             }
         }
-        let mut c = compose(&s.file, &accepted, &s.in_force, &base, self.source_of());
-        // What etcd holds but could not be applied is reported alongside what compose found.
-        let desired_c = compose(&s.file, &s.desired, &s.in_force, &base, self.source_of());
-        c.errors.extend(desired_c.errors);
+        // In force now: `accepted`, as its last successful reload (or, if none succeeded, the
+        // generation before the change, which is `accepted` too) left it; composing it again
+        // gives what that reload was of. What etcd holds but could not be applied is reported
+        // alongside what the decisions found.
+        let mut c = compose(&s.file, &accepted, &s.in_force);
+        c.errors
+            .extend(compose::decide(&s.file, &s.desired, &s.in_force).errors);
         c.errors.extend(build_errors);
-        // The last successful reload was of `accepted` (or nothing changed at all).
-        let _ = self.put_in_force(&c);
         Some(c)
     }
 
@@ -473,13 +461,7 @@ impl Plane {
         file: Config,
     ) -> anyhow::Result<crate::bootstrap::reload::ReloadReport> {
         let mut s = self.lock();
-        let composed = compose(
-            &file,
-            &s.desired,
-            &s.in_force,
-            &file.control.base_dir(),
-            self.source_of(),
-        );
+        let composed = compose(&file, &s.desired, &s.in_force);
         let report = self.put_in_force(&composed)?;
         s.file = file;
         s.in_force = composed.in_force;
@@ -496,7 +478,7 @@ impl Plane {
             .iter()
             .map(|(k, e)| {
                 serde_json::json!({
-                    "key": format!("{}{k}", self.etcd.prefix),
+                    "key": s.file.control.object_source(k),
                     "field": e.path,
                     "line": e.line,
                     "message": e.message,
@@ -616,10 +598,9 @@ impl Plane {
     /// parse and check, and leave every reference intact.
     fn check(&self, key: &str, doc: Option<&str>) -> Result<(), WriteError> {
         let mut s = self.lock();
-        let base = s.file.control.base_dir();
         if let (Some(doc), Some((kind, name))) = (doc, split_key(key)) {
-            parse_object(kind, name, doc, &self.source_of()(key), &base)
-                .map_err(WriteError::Invalid)?;
+            let (source, base) = (s.file.control.object_source(key), s.file.control.base_dir());
+            parse_object(kind, name, doc, &source, &base).map_err(WriteError::Invalid)?;
         }
         // The write made in place, decided on, and undone (no copy of every object).
         let before = match doc {
@@ -633,7 +614,7 @@ impl Plane {
             ),
             None => s.desired.remove(key),
         };
-        let c = compose::decide(&s.file, &s.desired, &s.in_force, &base, self.source_of());
+        let c = compose::decide(&s.file, &s.desired, &s.in_force);
         match before {
             Some(e) => s.desired.insert(key.to_string(), e),
             None => s.desired.remove(key),
