@@ -11,7 +11,8 @@
 //!   1/N of the keys.
 //!
 //! Endpoints that may not be chosen (unhealthy, or just failed) are passed over: the next in
-//! the schedule, the other choice, the next slot of the table.
+//! the schedule, the other choice, the next slot of the table; when none may, the cluster
+//! decides.
 
 use crate::config::{ClusterConfig, LbPolicy};
 use crate::http::headers::{stable_hash as hash, RequestKey};
@@ -61,43 +62,43 @@ impl Balancer {
         }
     }
 
-    /// An endpoint of `n` for `req` among those `usable` says may be chosen (if none may, as
-    /// if all could); `in_flight(i)` is endpoint i's requests in flight.
+    /// An endpoint of `n` for `req`: among those the first of `tiers` allows, else the next
+    /// tier's (one turn of the schedule, one draw, one hash for all), `None` when no tier
+    /// allows any; `in_flight(i)` is endpoint i's requests in flight. In the usual case (the
+    /// first candidate allowed) no endpoint but it is looked at.
     pub fn pick(
         &self,
         n: usize,
         req: Option<&Pick<'_>>,
-        usable: impl Fn(usize) -> bool,
+        tiers: &[&dyn Fn(usize) -> bool],
         in_flight: impl Fn(usize) -> usize,
-    ) -> usize {
-        let any = (0..n).any(&usable);
-        let ok = |i: usize| !any || usable(i);
+    ) -> Option<usize> {
         match self {
             Balancer::RoundRobin { schedule, next } => {
                 let start = next.fetch_add(1, Ordering::Relaxed);
-                (0..schedule.len())
-                    .map(|k| schedule[(start + k) % schedule.len()])
-                    .find(|i| ok(*i))
-                    .unwrap_or(0)
+                tiers.iter().find_map(|usable| {
+                    (0..schedule.len())
+                        .map(|k| schedule[(start + k) % schedule.len()])
+                        .find(|i| usable(*i))
+                })
             }
             Balancer::LeastRequest { weights } => {
                 let load = |i: usize| in_flight(i) as u64 * 1_000_000 / u64::from(weights[i]);
-                if n <= 2 {
-                    return (0..n)
-                        .filter(|i| ok(*i))
-                        .min_by_key(|i| load(*i))
-                        .unwrap_or(0);
-                }
-                let a = fastrand::usize(..n);
-                let b = (a + 1 + fastrand::usize(..n - 1)) % n;
-                if ok(a) && ok(b) {
-                    return if load(b) < load(a) { b } else { a };
-                }
-                // A draw fell on one passed over: the least loaded of those that may be chosen.
-                (0..n)
-                    .filter(|i| ok(*i))
-                    .min_by_key(|i| load(*i))
-                    .unwrap_or(0)
+                let (a, b) = match n {
+                    0..=2 => (0, n.saturating_sub(1)),
+                    _ => {
+                        let a = fastrand::usize(..n);
+                        (a, (a + 1 + fastrand::usize(..n - 1)) % n)
+                    }
+                };
+                tiers.iter().find_map(|usable| {
+                    if n > 2 && usable(a) && usable(b) {
+                        return Some(if load(b) < load(a) { b } else { a });
+                    }
+                    // Two endpoints at most, or a draw fell on one passed over: the least
+                    // loaded of those that may be chosen.
+                    (0..n).filter(|i| usable(*i)).min_by_key(|i| load(*i))
+                })
             }
             Balancer::ConsistentHash { table, key } => {
                 let h = match req.and_then(|r| key.of(r.headers, r.client)) {
@@ -107,10 +108,11 @@ impl Balancer {
                 };
                 let m = table.len();
                 let at = (h % m as u64) as usize;
-                (0..m)
-                    .map(|k| table[(at + k) % m] as usize)
-                    .find(|i| ok(*i))
-                    .unwrap_or(0)
+                tiers.iter().find_map(|usable| {
+                    (0..m)
+                        .map(|k| table[(at + k) % m] as usize)
+                        .find(|i| usable(*i))
+                })
             }
         }
     }
@@ -228,21 +230,23 @@ mod tests {
         };
         let load = [10, 0, 10, 10];
         let picks: Vec<usize> = (0..400)
-            .map(|_| b.pick(4, None, |_| true, |i| load[i]))
+            .map(|_| b.pick(4, None, &[&|_| true], |i| load[i]).unwrap())
             .collect();
         // Endpoint 1 wins every draw it is in: about half of them (2 of 4 choose 2 pairs).
         let ones = picks.iter().filter(|p| **p == 1).count();
         assert!((120..=280).contains(&ones), "{ones}");
-        assert!((0..100).all(|_| b.pick(4, None, |i| i != 1, |i| load[i]) != 1));
+        assert!((0..100).all(|_| b
+            .pick(4, None, &[&|i| i != 1], |i| load[i])
+            .is_some_and(|p| p != 1)));
         let rr = Balancer::RoundRobin {
             schedule: vec![0, 1, 2],
             next: AtomicUsize::new(0),
         };
-        assert!((0..30).all(|_| rr.pick(3, None, |i| i != 1, |_| 0) != 1));
-        assert_eq!(
-            rr.pick(3, None, |_| false, |_| 0),
-            0,
-            "none usable: as if all were"
-        );
+        assert!((0..30).all(|_| rr
+            .pick(3, None, &[&|i| i != 1], |_| 0)
+            .is_some_and(|p| p != 1)));
+        // None usable: the caller decides (a cluster then tries every endpoint it allows,
+        // asserted by `unhealthy_endpoints_are_passed_over_unless_all_are`).
+        assert_eq!(rr.pick(3, None, &[&|_| false], |_| 0), None);
     }
 }

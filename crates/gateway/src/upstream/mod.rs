@@ -376,13 +376,13 @@ impl Cluster {
     fn pick(&self, req: Option<&Pick<'_>>, exclude: Option<usize>) -> usize {
         let n = self.endpoints.len();
         let allowed = |i: usize| Some(i) != exclude || n == 1;
-        let any_healthy = (0..n).any(|i| allowed(i) && self.health.is_healthy(i));
-        self.balancer.pick(
-            n,
-            req,
-            |i| allowed(i) && (!any_healthy || self.health.is_healthy(i)),
-            |i| self.endpoints[i].in_flight.load(Ordering::Relaxed),
-        )
+        let load = |i: usize| self.endpoints[i].in_flight.load(Ordering::Relaxed);
+        let healthy = |i: usize| allowed(i) && self.health.is_healthy(i);
+        // Every allowed endpoint down: all of them as if none were (a gateway that refused
+        // them all would turn one bad check into an outage).
+        self.balancer
+            .pick(n, req, &[&healthy, &allowed], load)
+            .unwrap_or(0)
     }
 
     /// Sends `req` (origin-form target) to an endpoint. The connection is secured before the
@@ -863,6 +863,12 @@ mod tests {
             let picks: std::collections::HashSet<_> = (0..60).map(|_| c.pick(None, None)).collect();
             assert_eq!(picks.len(), 3, "{lb:?}: all down, all tried");
         }
+        // Round robin keeps its turn when falling back: two endpoints, both down, alternate.
+        let c = cluster(LbPolicy::RoundRobin, 2);
+        c.health.set(0, false);
+        c.health.set(1, false);
+        let picks: Vec<_> = (0..4).map(|_| c.pick(None, None)).collect();
+        assert_eq!(picks, [0, 1, 0, 1]);
     }
 
     #[tokio::test]
