@@ -542,7 +542,13 @@ impl Applier {
 
     /// The configuration in force.
     pub(crate) fn config(&self) -> Config {
-        self.lock_in_force().config.clone()
+        self.with_config(Config::clone)
+    }
+
+    /// `f` of the configuration in force, without a copy of it (which, with thousands of
+    /// routes, is dear for a status request); reloads wait meanwhile.
+    pub(crate) fn with_config<R>(&self, f: impl FnOnce(&Config) -> R) -> R {
+        f(&self.lock_in_force().config)
     }
 }
 

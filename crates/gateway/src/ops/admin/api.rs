@@ -155,7 +155,9 @@ impl Api {
     }
 
     fn status(&self) -> Resp {
-        let cfg = self.applier.config();
+        let (routes, clusters) = self
+            .applier
+            .with_config(|c| (c.routes.len(), c.clusters.len()));
         let control = match &self.plane {
             Some(p) => p.status(),
             None => json!({ "source": "file" }),
@@ -164,7 +166,7 @@ impl Api {
             StatusCode::OK,
             json!({
                 "control": control,
-                "in_force": { "routes": cfg.routes.len(), "clusters": cfg.clusters.len() },
+                "in_force": { "routes": routes, "clusters": clusters },
             }),
         )
     }
@@ -208,7 +210,9 @@ impl Api {
             .as_ref()
             .map(|p| p.objects(kind))
             .unwrap_or_default();
-        let mut items: Vec<Value> = file_objects(&self.applier.config(), kind)
+        let mut items: Vec<Value> = self
+            .applier
+            .with_config(|c| file_objects(c, kind, None))
             .into_iter()
             .filter(|(name, _)| !etcd.iter().any(|(n, ..)| n == name))
             .map(|(name, object)| file_item(&name, object))
@@ -241,9 +245,12 @@ impl Api {
         {
             return Some(etcd_item(name, revision, &doc, live));
         }
-        file_objects(&self.applier.config(), kind)
+        let found = self
+            .applier
+            .with_config(|c| file_objects(c, kind, Some(name)));
+        found
             .into_iter()
-            .find(|(n, _)| n == name)
+            .next()
             .map(|(n, object)| file_item(&n, object))
     }
 
@@ -363,8 +370,10 @@ fn unknown_kind(kind: &str) -> Resp {
     )
 }
 
-/// The objects of `kind` in force from `cfg` (a listener's: its access lists), by name.
-fn file_objects(cfg: &Config, kind: ObjectKind) -> Vec<(String, Value)> {
+/// The objects of `kind` in force from `cfg` (a listener's: its access lists), by name; with
+/// `only`, just that one (the others not serialized).
+fn file_objects(cfg: &Config, kind: ObjectKind, only: Option<&str>) -> Vec<(String, Value)> {
+    let wanted = |name: &str| only.is_none_or(|o| o == name);
     let as_json = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
     match kind {
         // The file's certificates are its listeners' (files, no names): not objects.
@@ -372,16 +381,20 @@ fn file_objects(cfg: &Config, kind: ObjectKind) -> Vec<(String, Value)> {
         ObjectKind::Route => cfg
             .routes
             .iter()
-            .map(|r| (r.effective_name(), as_json(serde_json::to_value(r))))
+            .map(|r| (r.effective_name(), r))
+            .filter(|(n, _)| wanted(n))
+            .map(|(n, r)| (n, as_json(serde_json::to_value(r))))
             .collect(),
         ObjectKind::Cluster => cfg
             .clusters
             .iter()
+            .filter(|c| wanted(&c.name))
             .map(|c| (c.name.clone(), as_json(serde_json::to_value(c))))
             .collect(),
         ObjectKind::Listener => cfg
             .listeners
             .iter()
+            .filter(|l| wanted(&l.name))
             .map(|l| {
                 let access = ListenerAccessConfig {
                     name: Some(l.name.clone()),
