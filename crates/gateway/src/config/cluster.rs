@@ -87,6 +87,9 @@ pub struct ClusterConfig {
     pub health_check: Option<HealthCheckConfig>,
     /// Passive ejection of endpoints that answer with errors; none when absent.
     pub outlier_detection: Option<OutlierConfig>,
+    /// How many retries may be in flight to the cluster at once.
+    #[serde(default)]
+    pub retry_budget: super::RetryBudgetConfig,
     /// Failed connects in a row after which an endpoint is passed over for `fail_timeout`
     /// (passive health, as nginx's `max_fails`); 0: never.
     #[serde(default = "default_max_fails")]
@@ -205,6 +208,7 @@ fn default_fail_timeout() -> Duration {
 impl ClusterConfig {
     /// The cluster's own fields (its name is checked against the others' by the caller).
     pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
+        self.retry_budget.validate(&at.field("retry_budget"))?;
         if self.endpoints.is_empty() {
             return at.field("endpoints").fail("at least one endpoint");
         }

@@ -6,7 +6,9 @@ mod control;
 mod key_engine;
 mod listener;
 mod object;
+mod retry;
 mod route;
+mod route_match;
 mod server;
 
 pub use cluster::*;
@@ -14,7 +16,9 @@ pub use control::*;
 pub use key_engine::*;
 pub use listener::*;
 pub use object::*;
+pub use retry::*;
 pub use route::*;
+pub use route_match::*;
 pub use server::*;
 
 use file::{duration, duration_text, load_file, parse_toml};

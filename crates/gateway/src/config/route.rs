@@ -52,6 +52,56 @@ pub struct RouteConfig {
     pub cohorts: Vec<CohortConfig>,
     /// What keeps a user on one side of the split: a header, a cookie or the client address.
     pub sticky: Option<RequestKeyConfig>,
+    /// An exact path to match, instead of `path_prefix`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A regular expression the whole normalized path must match, instead of `path_prefix`
+    /// (linear-time engine; its literal start, such as `/users/` in `/users/[0-9]+`, indexes
+    /// it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_regex: Option<String>,
+    /// Methods matched (upper case); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Request headers that must match (any of a header's values may).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<super::ValueMatchConfig>,
+    /// Query parameters that must match (percent-decoded; any of a repeated one's values may).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query: Vec<super::ValueMatchConfig>,
+    /// Cookies that must match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cookies: Vec<super::ValueMatchConfig>,
+    /// Where two routes of a host match a request, the higher priority wins (default 0);
+    /// among equals, the more specific path (exact, then the longer literal prefix), then the
+    /// one with more conditions, then the last defined.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+    /// Retries of failed tries on other endpoints; none: a connect failure is retried once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<super::RetryConfig>,
+    /// A share of the route's requests copied to a shadow cluster, its answers discarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorConfig>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// A route's `mirror`: `percent` of its requests (default 100) also sent to `cluster`, whose
+/// answers are read and dropped. Only requests whose body was read whole (or that have none)
+/// are copied; the copy never delays or fails the original.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    pub cluster: String,
+    #[serde(default = "all_percent")]
+    pub percent: f64,
+}
+
+fn all_percent() -> f64 {
+    100.0
 }
 
 /// One entry of a route's `split`.
@@ -126,6 +176,15 @@ impl RouteConfig {
             split: vec![],
             cohorts: vec![],
             sticky: None,
+            path: None,
+            path_regex: None,
+            methods: vec![],
+            headers: vec![],
+            query: vec![],
+            cookies: vec![],
+            priority: 0,
+            retry: None,
+            mirror: None,
         }
     }
 }
@@ -298,15 +357,22 @@ impl RouteConfig {
         for (i, c) in self.cohorts.iter().enumerate() {
             refs.push((format!("cohorts[{i}].cluster"), c.cluster.as_str()));
         }
+        if let Some(m) = &self.mirror {
+            refs.push(("mirror.cluster".to_string(), m.cluster.as_str()));
+        }
         refs
     }
 
     /// The name routes are known by in metrics, logs and the control plane: `name`, else
-    /// `host` + `path_prefix`.
+    /// `host` + the path (`path`, `~path_regex` or `path_prefix`).
     pub fn effective_name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("{}{}", self.host, self.path_prefix))
+        self.name.clone().unwrap_or_else(|| {
+            match (&self.path, &self.path_regex) {
+                (Some(p), _) => format!("{}{p}", self.host),
+                (_, Some(r)) => format!("{}~{r}", self.host),
+                _ => format!("{}{}", self.host, self.path_prefix),
+            }
+        })
     }
 
     /// The route's own fields (not whether its cluster exists).
@@ -319,26 +385,18 @@ impl RouteConfig {
         if let Some(rl) = &self.rate_limit {
             rl.validate(&at.field("rate_limit"), "requests")?;
         }
-        let prefix = at.field("path_prefix");
-        if !self.path_prefix.starts_with('/') {
-            return prefix.fail(format!("{:?} must start with '/'", self.path_prefix));
+        check_normal_path(&at.field("path_prefix"), &self.path_prefix)?;
+        self.validate_match(at)?;
+        if let Some(r) = &self.retry {
+            r.validate(&at.field("retry"))?;
         }
-        // Requests are matched by their normalized path, so a prefix in any other form
-        // would never match.
-        let keep = PathPolicy {
-            encoded_slash: SeparatorAction::Keep,
-            backslash: SeparatorAction::Keep,
-            ..Default::default()
-        };
-        match normalize_path(self.path_prefix.as_bytes(), &keep) {
-            Ok(n) if n == self.path_prefix => {}
-            Ok(n) => {
-                return prefix.fail(format!(
-                    "{:?} in normal form, as requests are matched: {n:?}",
-                    self.path_prefix
-                ))
+        if let Some(m) = &self.mirror {
+            if !(m.percent.is_finite() && m.percent > 0.0 && m.percent <= 100.0) {
+                return at
+                    .field("mirror")
+                    .field("percent")
+                    .fail("a share of the route's requests in percent, more than 0, at most 100");
             }
-            Err(e) => return prefix.fail(format!("a path ({:?}: {e})", self.path_prefix)),
         }
         for (j, p) in self.upgrade_protocols.iter().enumerate() {
             let token = !p.is_empty()
@@ -357,5 +415,23 @@ impl RouteConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// `path` starts with `/` and is in normal form (requests are matched by their normalized
+/// path, so a path in any other form would never match).
+pub(super) fn check_normal_path(at: &At, path: &str) -> Result<(), Invalid> {
+    if !path.starts_with('/') {
+        return at.fail(format!("{path:?} must start with '/'"));
+    }
+    let keep = PathPolicy {
+        encoded_slash: SeparatorAction::Keep,
+        backslash: SeparatorAction::Keep,
+        ..Default::default()
+    };
+    match normalize_path(path.as_bytes(), &keep) {
+        Ok(n) if n == path => Ok(()),
+        Ok(n) => at.fail(format!("{path:?} in normal form, as requests are matched: {n:?}")),
+        Err(e) => at.fail(format!("a path ({path:?}: {e})")),
     }
 }

@@ -17,15 +17,18 @@ pub(crate) fn list_elements<'a>(
         .map(str::trim)
 }
 
-/// The value of cookie `name` in `h`'s `Cookie` headers (the first, as sent).
-pub(crate) fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+/// The (name, value) pairs of `h`'s `Cookie` headers, as sent.
+pub(crate) fn cookies(h: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     h.get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+}
+
+/// The value of cookie `name` in `h`'s `Cookie` headers (the first, as sent).
+pub(crate) fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    cookies(h).find(|(k, _)| *k == name).map(|(_, v)| v)
 }
 
 /// What a request is known by (a route's `sticky` split, a cluster's `hash_key`), built from a

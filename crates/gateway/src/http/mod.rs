@@ -3,7 +3,9 @@
 
 pub(crate) mod compress;
 pub(crate) mod headers;
+pub(crate) mod pattern;
 pub(crate) mod pipeline;
 pub mod request_target;
+pub(crate) mod route_match;
 pub(crate) mod router;
 pub(crate) mod websocket;

@@ -1,12 +1,19 @@
-//! Routes: (host, path prefix) → cluster. The most specific host class wins (exact, then
-//! `*.wildcard`, then `*`), then the longest path prefix.
+//! Routes: host, path and conditions → cluster. The most specific host class that has a
+//! matching route wins (exact, then `*.wildcard`, then `*`); within it, the matching route of
+//! the highest `priority`, then of the most specific path (an exact `path`, then the longest
+//! literal prefix: `path_prefix`, or a `path_regex`'s literal start), then with the most
+//! conditions (methods, headers, query, cookies, a path pattern), then the last defined.
 //!
 //! The lookup does not look at every route: routes are indexed by host (a hash map per host
-//! class) and, within a host, by prefix (a hash map per prefix, probed once per distinct
-//! prefix length, longest first). Its cost grows with the number of distinct prefix lengths,
-//! not of routes: 10,000 routes cost about what 10 do.
+//! class) and, within a host, by exact path and by literal prefix (a hash map per prefix,
+//! probed once per distinct prefix length, longest first), each key holding its routes in
+//! the order above. Its cost grows with the number of distinct prefix lengths and of the
+//! routes sharing a key, not of routes: 10,000 routes cost about what 10 do. Conditions are
+//! checked only on the routes of keys the path reaches, and the walk stops at the first
+//! route that matches unless a route of higher priority remains in the table.
 
 use crate::config::{HeaderRewriteConfig, RouteConfig};
+use crate::http::route_match::{Conditions, RequestFacts};
 use crate::policy::access::AccessList;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::HashMap;
@@ -58,6 +65,24 @@ pub struct Route {
     upgrades: Vec<String>,
     /// Other clusters the route's requests may go to (gray release).
     pub split: Option<crate::policy::split::TrafficSplit>,
+    /// What the route's failed tries are retried on.
+    pub retry: crate::policy::retry::RetryPolicy,
+    /// Whether the retry policy may send a request again after it was sent (so its body,
+    /// when small, is kept for that).
+    pub retries_after_send: bool,
+    /// The shadow cluster a share of the route's requests is copied to.
+    pub mirror: Option<Mirror>,
+    /// What a request must meet besides host and path prefix.
+    conditions: Conditions,
+    priority: i32,
+}
+
+/// A route's mirror: the shadow cluster and the share of requests copied to it.
+#[derive(Debug, Clone, Copy)]
+pub struct Mirror {
+    pub cluster: usize,
+    /// Percent of the route's requests.
+    pub percent: f64,
 }
 
 impl Route {
@@ -71,50 +96,119 @@ impl Route {
     }
 }
 
-/// The routes of one host (or host class), by path prefix.
+/// The routes of one host (or host class), by exact path and by literal prefix, each key's
+/// routes best first.
 #[derive(Default)]
-struct PrefixTable {
-    /// Prefix → the route (the last defined, where two share one).
-    exact: HashMap<String, usize>,
-    /// The same, prefixes lowercased, for listeners that match paths without case.
-    lower: HashMap<String, usize>,
+struct PathTable {
+    exact: HashMap<String, Vec<usize>>,
+    /// The same, paths lowercased, for listeners that match paths without case.
+    exact_lower: HashMap<String, Vec<usize>>,
+    prefix: HashMap<String, Vec<usize>>,
+    prefix_lower: HashMap<String, Vec<usize>>,
     /// The distinct prefix lengths, longest first.
     lengths: Vec<usize>,
+    /// The highest priority of any route in the table: a walk that found a route of it can
+    /// stop.
+    top_priority: i32,
+    routes: usize,
 }
 
-impl PrefixTable {
-    fn insert(&mut self, prefix: &str, route: usize) {
-        self.exact.insert(prefix.to_string(), route);
-        self.lower.insert(prefix.to_ascii_lowercase(), route);
-        if let Err(at) = self.lengths.binary_search_by(|l| prefix.len().cmp(l)) {
-            self.lengths.insert(at, prefix.len());
+impl PathTable {
+    fn insert(&mut self, r: &RouteConfig, route: usize, priority: i32) {
+        let (key, exact, lower) = match &r.path {
+            Some(p) => (p.clone(), &mut self.exact, &mut self.exact_lower),
+            None => {
+                let p = r.index_prefix();
+                if let Err(at) = self.lengths.binary_search_by(|l| p.len().cmp(l)) {
+                    self.lengths.insert(at, p.len());
+                }
+                (p, &mut self.prefix, &mut self.prefix_lower)
+            }
+        };
+        lower.entry(key.to_ascii_lowercase()).or_default().push(route);
+        exact.entry(key).or_default().push(route);
+        self.top_priority = if self.routes == 0 {
+            priority
+        } else {
+            self.top_priority.max(priority)
+        };
+        self.routes += 1;
+    }
+
+    /// Orders each key's routes best first (see the module's documentation).
+    fn sort(&mut self, routes: &[Route]) {
+        let rank = |&i: &usize| {
+            let r = &routes[i];
+            std::cmp::Reverse((
+                r.priority,
+                r.conditions.has_path_regex(),
+                r.conditions.count(),
+                i,
+            ))
+        };
+        for map in [
+            &mut self.exact,
+            &mut self.exact_lower,
+            &mut self.prefix,
+            &mut self.prefix_lower,
+        ] {
+            for list in map.values_mut() {
+                list.sort_by_key(rank);
+            }
         }
     }
 
-    /// The route with the longest prefix of `path`.
-    fn find(&self, path: &str, case_insensitive: bool) -> Option<usize> {
+    /// The best route for `path` and `req` (see the module's documentation).
+    fn find(
+        &self,
+        routes: &[Route],
+        path: &str,
+        case_insensitive: bool,
+        req: &RequestFacts<'_>,
+    ) -> Option<usize> {
         let lowered;
-        let (map, path) = if case_insensitive {
+        let (exact, prefix, key) = if case_insensitive {
             lowered = path.to_ascii_lowercase();
-            (&self.lower, lowered.as_str())
+            (&self.exact_lower, &self.prefix_lower, lowered.as_str())
         } else {
-            (&self.exact, path)
+            (&self.exact, &self.prefix, path)
         };
-        self.lengths
-            .iter()
-            .filter(|&&n| n <= path.len() && path.is_char_boundary(n))
-            .find_map(|&n| map.get(&path[..n]).copied())
+        let mut best: Option<(i32, usize)> = None;
+        // The keys the path reaches, most specific first: a later one's route wins only with
+        // a higher priority.
+        let keys = std::iter::once(exact.get(key)).chain(
+            self.lengths
+                .iter()
+                .filter(|&&n| n <= key.len() && key.is_char_boundary(n))
+                .map(|&n| prefix.get(&key[..n])),
+        );
+        for list in keys.flatten() {
+            for &i in list {
+                let r = &routes[i];
+                if best.is_some_and(|(p, _)| r.priority <= p) {
+                    break;
+                }
+                if r.conditions.met(path, case_insensitive, req) {
+                    best = Some((r.priority, i));
+                    break;
+                }
+            }
+            if best.is_some_and(|(p, _)| p >= self.top_priority) {
+                break;
+            }
+        }
+        best.map(|(_, i)| i)
     }
 }
 
 pub struct Router {
     routes: Vec<Route>,
     /// Routes of exact hosts, by host.
-    exact: HashMap<String, PrefixTable>,
+    exact: HashMap<String, PathTable>,
     /// Routes of `*.parent`, by parent.
-    suffix: HashMap<String, PrefixTable>,
+    suffix: HashMap<String, PathTable>,
     /// Routes of `*`.
-    any: PrefixTable,
+    any: PathTable,
 }
 
 impl Router {
@@ -138,7 +232,7 @@ impl Router {
             routes: Vec::with_capacity(routes.len()),
             exact: HashMap::new(),
             suffix: HashMap::new(),
-            any: PrefixTable::default(),
+            any: PathTable::default(),
         };
         for (i, r) in routes.iter().enumerate() {
             let host = r.host.to_ascii_lowercase();
@@ -156,7 +250,7 @@ impl Router {
             } else {
                 router.exact.entry(host).or_default()
             };
-            table.insert(&r.path_prefix, i);
+            table.insert(r, i, r.priority);
             let split: Vec<(String, f64)> = r
                 .split
                 .iter()
@@ -185,13 +279,43 @@ impl Router {
                 response_headers: HeaderRewrite::new(&r.response_headers),
                 compress: r.compress,
                 upgrades: r.upgrade_protocols.clone(),
+                retry: crate::policy::retry::RetryPolicy::new(
+                    &r.retry.clone().unwrap_or_else(crate::config::RetryConfig::connect_only),
+                ),
+                retries_after_send: r.retry.as_ref().is_some_and(|p| {
+                    p.attempts > 0
+                        && (!p.statuses.is_empty()
+                            || p.on.iter().any(|o| *o != crate::config::RetryOn::Connect))
+                }),
+                mirror: r.mirror.as_ref().map(|m| Mirror {
+                    cluster: cluster_index(&m.cluster),
+                    percent: m.percent,
+                }),
+                conditions: Conditions::new(r),
+                priority: r.priority,
             });
+        }
+        let routes = &router.routes;
+        for t in router
+            .exact
+            .values_mut()
+            .chain(router.suffix.values_mut())
+            .chain(std::iter::once(&mut router.any))
+        {
+            t.sort(routes);
         }
         router
     }
 
-    /// `host` without port, any case; `path` normalized (see [`crate::http::request_target`]).
-    pub fn route(&self, host: &str, path: &str, case_insensitive: bool) -> Option<&Route> {
+    /// The route for a request to `host` (without port, any case) and `path` (normalized, see
+    /// [`crate::http::request_target`]) whose other facts are `req`.
+    pub fn route(
+        &self,
+        host: &str,
+        path: &str,
+        case_insensitive: bool,
+        req: &RequestFacts<'_>,
+    ) -> Option<&Route> {
         let host = host.trim_end_matches('.');
         // The pipeline's host is lowercase already: no copy for it.
         let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -199,7 +323,7 @@ impl Router {
         } else {
             std::borrow::Cow::Borrowed(host)
         };
-        let in_table = |t: &PrefixTable| t.find(path, case_insensitive);
+        let in_table = |t: &PathTable| t.find(&self.routes, path, case_insensitive, req);
         let found = self
             .exact
             .get(host.as_ref())
@@ -216,6 +340,17 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The route for a plain GET.
+    fn get<'r>(router: &'r Router, host: &str, path: &str, ci: bool) -> Option<&'r Route> {
+        let headers = HeaderMap::new();
+        let facts = RequestFacts {
+            method: &http::Method::GET,
+            headers: &headers,
+            query: None,
+        };
+        router.route(host, path, ci, &facts)
+    }
 
     fn r(host: &str, prefix: &str, cluster: &str) -> RouteConfig {
         RouteConfig::simple(host, prefix, cluster)
@@ -255,7 +390,7 @@ mod tests {
         ];
         let idx = |n: &str| ["a", "b", "c", "d"].iter().position(|x| *x == n).unwrap();
         let router = Router::new(&routes, idx);
-        let c = |h, p| router.route(h, p, false).map(|r| r.cluster);
+        let c = |h, p| get(&router, h, p, false).map(|r| r.cluster);
         assert_eq!(c("API.example.com", "/v2/x"), Some(3));
         assert_eq!(c("api.example.com", "/v1"), Some(2));
         assert_eq!(c("www.example.com", "/v2/x"), Some(1));
@@ -266,16 +401,16 @@ mod tests {
     #[test]
     fn prefixes_match_without_case_when_asked() {
         let router = Router::new(&[r("*", "/Admin", "a")], |_| 0);
-        assert!(router.route("x", "/admin/1", false).is_none());
-        assert!(router.route("x", "/ADMIN/1", true).is_some());
-        assert!(router.route("x", "/Admin/1", false).is_some());
-        assert!(router.route("x", "/Adm", true).is_none());
+        assert!(get(&router, "x", "/admin/1", false).is_none());
+        assert!(get(&router, "x", "/ADMIN/1", true).is_some());
+        assert!(get(&router, "x", "/Admin/1", false).is_some());
+        assert!(get(&router, "x", "/Adm", true).is_none());
     }
 
     #[test]
     fn only_listed_upgrades_pass() {
         let router = Router::new(&[r("*", "/", "a")], |_| 0);
-        let route = router.route("x", "/", false).unwrap();
+        let route = get(&router, "x", "/", false).unwrap();
         let up = |v: &'static str| route.upgrades(&HeaderValue::from_static(v));
         assert!(up("websocket"));
         assert!(up("WebSocket"));
@@ -331,7 +466,7 @@ mod tests {
             let host = ["x.a.test", "q.a.test", "z.b.test", "c.test", "other"][rng.usize(..5)];
             let path = prefix(&mut rng) + "tail";
             assert_eq!(
-                router.route(host, &path, false).map(|r| r.name.clone()),
+                get(&router, host, &path, false).map(|r| r.name.clone()),
                 scan(host, &path),
                 "{host} {path}"
             );
@@ -341,7 +476,7 @@ mod tests {
     #[test]
     fn no_match_is_none() {
         let router = Router::new(&[r("a.test", "/x", "a")], |_| 0);
-        assert!(router.route("a.test", "/y", false).is_none());
-        assert!(router.route("b.test", "/x", false).is_none());
+        assert!(get(&router, "a.test", "/y", false).is_none());
+        assert!(get(&router, "b.test", "/x", false).is_none());
     }
 }

@@ -23,6 +23,9 @@ pub struct Metrics {
     pub upstream_healthy: IntGaugeVec,
     /// Endpoints ejected by outlier detection, by cluster, endpoint and reason.
     pub upstream_ejections: IntCounterVec,
+    pub upstream_retries: IntCounterVec,
+    pub upstream_retries_refused: IntCounterVec,
+    pub mirror_requests: IntCounterVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
@@ -159,6 +162,31 @@ impl Metrics {
                     "Endpoints ejected by outlier detection, by cluster, endpoint and reason",
                 ),
                 &["cluster", "endpoint", "reason"],
+            )
+            .unwrap(),
+            upstream_retries: IntCounterVec::new(
+                Opts::new(
+                    "rampart_upstream_retries_total",
+                    "Retries sent to another endpoint, by cluster and the failure retried",
+                ),
+                &["cluster", "reason"],
+            )
+            .unwrap(),
+            upstream_retries_refused: IntCounterVec::new(
+                Opts::new(
+                    "rampart_upstream_retries_refused_total",
+                    "Retries a route's policy asked for and the cluster's retry budget refused",
+                ),
+                &["cluster"],
+            )
+            .unwrap(),
+            mirror_requests: IntCounterVec::new(
+                Opts::new(
+                    "rampart_mirror_requests_total",
+                    "Requests copied to a route's shadow cluster, by route, cluster and result \
+                     (answered, failed, skipped: body not read whole)",
+                ),
+                &["route", "cluster", "result"],
             )
             .unwrap(),
             split_requests: IntCounterVec::new(
@@ -376,6 +404,9 @@ impl Metrics {
             &m.config_reloads,
             &m.split_requests,
             &m.upstream_ejections,
+            &m.upstream_retries,
+            &m.upstream_retries_refused,
+            &m.mirror_requests,
             &m.rejected_connections,
             &m.closed_connections,
             &m.overload_actions,
@@ -578,6 +609,9 @@ mod tests {
         m.rate_limited_connections.with_label_values(&["l"]).inc();
         m.config_reloads.with_label_values(&["ok"]).inc();
         m.split_requests.with_label_values(&["r", "c"]).inc();
+        m.upstream_retries.with_label_values(&["c", "reset"]).inc();
+        m.upstream_retries_refused.with_label_values(&["c"]).inc();
+        m.mirror_requests.with_label_values(&["r", "c", "answered"]).inc();
         m.upstream_ejections
             .with_label_values(&["c", "e", "consecutive_5xx"])
             .inc();

@@ -1,8 +1,9 @@
 //! Policies applied to connections and requests: access lists, rate limits, traffic split,
-//! and the overload manager's actions.
+//! retries, and the overload manager's actions.
 
 pub(crate) mod access;
 pub(crate) mod admission;
 pub(crate) mod overload;
 pub(crate) mod ratelimit;
+pub(crate) mod retry;
 pub(crate) mod split;

@@ -7,7 +7,10 @@
 
 mod balance;
 pub(crate) mod health;
+mod retry;
 pub(crate) mod tls;
+
+pub use retry::{RequestCopy, Retry};
 
 use crate::body::{RequestBody, UpstreamLease};
 use crate::config::{ClusterConfig, UpstreamProtocol};
@@ -151,6 +154,10 @@ pub struct RequestSlots {
     /// cannot hold every slot.
     per_client: Mutex<std::collections::HashMap<IpAddr, usize>>,
     gauge: prometheus::IntGauge,
+    /// Retries in flight, and the `retry_budget` in force (`percent` as f64 bits).
+    retries_in_flight: AtomicUsize,
+    budget_percent: std::sync::atomic::AtomicU64,
+    budget_min: AtomicUsize,
 }
 
 /// Why no slot was given.
@@ -179,6 +186,9 @@ impl RequestSlots {
             max_per_client: AtomicUsize::new(cfg.max_requests_per_client()),
             per_client: Mutex::new(Default::default()),
             gauge: metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
+            retries_in_flight: AtomicUsize::new(0),
+            budget_percent: cfg.retry_budget.percent.to_bits().into(),
+            budget_min: AtomicUsize::new(cfg.retry_budget.min_concurrent as usize),
         })
     }
 
@@ -187,6 +197,10 @@ impl RequestSlots {
         self.max.store(cfg.max_requests, Ordering::Relaxed);
         self.max_per_client
             .store(cfg.max_requests_per_client(), Ordering::Relaxed);
+        self.budget_percent
+            .store(cfg.retry_budget.percent.to_bits(), Ordering::Relaxed);
+        self.budget_min
+            .store(cfg.retry_budget.min_concurrent as usize, Ordering::Relaxed);
         self.clone()
     }
 
@@ -286,6 +300,10 @@ pub struct Cluster {
     /// This cluster's `rampart_upstream_errors_total{kind="body"}`: response bodies that failed
     /// midway.
     pub body_errors: prometheus::IntCounter,
+    /// `rampart_upstream_retries_total`, labelled by this cluster and a reason per retry.
+    retries: prometheus::IntCounterVec,
+    /// This cluster's `rampart_upstream_retries_refused_total`.
+    retries_refused: prometheus::IntCounter,
     slots: Arc<RequestSlots>,
     health: Arc<Health>,
     /// TLS to the endpoints, when the cluster has it.
@@ -347,6 +365,10 @@ impl Cluster {
             body_errors: metrics
                 .upstream_errors
                 .with_label_values(&[&cfg.name, "body"]),
+            retries: metrics.upstream_retries.clone(),
+            retries_refused: metrics
+                .upstream_retries_refused
+                .with_label_values(&[&cfg.name]),
             endpoints: cfg
                 .endpoints
                 .iter()
@@ -371,81 +393,20 @@ impl Cluster {
     }
 
     /// Picks an endpoint index for `req` (`None`: in tests) by the cluster's balancer,
-    /// avoiding `exclude` when there is another and endpoints failing their health checks
-    /// unless all are.
-    fn pick(&self, req: Option<&Pick<'_>>, exclude: Option<usize>) -> usize {
+    /// passing over those `tried` (unless all were) and those failing their health checks
+    /// (unless all are).
+    fn pick(&self, req: Option<&Pick<'_>>, tried: impl Fn(usize) -> bool) -> usize {
         let n = self.endpoints.len();
-        let allowed = |i: usize| Some(i) != exclude || n == 1;
         let load = |i: usize| self.endpoints[i].in_flight.load(Ordering::Relaxed);
-        let healthy = |i: usize| allowed(i) && self.health.is_healthy(i);
-        // Every allowed endpoint down: all of them as if none were (a gateway that refused
-        // them all would turn one bad check into an outage).
+        let healthy_untried = |i: usize| !tried(i) && self.health.is_healthy(i);
+        let untried = |i: usize| !tried(i);
+        let healthy = |i: usize| self.health.is_healthy(i);
+        let any = |_: usize| true;
+        // Every endpoint down: all of them as if none were (a gateway that refused them all
+        // would turn one bad check into an outage).
         self.balancer
-            .pick(n, req, &[&healthy, &allowed], load)
+            .pick(n, req, &[&healthy_untried, &untried, &healthy, &any], load)
             .unwrap_or(0)
-    }
-
-    /// Sends `req` (origin-form target) to an endpoint. The connection is secured before the
-    /// request is handed over, so after a connect failure the request is intact: an idempotent
-    /// one is retried once on another endpoint, and otherwise its unread body comes back in
-    /// the error (the caller keeps it until its error response is written).
-    ///
-    /// With `upgrade` (an HTTP/1.1 `Upgrade` request, such as a WebSocket handshake) the
-    /// request goes over a new HTTP/1.1 connection that can be taken over, whatever the
-    /// cluster's protocol, and that connection is never pooled.
-    pub async fn send(
-        &self,
-        req: Request<RequestBody>,
-        upgrade: bool,
-        client: IpAddr,
-    ) -> Result<Exchange, SendFailure> {
-        let slot = match self.slots.take(client) {
-            Ok(s) => s,
-            Err(no) => return Err(SendFailure::with_body(no.into(), req)),
-        };
-        let pick = Pick {
-            headers: req.headers(),
-            client,
-        };
-        let first = self.pick(Some(&pick), None);
-        let (idx, conn) = match self.acquire_at(first, upgrade).await {
-            Ok(c) => (first, c),
-            Err(e) if self.endpoints.len() > 1 && req.method().is_idempotent() => {
-                let pick = Pick {
-                    headers: req.headers(),
-                    client,
-                };
-                let second = self.pick(Some(&pick), Some(first));
-                tracing::debug!(cluster = %self.name, error = %e, "retrying on another endpoint");
-                match Box::pin(self.acquire_at(second, upgrade)).await {
-                    Ok(c) => (second, c),
-                    Err(e) => return Err(SendFailure::with_body(e, req)),
-                }
-            }
-            Err(e) => return Err(SendFailure::with_body(e, req)),
-        };
-        let ep = &self.endpoints[idx];
-        ep.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _guard = InFlight(&ep.in_flight);
-        let outcome = tokio::time::timeout(self.read_timeout, self.exchange(ep, conn, req)).await;
-        // Outlier detection sees every answer, and every wait for one that timed out. A
-        // failed exchange may be the client's doing (its body broke off), so it is not held
-        // against the endpoint.
-        match &outcome {
-            Ok(Ok(x)) => self
-                .health
-                .record_response(idx, x.response.status().as_u16()),
-            Err(_) => self.health.record_exchange_failure(idx),
-            Ok(Err(_)) => {}
-        }
-        match outcome {
-            Err(_) => Err(UpstreamError::Timeout(ep.addr, self.read_timeout).into()),
-            Ok(r) => r.map(|x| Exchange {
-                slot: Some(slot),
-                conn: if upgrade { None } else { x.conn },
-                ..x
-            }),
-        }
     }
 
     /// A connection to endpoint `i` (for an upgrade, a new HTTP/1.1 one that can be taken
@@ -717,6 +678,7 @@ mod tests {
             body_timeout: Duration::from_secs(60),
             health_check: None,
             outlier_detection: None,
+            retry_budget: Default::default(),
             tls: None,
             max_fails: 1,
             fail_timeout: Duration::from_secs(10),
@@ -838,11 +800,11 @@ mod tests {
     #[tokio::test]
     async fn round_robin_cycles_and_exclusion_moves_on() {
         let c = cluster(LbPolicy::RoundRobin, 3);
-        let picks: Vec<_> = (0..6).map(|_| c.pick(None, None)).collect();
+        let picks: Vec<_> = (0..6).map(|_| c.pick(None, |_| false)).collect();
         assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
         for _ in 0..6 {
-            let first = c.pick(None, None);
-            assert_ne!(c.pick(None, Some(first)), first);
+            let first = c.pick(None, |_| false);
+            assert_ne!(c.pick(None, |i| i == first), first);
         }
     }
 
@@ -852,22 +814,22 @@ mod tests {
             let c = cluster(lb, 3);
             c.health.set(1, false);
             for _ in 0..6 {
-                let first = c.pick(None, None);
+                let first = c.pick(None, |_| false);
                 assert_ne!(first, 1, "{lb:?}");
-                let second = c.pick(None, Some(first));
+                let second = c.pick(None, |i| i == first);
                 assert!(second != 1 && second != first, "{lb:?}: retry on {second}");
             }
             c.health.set(0, false);
             c.health.set(2, false);
             // (Least request draws at random among equals: enough picks to see each.)
-            let picks: std::collections::HashSet<_> = (0..60).map(|_| c.pick(None, None)).collect();
+            let picks: std::collections::HashSet<_> = (0..60).map(|_| c.pick(None, |_| false)).collect();
             assert_eq!(picks.len(), 3, "{lb:?}: all down, all tried");
         }
         // Round robin keeps its turn when falling back: two endpoints, both down, alternate.
         let c = cluster(LbPolicy::RoundRobin, 2);
         c.health.set(0, false);
         c.health.set(1, false);
-        let picks: Vec<_> = (0..4).map(|_| c.pick(None, None)).collect();
+        let picks: Vec<_> = (0..4).map(|_| c.pick(None, |_| false)).collect();
         assert_eq!(picks, [0, 1, 0, 1]);
     }
 
@@ -952,9 +914,9 @@ mod tests {
         c.endpoints[2].in_flight.store(1, Ordering::Relaxed);
         // Two drawn, the less loaded taken: the busiest never wins a draw; the idle one is in
         // two of three draws (40 of 60 expected; 25 is four standard deviations below).
-        let picks: Vec<usize> = (0..60).map(|_| c.pick(None, None)).collect();
+        let picks: Vec<usize> = (0..60).map(|_| c.pick(None, |_| false)).collect();
         assert!(!picks.contains(&0), "{picks:?}");
         assert!(picks.iter().filter(|p| **p == 1).count() >= 25, "{picks:?}");
-        assert_eq!(c.pick(None, Some(1)), 2);
+        assert_eq!(c.pick(None, |i| i == 1), 2);
     }
 }

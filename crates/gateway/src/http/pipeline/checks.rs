@@ -6,6 +6,7 @@ use super::forward::refuse_unread;
 use super::{local, Outcome, Phase, RequestCtx};
 use crate::body::ClientBody;
 use crate::http::request_target::{self, Target, TargetError};
+use crate::http::route_match::RequestFacts;
 use crate::http::router::Route;
 use crate::http::websocket;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -144,13 +145,24 @@ pub(super) fn only_chunked(h: &HeaderMap) -> bool {
         .all(|c| c.eq_ignore_ascii_case("chunked"))
 }
 
-/// Phase: the route for the canonical host and path (404 when none matches).
-pub(super) fn route<'a>(ctx: &mut RequestCtx<'a>, target: &Target) -> Phase<&'a Route> {
+/// Phase: the route for the canonical host and path and the request's method, headers,
+/// query and cookies (404 when none matches).
+pub(super) fn route<'a>(
+    ctx: &mut RequestCtx<'a>,
+    target: &Target,
+    req: &Request<ClientBody>,
+) -> Phase<&'a Route> {
     let routing = ctx.routing;
+    let facts = RequestFacts {
+        method: req.method(),
+        headers: req.headers(),
+        query: req.uri().query(),
+    };
     let Some(route) = routing.router.route(
         &target.host,
         &target.path,
         ctx.shared.paths.case_insensitive_routes,
+        &facts,
     ) else {
         return refused(local(
             StatusCode::NOT_FOUND,
@@ -274,7 +286,7 @@ mod tests {
                     ControlFlow::Continue(t) => t,
                     ControlFlow::Break(_) => return Err(StatusCode::BAD_REQUEST),
                 };
-                match route(ctx, &target) {
+                match route(ctx, &target, &req) {
                     ControlFlow::Continue(r) => {
                         assert!(ctx.route.is_some());
                         Ok(r.name.clone())
@@ -314,7 +326,7 @@ mod tests {
         ] {
             let s = shared(&[cfg]);
             let routing = s.routing.current();
-            let r = routing.router.route("www.example", "/", false).unwrap();
+            let r = super::super::testing::plain_get_route(&routing);
             for want in want {
                 let req = client_request("GET", "/", "");
                 let got = with_ctx(&s, |ctx| status(block_on(admit(ctx, r, req))));

@@ -5,7 +5,8 @@ use super::rewrite::{ExchangePlan, Prepared};
 use super::{local, Fault, Outcome, Phase, RequestCtx};
 use crate::body::{BodyProgress, ClientBody, RequestBody, ResponseBody};
 use crate::config::LimitsConfig;
-use crate::upstream::{Cluster, Exchange, SendFailure, UpstreamError};
+use crate::http::router::Route;
+use crate::upstream::{Cluster, Exchange, RequestCopy, Retry, SendFailure, UpstreamError};
 use futures_util::future::BoxFuture;
 use http::{Request, Response, StatusCode};
 use std::ops::ControlFlow;
@@ -27,22 +28,38 @@ enum BufferError {
 /// `client_body_buffer_size`), so a client trickling it holds no upstream connection or slot
 /// while it does; a larger one streams, within `max_body_bytes` and `body_timeout`. A client
 /// that stalls (408) or breaks off (400) ends the request as its fault.
+///
+/// With `keep_copy` (the route may retry after a send, or mirrors this request), a request
+/// whose body was read whole (or that has none) is also copied, to be sent again.
 pub(super) async fn buffer_body(
     ctx: &mut RequestCtx<'_>,
     prepared: Prepared,
     declared_len: Option<u64>,
-) -> Phase<(Request<RequestBody>, ExchangePlan)> {
+    keep_copy: bool,
+) -> Phase<(Request<RequestBody>, ExchangePlan, Option<RequestCopy>)> {
     let Prepared { parts, body, plan } = prepared;
     let limits = &ctx.shared.limits;
-    let body = match buffer_small_body(body, declared_len, limits).await {
-        Ok(b) => b,
+    let (body, copy) = match buffer_small_body(body, declared_len, limits).await {
+        Ok(BodyRead::Whole(frames)) => {
+            let copy = keep_copy.then(|| RequestCopy::new(&parts, &frames));
+            (whole_body(frames), copy)
+        }
+        Ok(BodyRead::Streaming(b)) => (b, None),
         Err(e) => {
             return ControlFlow::Break(client_body_failed(e == BufferError::TimedOut));
         }
     };
     let body = RequestBody::new(body, limits.max_body_bytes, ctx.progress.clone())
         .idle_timeout(limits.body_timeout);
-    ControlFlow::Continue((Request::from_parts(parts, body), plan))
+    ControlFlow::Continue((Request::from_parts(parts, body), plan, copy))
+}
+
+/// A request body as [`buffer_small_body`] found it.
+enum BodyRead {
+    /// Read whole (no frames: there was none).
+    Whole(Vec<http_body::Frame<bytes::Bytes>>),
+    /// Too large or of unknown size: streamed as it comes.
+    Streaming(ClientBody),
 }
 
 /// Reads `body` whole when its length (declared or known to the protocol) is at most
@@ -52,12 +69,15 @@ async fn buffer_small_body(
     mut body: ClientBody,
     declared_len: Option<u64>,
     limits: &LimitsConfig,
-) -> Result<ClientBody, BufferError> {
+) -> Result<BodyRead, BufferError> {
     use http_body::Body as _;
     use http_body_util::BodyExt;
+    if body.is_end_stream() {
+        return Ok(BodyRead::Whole(Vec::new()));
+    }
     let known = declared_len.or_else(|| body.size_hint().exact());
-    if body.is_end_stream() || known.is_none_or(|n| n > limits.buffer_body_bytes) {
-        return Ok(body);
+    if known.is_none_or(|n| n > limits.buffer_body_bytes) {
+        return Ok(BodyRead::Streaming(body));
     }
     let mut frames = Vec::new();
     loop {
@@ -68,20 +88,34 @@ async fn buffer_small_body(
             Ok(None) => break,
         }
     }
+    Ok(BodyRead::Whole(frames))
+}
+
+/// A body of the frames read.
+fn whole_body(frames: Vec<http_body::Frame<bytes::Bytes>>) -> ClientBody {
+    if frames.is_empty() {
+        return crate::body::client_body(http_body_util::Empty::<bytes::Bytes>::new());
+    }
     let frames = futures_util::stream::iter(frames.into_iter().map(Ok::<_, crate::body::BoxError>));
-    Ok(ClientBody::new(http_body_util::StreamBody::new(frames)))
+    ClientBody::new(http_body_util::StreamBody::new(frames))
 }
 
 /// Phase: the exchange with the cluster (a slot, a connection, the request sent, the
-/// response's head received). Times the upstream and notes which endpoint answered.
+/// response's head received), retried as the route says (from `copy`, when kept). Times the
+/// upstream and notes which endpoint answered.
 pub(super) async fn send(
     ctx: &mut RequestCtx<'_>,
     cluster: &Cluster,
-    req: Request<RequestBody>,
+    route: &Route,
+    (req, copy): (Request<RequestBody>, Option<&RequestCopy>),
     upgrade: bool,
 ) -> Phase<Exchange> {
     let sent = Instant::now();
-    match cluster.send(req, upgrade, ctx.conn.client.ip()).await {
+    let retry = Retry {
+        policy: &route.retry,
+        copy,
+    };
+    match cluster.send(req, upgrade, ctx.conn.client.ip(), retry).await {
         Ok(exchange) => {
             let upstream_time = sent.elapsed();
             ctx.upstream_time = Some(upstream_time);
@@ -284,7 +318,10 @@ mod tests {
         };
         let full =
             crate::body::client_body(http_body_util::Full::new(bytes::Bytes::from_static(b"hi")));
-        assert!(buffer_small_body(full, Some(2), &limits).await.is_ok());
+        assert!(matches!(
+            buffer_small_body(full, Some(2), &limits).await,
+            Ok(BodyRead::Whole(f)) if f.len() == 1
+        ));
         // Declared 10 bytes, none arrive.
         let never = futures_util::stream::pending::<
             Result<http_body::Frame<bytes::Bytes>, crate::body::BoxError>,

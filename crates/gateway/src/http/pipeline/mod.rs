@@ -6,14 +6,17 @@
 //! 2. [`checks::mark_early_data`], [`checks::refuse_early_data`]: RFC 8470's rules for 0-RTT.
 //! 3. [`checks::limits`]: header and body sizes, methods the gateway does not pass, transfer
 //!    codings it cannot.
-//! 4. [`checks::route`]: host and path to a route.
-//! 5. [`checks::admit`]: the route's access list, then its rate limit.
+//! 4. [`checks::route`]: host, path and the route's conditions to a route.
+//! 5. [`checks::admit`]: the route's access list, then its rate limit; [`checks::split`]:
+//!    the cluster, when the route splits its traffic.
 //! 6. [`rewrite::request`]: hop-by-hop headers out, forwarding headers in, upgrades set up.
-//! 7. [`forward::buffer_body`]: a small body read whole before an upstream slot is taken.
-//! 8. [`forward::send`]: the exchange with the cluster; a failure is mapped to a status and
-//!    to whose fault it was ([`Fault`]).
-//! 9. [`respond::response`]: the upstream's answer checked and rewritten for the client.
-//! 10. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
+//! 7. [`forward::buffer_body`]: a small body read whole before an upstream slot is taken
+//!    (and kept, when the route may retry after a send or mirrors the request).
+//! 8. [`mirror::send_copy`]: a share of the route's requests copied to its shadow cluster.
+//! 9. [`forward::send`]: the exchange with the cluster, retried as the route says; a failure
+//!    is mapped to a status and to whose fault it was ([`Fault`]).
+//! 10. [`respond::response`]: the upstream's answer checked and rewritten for the client.
+//! 11. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
 //!     logged when its body ends.
 //!
 //! A phase either continues with what the next one needs or ends the request with an
@@ -22,6 +25,7 @@
 
 mod checks;
 mod forward;
+mod mirror;
 mod respond;
 mod rewrite;
 
@@ -253,12 +257,19 @@ async fn run<'a>(
     let target = target?;
     checks::refuse_early_data(ctx, replay_safe)?;
     let (req, declared_len) = checks::limits(ctx, req).await?;
-    let route = checks::route(ctx, &target)?;
+    let route = checks::route(ctx, &target, &req)?;
     let req = checks::admit(ctx, route, req).await?;
     let cluster = &ctx.routing.clusters[checks::split(ctx, route, &req)];
     let prepared = rewrite::request(ctx, route, &target, req);
-    let (req, exchange_plan) = forward::buffer_body(ctx, prepared, declared_len).await?;
-    let exchange = forward::send(ctx, cluster, req, exchange_plan.upgrade.is_some()).await?;
+    let upgrade = prepared.plan.upgrade.is_some();
+    let mirror = mirror::chosen(route).filter(|_| !upgrade);
+    let keep_copy = route.retries_after_send || mirror.is_some();
+    let (req, exchange_plan, copy) =
+        forward::buffer_body(ctx, prepared, declared_len, keep_copy).await?;
+    if let Some(m) = mirror {
+        mirror::send_copy(ctx, route, m, copy.as_ref());
+    }
+    let exchange = forward::send(ctx, cluster, route, (req, copy.as_ref()), upgrade).await?;
     ControlFlow::Continue(respond::response(ctx, cluster, exchange, exchange_plan))
 }
 
@@ -395,6 +406,20 @@ pub(crate) mod testing {
         let routing = shared.routing.current();
         let mut ctx = RequestCtx::new(shared, &conn, &routing, &client_request("GET", "/", ""));
         f(&mut ctx)
+    }
+
+    /// The route `routing` gives a plain `GET /` to `www.example`.
+    pub fn plain_get_route(routing: &Routing) -> &Route {
+        let headers = http::HeaderMap::new();
+        let facts = crate::http::route_match::RequestFacts {
+            method: &http::Method::GET,
+            headers: &headers,
+            query: None,
+        };
+        routing
+            .router
+            .route("www.example", "/", false, &facts)
+            .expect("a route for GET /")
     }
 
     /// The status an outcome answers with.

@@ -286,7 +286,7 @@ mod tests {
     fn the_upstream_sees_one_canonical_host_and_the_forwarding_headers() {
         let s = shared(&[RouteConfig::simple("*", "/", "c")]);
         let routing = s.routing.current();
-        let route = routing.router.route("www.example", "/", false).unwrap();
+        let route = super::super::testing::plain_get_route(&routing);
         let mut req = client_request("GET", "http://www.example/a/../b?q=1", "");
         let h = req.headers_mut();
         h.insert(header::HOST, HeaderValue::from_static("admin.example"));
@@ -319,7 +319,7 @@ mod tests {
     fn only_upgrades_the_route_lists_are_passed() {
         let s = shared(&[RouteConfig::simple("*", "/", "c")]);
         let routing = s.routing.current();
-        let route = routing.router.route("www.example", "/", false).unwrap();
+        let route = super::super::testing::plain_get_route(&routing);
         for (protocol, passed) in [("websocket", true), ("h2c", false)] {
             let mut req = client_request("GET", "/", "");
             req.headers_mut()
