@@ -314,6 +314,57 @@ endpoints = ["127.0.0.1:8080"]
     }
 
     #[test]
+    fn route_conditions_retries_and_mirrors_are_validated_with_their_paths() {
+        let with = |extra: &str| {
+            MINIMAL.replace("cluster = \"app\"", &format!("cluster = \"app\"\n{extra}"))
+                + "[[clusters]]\nname = \"shadow\"\nendpoints = [\"127.0.0.1:8081\"]\n"
+        };
+        let ok = r#"path_regex = "/users/[0-9]+"
+methods = ["GET"]
+headers = [{ name = "x-beta", present = true }]
+query = [{ name = "v", regex = "[0-9]+" }]
+cookies = [{ name = "uid", prefix = "a" }]
+priority = 5
+retry = { attempts = 3, on = ["reset", "gateway_error"], statuses = [409], per_try_timeout = "1s" }
+mirror = { cluster = "shadow", percent = 10 }"#;
+        assert!(parse(&with(ok)).is_ok(), "{:?}", parse(&with(ok)).err());
+        let fails = |extra: &str, path: &str, says: &str| {
+            let e = parse(&with(extra)).unwrap_err();
+            assert_eq!(e.path, path, "{extra}: {e}");
+            assert!(e.message.contains(says), "{extra}: {e}");
+        };
+        fails("path_regex = \"/users/[0-9\"", "routes[0].path_regex", "a regular expression");
+        fails("path_regex = \"/(a)\\\\1\"", "routes[0].path_regex", "a regular expression");
+        fails(
+            "headers = [{ name = \"x\", regex = \"(\" }]",
+            "routes[0].headers[0].regex",
+            "a regular expression",
+        );
+        fails(
+            "query = [{ name = \"x\", exact = \"1\", present = true }]",
+            "routes[0].query[0]",
+            "exactly one of",
+        );
+        fails("methods = [\"get\"]", "routes[0].methods[0]", "upper case");
+        fails("path = \"/a\"\npath_prefix = \"/b\"", "routes[0].path", "not both");
+        fails("path = \"/a/../b\"", "routes[0].path", "normal form");
+        fails("path = \"/a\"\npath_regex = \"/a\"", "routes[0]", "at most one");
+        fails("retry = { attempts = 11 }", "routes[0].retry.attempts", "at most 10");
+        fails("retry = { on = [\"sometimes\"] }", "routes[0].retry.on[0]", "unknown variant");
+        fails("retry = { statuses = [42] }", "routes[0].retry.statuses[0]", "HTTP status");
+        fails(
+            "mirror = { cluster = \"nope\" }",
+            "routes[0].mirror.cluster",
+            "no cluster named",
+        );
+        fails(
+            "mirror = { cluster = \"shadow\", percent = 0 }",
+            "routes[0].mirror.percent",
+            "more than 0",
+        );
+    }
+
+    #[test]
     fn a_bad_access_list_entry_names_its_place() {
         let text = MINIMAL.replace(
             "cluster = \"app\"",

@@ -473,6 +473,144 @@ mod tests {
         }
     }
 
+    /// With conditions and priorities, the index answers as a scan of every route would by the
+    /// documented order: the most specific host class with a match, then priority, then the
+    /// most specific path (exact, then the longest literal prefix), then more conditions,
+    /// then the last defined.
+    #[test]
+    fn conditions_and_priorities_agree_with_a_scan_of_every_route() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let hosts = ["*", "*.a.test", "x.a.test"];
+        let segments = ["api", "v1", "users", "7"];
+        let path = |rng: &mut fastrand::Rng| {
+            let mut p = String::new();
+            for _ in 0..rng.usize(1..4) {
+                p.push('/');
+                p.push_str(segments[rng.usize(..segments.len())]);
+            }
+            p
+        };
+        let routes: Vec<RouteConfig> = (0..3_000)
+            .map(|i| {
+                let mut cfg = RouteConfig {
+                    name: Some(format!("r{i}")),
+                    priority: rng.i32(-1..=1),
+                    ..r(hosts[rng.usize(..hosts.len())], "/", "c")
+                };
+                match rng.usize(..3) {
+                    0 => cfg.path = Some(path(&mut rng)),
+                    1 => cfg.path_prefix = path(&mut rng),
+                    _ => cfg.path_regex = Some(format!("{}/[0-9]+", path(&mut rng))),
+                }
+                if rng.bool() {
+                    cfg.methods = vec!["POST".into()];
+                }
+                if rng.u8(..4) == 0 {
+                    cfg.headers = vec![crate::config::ValueMatchConfig {
+                        name: "x-beta".into(),
+                        present: Some(rng.bool()),
+                        ..Default::default()
+                    }];
+                }
+                cfg
+            })
+            .collect();
+        let router = Router::new(&routes, |_| 0);
+        let conditions: Vec<Conditions> = routes.iter().map(Conditions::new).collect();
+        let prefixes: Vec<String> = routes.iter().map(RouteConfig::index_prefix).collect();
+        let scan = |host: &str, path: &str, facts: &RequestFacts<'_>| {
+            let class = |h: &str| match h {
+                "*" => Some(0),
+                h if h.starts_with("*.") => host
+                    .split_once('.')
+                    .is_some_and(|(_, p)| p == &h[2..])
+                    .then_some(1),
+                h => (h == host).then_some(2),
+            };
+            let matching = routes.iter().enumerate().filter_map(|(i, r)| {
+                let specific = match &r.path {
+                    Some(p) if p == path => usize::MAX,
+                    Some(_) => return None,
+                    None if path.starts_with(&prefixes[i]) => prefixes[i].len(),
+                    None => return None,
+                };
+                if !conditions[i].met(path, false, facts) {
+                    return None;
+                }
+                let c = &conditions[i];
+                Some((
+                    (class(&r.host)?, r.priority, specific, c.has_path_regex(), c.count(), i),
+                    i,
+                ))
+            });
+            matching.max_by_key(|(k, _)| *k).map(|(_, i)| format!("r{i}"))
+        };
+        for _ in 0..3_000 {
+            let host = ["x.a.test", "q.a.test", "other"][rng.usize(..3)];
+            let p = path(&mut rng);
+            let mut headers = HeaderMap::new();
+            if rng.bool() {
+                headers.insert("x-beta", HeaderValue::from_static("1"));
+            }
+            let method = if rng.bool() {
+                http::Method::GET
+            } else {
+                http::Method::POST
+            };
+            let facts = RequestFacts {
+                method: &method,
+                headers: &headers,
+                query: None,
+            };
+            assert_eq!(
+                router.route(host, &p, false, &facts).map(|r| r.name.clone()),
+                scan(host, &p, &facts),
+                "{host} {p} {method}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_priority_overrides_a_longer_prefix_and_conditions_pick_among_equals() {
+        let canary = RouteConfig {
+            name: Some("canary".into()),
+            headers: vec![crate::config::ValueMatchConfig {
+                name: "x-canary".into(),
+                exact: Some("1".into()),
+                ..Default::default()
+            }],
+            ..r("*", "/api/", "c")
+        };
+        let plain = RouteConfig {
+            name: Some("plain".into()),
+            ..r("*", "/api/", "c")
+        };
+        let urgent = RouteConfig {
+            name: Some("urgent".into()),
+            priority: 10,
+            methods: vec!["DELETE".into()],
+            ..r("*", "/", "c")
+        };
+        let router = Router::new(&[canary, plain, urgent], |_| 0);
+        let name = |method: http::Method, canary: bool| {
+            let mut headers = HeaderMap::new();
+            if canary {
+                headers.insert("x-canary", HeaderValue::from_static("1"));
+            }
+            let facts = RequestFacts {
+                method: &method,
+                headers: &headers,
+                query: None,
+            };
+            router
+                .route("h", "/api/x", false, &facts)
+                .map(|r| r.name.clone())
+        };
+        assert_eq!(name(http::Method::GET, true).as_deref(), Some("canary"));
+        assert_eq!(name(http::Method::GET, false).as_deref(), Some("plain"));
+        assert_eq!(name(http::Method::DELETE, true).as_deref(), Some("urgent"));
+    }
+
     #[test]
     fn no_match_is_none() {
         let router = Router::new(&[r("a.test", "/x", "a")], |_| 0);
