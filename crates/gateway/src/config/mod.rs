@@ -333,8 +333,16 @@ mirror = { cluster = "shadow", percent = 10 }"#;
             assert_eq!(e.path, path, "{extra}: {e}");
             assert!(e.message.contains(says), "{extra}: {e}");
         };
-        fails("path_regex = \"/users/[0-9\"", "routes[0].path_regex", "a regular expression");
-        fails("path_regex = \"/(a)\\\\1\"", "routes[0].path_regex", "a regular expression");
+        fails(
+            "path_regex = \"/users/[0-9\"",
+            "routes[0].path_regex",
+            "a regular expression",
+        );
+        fails(
+            "path_regex = \"/(a)\\\\1\"",
+            "routes[0].path_regex",
+            "a regular expression",
+        );
         fails(
             "headers = [{ name = \"x\", regex = \"(\" }]",
             "routes[0].headers[0].regex",
@@ -346,12 +354,32 @@ mirror = { cluster = "shadow", percent = 10 }"#;
             "exactly one of",
         );
         fails("methods = [\"get\"]", "routes[0].methods[0]", "upper case");
-        fails("path = \"/a\"\npath_prefix = \"/b\"", "routes[0].path", "not both");
+        fails(
+            "path = \"/a\"\npath_prefix = \"/b\"",
+            "routes[0].path",
+            "not both",
+        );
         fails("path = \"/a/../b\"", "routes[0].path", "normal form");
-        fails("path = \"/a\"\npath_regex = \"/a\"", "routes[0]", "at most one");
-        fails("retry = { attempts = 11 }", "routes[0].retry.attempts", "at most 10");
-        fails("retry = { on = [\"sometimes\"] }", "routes[0].retry.on[0]", "unknown variant");
-        fails("retry = { statuses = [42] }", "routes[0].retry.statuses[0]", "HTTP status");
+        fails(
+            "path = \"/a\"\npath_regex = \"/a\"",
+            "routes[0]",
+            "at most one",
+        );
+        fails(
+            "retry = { attempts = 11 }",
+            "routes[0].retry.attempts",
+            "at most 10",
+        );
+        fails(
+            "retry = { on = [\"sometimes\"] }",
+            "routes[0].retry.on[0]",
+            "unknown variant",
+        );
+        fails(
+            "retry = { statuses = [42] }",
+            "routes[0].retry.statuses[0]",
+            "HTTP status",
+        );
         fails(
             "mirror = { cluster = \"nope\" }",
             "routes[0].mirror.cluster",

@@ -77,7 +77,10 @@ impl RetryConfig {
         }
         for (i, s) in self.statuses.iter().enumerate() {
             if !(100..=599).contains(s) {
-                return at.field("statuses").index(i).fail("an HTTP status (100-599)");
+                return at
+                    .field("statuses")
+                    .index(i)
+                    .fail("an HTTP status (100-599)");
             }
         }
         if self.backoff_max < self.backoff_base {

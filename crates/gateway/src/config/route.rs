@@ -366,13 +366,13 @@ impl RouteConfig {
     /// The name routes are known by in metrics, logs and the control plane: `name`, else
     /// `host` + the path (`path`, `~path_regex` or `path_prefix`).
     pub fn effective_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| {
-            match (&self.path, &self.path_regex) {
+        self.name
+            .clone()
+            .unwrap_or_else(|| match (&self.path, &self.path_regex) {
                 (Some(p), _) => format!("{}{p}", self.host),
                 (_, Some(r)) => format!("{}~{r}", self.host),
                 _ => format!("{}{}", self.host, self.path_prefix),
-            }
-        })
+            })
     }
 
     /// The route's own fields (not whether its cluster exists).
@@ -431,7 +431,9 @@ pub(super) fn check_normal_path(at: &At, path: &str) -> Result<(), Invalid> {
     };
     match normalize_path(path.as_bytes(), &keep) {
         Ok(n) if n == path => Ok(()),
-        Ok(n) => at.fail(format!("{path:?} in normal form, as requests are matched: {n:?}")),
+        Ok(n) => at.fail(format!(
+            "{path:?} in normal form, as requests are matched: {n:?}"
+        )),
         Err(e) => at.fail(format!("a path ({path:?}: {e})")),
     }
 }

@@ -27,7 +27,9 @@ impl ValueMatchConfig {
     /// Exactly one test, a name `valid_name` accepts, and a pattern that compiles.
     fn validate(&self, at: &At, valid_name: impl Fn(&str) -> bool) -> Result<(), Invalid> {
         if !valid_name(&self.name) {
-            return at.field("name").fail(format!("a name, not {:?}", self.name));
+            return at
+                .field("name")
+                .fail(format!("a name, not {:?}", self.name));
         }
         let set = [
             self.exact.is_some(),
@@ -62,9 +64,9 @@ impl RouteConfig {
         }
         if let Some(r) = &self.path_regex {
             if custom_prefix {
-                return at
-                    .field("path_regex")
-                    .fail("path_regex or path_prefix, not both (a pattern's literal start indexes it)");
+                return at.field("path_regex").fail(
+                    "path_regex or path_prefix, not both (a pattern's literal start indexes it)",
+                );
             }
             if let Err(why) = pattern::compile(r, false) {
                 return at.field("path_regex").fail(why);
@@ -88,7 +90,10 @@ impl RouteConfig {
             m.validate(&at.field("query").index(i), param_name)?;
         }
         let cookie_name = |n: &str| {
-            !n.is_empty() && !n.bytes().any(|b| b"=; \t,".contains(&b) || b.is_ascii_control())
+            !n.is_empty()
+                && !n
+                    .bytes()
+                    .any(|b| b"=; \t,".contains(&b) || b.is_ascii_control())
         };
         for (i, m) in self.cookies.iter().enumerate() {
             m.validate(&at.field("cookies").index(i), cookie_name)?;

@@ -212,11 +212,23 @@ cookies = [{ name = "beta", regex = "yes|1" }]"#,
         assert!(!met(&c, "GET", &h, Some("debug=off")), "query");
         assert!(!met(&c, "GET", &h, None), "query absent");
         assert!(
-            !met(&c, "GET", &[("x-canary", "1"), ("cookie", "beta=no")], Some("debug=on")),
+            !met(
+                &c,
+                "GET",
+                &[("x-canary", "1"), ("cookie", "beta=no")],
+                Some("debug=on")
+            ),
             "cookie"
         );
-        let with_auth = [("x-canary", "1"), ("cookie", "beta=1"), ("authorization", "x")];
-        assert!(!met(&c, "GET", &with_auth, Some("debug=on")), "absent header");
+        let with_auth = [
+            ("x-canary", "1"),
+            ("cookie", "beta=1"),
+            ("authorization", "x"),
+        ];
+        assert!(
+            !met(&c, "GET", &with_auth, Some("debug=on")),
+            "absent header"
+        );
         // A header sent twice: either value may match.
         let twice = [("x-canary", "0"), ("x-canary", "1"), ("cookie", "beta=1")];
         assert!(met(&c, "GET", &twice, Some("debug=on")));
@@ -224,21 +236,24 @@ cookies = [{ name = "beta", regex = "yes|1" }]"#,
 
     #[test]
     fn query_parameters_are_matched_decoded() {
-        let c = Conditions::new(&route(
-            r#"query = [{ name = "debug", exact = "a b" }]"#,
-        ));
+        let c = Conditions::new(&route(r#"query = [{ name = "debug", exact = "a b" }]"#));
         assert!(met(&c, "GET", &[], Some("debug=a+b")));
         assert!(met(&c, "GET", &[], Some("%64ebug=a%20b")));
         assert!(!met(&c, "GET", &[], Some("debugx=a+b")));
-        let absent = Conditions::new(&route(
-            r#"query = [{ name = "admin", present = false }]"#,
+        let absent = Conditions::new(&route(r#"query = [{ name = "admin", present = false }]"#));
+        assert!(absent.met(
+            "/",
+            false,
+            &RequestFacts {
+                method: &Method::GET,
+                headers: &HeaderMap::new(),
+                query: Some("x=1"),
+            }
         ));
-        assert!(absent.met("/", false, &RequestFacts {
-            method: &Method::GET,
-            headers: &HeaderMap::new(),
-            query: Some("x=1"),
-        }));
-        assert!(!met(&absent, "GET", &[], Some("%61dmin=1")), "spelled around");
+        assert!(
+            !met(&absent, "GET", &[], Some("%61dmin=1")),
+            "spelled around"
+        );
     }
 
     #[test]

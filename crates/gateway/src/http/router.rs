@@ -125,7 +125,10 @@ impl PathTable {
                 (p, &mut self.prefix, &mut self.prefix_lower)
             }
         };
-        lower.entry(key.to_ascii_lowercase()).or_default().push(route);
+        lower
+            .entry(key.to_ascii_lowercase())
+            .or_default()
+            .push(route);
         exact.entry(key).or_default().push(route);
         self.top_priority = if self.routes == 0 {
             priority
@@ -280,7 +283,9 @@ impl Router {
                 compress: r.compress,
                 upgrades: r.upgrade_protocols.clone(),
                 retry: crate::policy::retry::RetryPolicy::new(
-                    &r.retry.clone().unwrap_or_else(crate::config::RetryConfig::connect_only),
+                    &r.retry
+                        .clone()
+                        .unwrap_or_else(crate::config::RetryConfig::connect_only),
                 ),
                 retries_after_send: r.retry.as_ref().is_some_and(|p| {
                     p.attempts > 0
@@ -539,11 +544,20 @@ mod tests {
                 }
                 let c = &conditions[i];
                 Some((
-                    (class(&r.host)?, r.priority, specific, c.has_path_regex(), c.count(), i),
+                    (
+                        class(&r.host)?,
+                        r.priority,
+                        specific,
+                        c.has_path_regex(),
+                        c.count(),
+                        i,
+                    ),
                     i,
                 ))
             });
-            matching.max_by_key(|(k, _)| *k).map(|(_, i)| format!("r{i}"))
+            matching
+                .max_by_key(|(k, _)| *k)
+                .map(|(_, i)| format!("r{i}"))
         };
         for _ in 0..3_000 {
             let host = ["x.a.test", "q.a.test", "other"][rng.usize(..3)];
@@ -563,7 +577,9 @@ mod tests {
                 query: None,
             };
             assert_eq!(
-                router.route(host, &p, false, &facts).map(|r| r.name.clone()),
+                router
+                    .route(host, &p, false, &facts)
+                    .map(|r| r.name.clone()),
                 scan(host, &p, &facts),
                 "{host} {p} {method}"
             );

@@ -611,7 +611,9 @@ mod tests {
         m.split_requests.with_label_values(&["r", "c"]).inc();
         m.upstream_retries.with_label_values(&["c", "reset"]).inc();
         m.upstream_retries_refused.with_label_values(&["c"]).inc();
-        m.mirror_requests.with_label_values(&["r", "c", "answered"]).inc();
+        m.mirror_requests
+            .with_label_values(&["r", "c", "answered"])
+            .inc();
         m.upstream_ejections
             .with_label_values(&["c", "e", "consecutive_5xx"])
             .inc();

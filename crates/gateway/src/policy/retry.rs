@@ -77,8 +77,7 @@ impl RetryPolicy {
             TryFailure::Timeout => self.on.contains(&RetryOn::Timeout),
             TryFailure::Status(s) => self.retries_status(s),
         };
-        listed
-            && (failure == TryFailure::Connect || self.non_idempotent || idempotent)
+        listed && (failure == TryFailure::Connect || self.non_idempotent || idempotent)
     }
 
     /// How long to wait before retry `n` (1 for the first): a random time up to

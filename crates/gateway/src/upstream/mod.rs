@@ -822,7 +822,8 @@ mod tests {
             c.health.set(0, false);
             c.health.set(2, false);
             // (Least request draws at random among equals: enough picks to see each.)
-            let picks: std::collections::HashSet<_> = (0..60).map(|_| c.pick(None, |_| false)).collect();
+            let picks: std::collections::HashSet<_> =
+                (0..60).map(|_| c.pick(None, |_| false)).collect();
             assert_eq!(picks.len(), 3, "{lb:?}: all down, all tried");
         }
         // Round robin keeps its turn when falling back: two endpoints, both down, alternate.

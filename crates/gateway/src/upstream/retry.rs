@@ -38,7 +38,10 @@ impl RequestCopy {
             uri: head.uri.clone(),
             version: head.version,
             headers: head.headers.clone(),
-            data: frames.iter().filter_map(|f| f.data_ref().cloned()).collect(),
+            data: frames
+                .iter()
+                .filter_map(|f| f.data_ref().cloned())
+                .collect(),
             trailers: frames.iter().find_map(|f| f.trailers_ref().cloned()),
         }
     }
@@ -88,8 +91,8 @@ impl RequestSlots {
     pub(super) fn take_retry(self: &Arc<Self>) -> Option<RetryPermit> {
         let active = self.in_flight.load(Ordering::Relaxed) as f64;
         let percent = f64::from_bits(self.budget_percent.load(Ordering::Relaxed));
-        let allowed = ((active * percent / 100.0) as usize)
-            .max(self.budget_min.load(Ordering::Relaxed));
+        let allowed =
+            ((active * percent / 100.0) as usize).max(self.budget_min.load(Ordering::Relaxed));
         if self.retries_in_flight.fetch_add(1, Ordering::Relaxed) >= allowed {
             self.retries_in_flight.fetch_sub(1, Ordering::Relaxed);
             return None;
@@ -200,7 +203,9 @@ impl Cluster {
                 (_, Some(copy)) => copy.request(),
                 (other, None) => return finish(other, slot, upgrade),
             };
-            self.retries.with_label_values(&[&self.name, why.as_str()]).inc();
+            self.retries
+                .with_label_values(&[&self.name, why.as_str()])
+                .inc();
             tracing::debug!(cluster = %self.name, reason = why.as_str(), "retrying on another endpoint");
             let wait = policy.backoff(n + 1);
             if !wait.is_zero() {

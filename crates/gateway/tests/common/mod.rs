@@ -743,3 +743,94 @@ pub async fn tls_after(
         .await
         .map_err(|e| e.to_string())
 }
+
+/// An upstream whose answers a test sets: every request gets `status` after `delay_ms`, with
+/// `x-server: NAME` and `x-body-bytes: N` (the request body's size) and the body `NAME\n`.
+/// It counts requests and keeps the `Host` of each; connections stay open (keep-alive).
+pub struct ScriptedUpstream {
+    pub addr: SocketAddr,
+    pub hits: Arc<std::sync::atomic::AtomicUsize>,
+    pub status: Arc<std::sync::atomic::AtomicU16>,
+    pub delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    pub hosts: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ScriptedUpstream {
+    pub fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+pub async fn spawn_scripted_upstream(name: &'static str, status: u16) -> ScriptedUpstream {
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = ScriptedUpstream {
+        addr: listener.local_addr().unwrap(),
+        hits: Arc::new(AtomicUsize::new(0)),
+        status: Arc::new(AtomicU16::new(status)),
+        delay_ms: Arc::new(AtomicU64::new(0)),
+        hosts: Default::default(),
+    };
+    let (hits, status, delay, hosts) = (
+        up.hits.clone(),
+        up.status.clone(),
+        up.delay_ms.clone(),
+        up.hosts.clone(),
+    );
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let (hits, status, delay, hosts) =
+                (hits.clone(), status.clone(), delay.clone(), hosts.clone());
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (hits, status, delay, hosts) =
+                        (hits.clone(), status.clone(), delay.clone(), hosts.clone());
+                    async move {
+                        hits.fetch_add(1, Ordering::Relaxed);
+                        if let Some(h) = req.headers().get("host").and_then(|v| v.to_str().ok()) {
+                            hosts.lock().unwrap().push(h.to_string());
+                        }
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes().len());
+                        let wait = delay.load(Ordering::Relaxed);
+                        if wait > 0 {
+                            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                        }
+                        let resp = hyper::Response::builder()
+                            .status(status.load(Ordering::Relaxed))
+                            .header("x-server", name)
+                            .header("x-body-bytes", body.unwrap_or(0))
+                            .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                                "{name}\n"
+                            ))))
+                            .unwrap();
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), service)
+                    .await;
+            });
+        }
+    });
+    up
+}
+
+/// Runs `n` requests of `args` (ending in the URL) through one curl, at most `parallel` at a
+/// time; returns each request's `%{http_code}`.
+pub async fn curl_parallel(fx: &Fixture, n: usize, parallel: usize, args: &[&str]) -> Vec<String> {
+    let (url, opts) = args.split_last().expect("a URL");
+    let parallel = parallel.to_string();
+    let mut all: Vec<&str> = vec!["--parallel", "--parallel-max", &parallel];
+    all.extend_from_slice(opts);
+    all.extend(["-w", "%{http_code}\\n"]);
+    for _ in 0..n {
+        all.extend(["-o", "/dev/null"]);
+    }
+    all.extend(std::iter::repeat_n(*url, n));
+    stdout(&run(curl(fx, &all)).await)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}

@@ -115,7 +115,10 @@ pub(super) async fn send(
         policy: &route.retry,
         copy,
     };
-    match cluster.send(req, upgrade, ctx.conn.client.ip(), retry).await {
+    match cluster
+        .send(req, upgrade, ctx.conn.client.ip(), retry)
+        .await
+    {
         Ok(exchange) => {
             let upstream_time = sent.elapsed();
             ctx.upstream_time = Some(upstream_time);

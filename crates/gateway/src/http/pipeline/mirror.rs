@@ -38,10 +38,11 @@ pub(super) fn send_copy(
 ) {
     let cluster: Arc<Cluster> = ctx.routing.clusters[mirror.cluster].clone();
     let counter = |result: &str| {
-        ctx.shared
-            .metrics
-            .mirror_requests
-            .with_label_values(&[route.name.as_str(), cluster.name.as_str(), result])
+        ctx.shared.metrics.mirror_requests.with_label_values(&[
+            route.name.as_str(),
+            cluster.name.as_str(),
+            result,
+        ])
     };
     let Some(copy) = copy else {
         counter("skipped").inc();
