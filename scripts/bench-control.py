@@ -9,8 +9,11 @@
                them against with 10 routes (`rampart bench https-requests --server-pid`).
   split        keep-alive request CPU through a 95/5 split sticky by client address against
                the same route without a split (issue 35), ROUNDS (3) alternating rounds.
+  matchers     keep-alive request CPU with 10,000 routes that each match a path pattern, a
+               method and a header against with 10 such routes (issue 35), ROUNDS (3)
+               alternating rounds; and the time the 10,000 take to be in force.
 
-    scripts/bench-control.py [propagation] [scale] [split]   # propagation and scale by default
+    scripts/bench-control.py [propagation] [scale] [split] [matchers]   # propagation, scale by default
 Settings (environment): CHANGES (30), BIN (./target/release/rampart), OUT
 (target/bench-control). Gateways run with one worker thread each on CPU 0; etcd, the upstream
 and the load on CPU 1. Every loop is bounded in count and time.
@@ -269,6 +272,41 @@ def split(workdir, certs, upstream):
     print(f"median ratio {statistics.median(ratios):.3f}")
 
 
+def matcher_route(i, clusters):
+    return json.dumps({"path_regex": f"/bytes/{i}[0-9]*", "methods": ["GET"],
+                       "headers": [{"name": "x-tenant", "exact": f"t{i}"}],
+                       "cluster": f"c{i % clusters}"})
+
+
+def matchers(workdir, certs, upstream):
+    rows = {10: [], 10000: []}
+    for rnd in range(int(os.environ.get("ROUNDS", "3"))):
+        for n in (10, 10000) if rnd % 2 == 0 else (10000, 10):
+            etcd = Etcd(f"{workdir}/matchers-{n}-{rnd}")
+            clusters = min(n, 1000)
+            etcd.put_all([(f"/rampart/clusters/c{i}", json.dumps({"name": f"c{i}", "endpoints": [f"127.0.0.1:{upstream}"]}))
+                          for i in range(clusters)]
+                         + [(f"/rampart/routes/r{i}", matcher_route(i, clusters)) for i in range(n)])
+            g = Gateway(workdir, f"matchers-{n}-gw-{rnd}", etcd, upstream, certs)
+            wait_until(lambda: g.status()["control"]["objects"]["routes"] == n, 120, f"{n} routes in force")
+            if n == 10000:
+                print(f"start to 10,000 pattern routes in force: {time.monotonic() - g.started:.2f} s")
+            # /bytes/7 with x-tenant: t7 is route r7's, among 10 or 10,000 (r70's pattern
+            # would match it too, but its literal start /bytes/70 is not the path's).
+            out = subprocess.run(["taskset", "-c", "1", BIN, "bench", "https-requests", "--http", "h1",
+                                  "--url", f"https://localhost:{g.port}/bytes/7", "-H", "x-tenant: t7",
+                                  "-c", "16", "-d", "5s", "--server-pid", str(g.proc.pid), "--json"],
+                                 capture_output=True, text=True, timeout=60).stdout
+            result = json.loads(out.strip().splitlines()[-1])
+            assert result.get("errors", 0) == 0, result
+            rows[n].append(result["server_cpu_us_per_op"])
+            g.stop()
+    print("round\t10_routes_us\t10000_routes_us\tratio")
+    for i, (few, many) in enumerate(zip(rows[10], rows[10000])):
+        print(f"{i + 1}\t{few:.1f}\t{many:.1f}\t{many / few:.3f}")
+    print(f"median ratio {statistics.median([m / f for f, m in zip(rows[10], rows[10000])]):.3f}")
+
+
 def main():
     which = sys.argv[1:] or ["propagation", "scale"]
     if not os.path.exists(BIN):
@@ -290,6 +328,8 @@ def main():
             scale(workdir, certs, upstream)
         if "split" in which:
             split(workdir, certs, upstream)
+        if "matchers" in which:
+            matchers(workdir, certs, upstream)
     finally:
         for p in procs:
             if p.poll() is None:

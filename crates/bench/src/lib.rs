@@ -183,6 +183,9 @@ pub struct BenchArgs {
     /// sign-load --engine remote: connections per key server.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// https-requests: a header sent with every request, `name: value` (repeatable).
+    #[arg(long = "header", short = 'H')]
+    pub headers: Vec<String>,
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -348,8 +351,13 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                             .header(http::header::HOST, t.host.as_str()),
                         HttpVersion::H2 => Request::builder().uri(uri.clone()),
                     }
-                    .method(method)
-                    .body(body)?;
+                    .method(method);
+                    let req = args
+                        .headers
+                        .iter()
+                        .filter_map(|h| h.split_once(':'))
+                        .fold(req, |r, (k, v)| r.header(k.trim(), v.trim()))
+                        .body(body)?;
                     let r = async {
                         let resp = sender.send_request(req).await?;
                         let status = resp.status();
