@@ -179,7 +179,8 @@ impl PathTable {
         let mut best: Option<(i32, usize)> = None;
         // The keys the path reaches, most specific first: a later one's route wins only with
         // a higher priority.
-        let keys = std::iter::once(exact.get(key)).chain(
+        let exact = (!exact.is_empty()).then(|| exact.get(key)).flatten();
+        let keys = std::iter::once(exact).chain(
             self.lengths
                 .iter()
                 .filter(|&&n| n <= key.len() && key.is_char_boundary(n))

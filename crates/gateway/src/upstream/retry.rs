@@ -9,7 +9,7 @@
 //! at most a share of its requests in flight, or a small minimum. When every endpoint fails,
 //! retries therefore add at most that share to the load instead of multiplying it.
 
-use super::{Cluster, Conn, Exchange, InFlight, Pick, RequestSlots, SendFailure, UpstreamError};
+use super::{Cluster, Exchange, InFlight, Pick, RequestSlots, SendFailure, UpstreamError};
 use crate::body::{ClientBody, RequestBody};
 use crate::policy::retry::{RetryPolicy, TryFailure};
 use bytes::Bytes;
@@ -17,7 +17,6 @@ use http::{HeaderMap, Method, Request, Uri, Version};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A request's head and whole body, from which it can be sent again (a retry) or copied (a
 /// mirror).
@@ -176,7 +175,25 @@ impl Cluster {
             let i = self.pick(Some(&pick), |i| tried.contains(i));
             tried.push(i);
             let idempotent = req.method().is_idempotent();
-            let result = self.try_at(i, req, upgrade, timeout).await;
+            // One try, written out here rather than awaited as a function of its own: each
+            // level of awaited function is one more copy of its whole state per request.
+            let result = match self.acquire_at(i, upgrade).await {
+                Err(e) => Err(TryError::NotSent(e, req)),
+                Ok(conn) => {
+                    let ep = &self.endpoints[i];
+                    ep.in_flight.fetch_add(1, Ordering::Relaxed);
+                    let _guard = InFlight(&ep.in_flight);
+                    let outcome =
+                        tokio::time::timeout(timeout, self.exchange(ep, conn, req)).await;
+                    self.record_try(i, &outcome);
+                    match outcome {
+                        Err(_) => Err(TryError::Failed(
+                            UpstreamError::Timeout(ep.addr, timeout).into(),
+                        )),
+                        Ok(r) => r.map_err(TryError::Failed),
+                    }
+                }
+            };
             drop(permit.take());
             let failure = match &result {
                 Ok(x) if policy.retries_status(x.response.status()) => {
@@ -216,35 +233,18 @@ impl Cluster {
         unreachable!("the loop returns")
     }
 
-    /// One try on endpoint `i`, its outcome told to passive health and outlier detection.
-    async fn try_at(
+    /// Tells outlier detection how a try on endpoint `i` went: every answer, and every wait
+    /// for one that timed out. A failed exchange may be the client's doing (its body broke
+    /// off), so it is not held against the endpoint.
+    fn record_try(
         &self,
         i: usize,
-        req: Request<RequestBody>,
-        upgrade: bool,
-        timeout: Duration,
-    ) -> Result<Exchange, TryError> {
-        let conn: Conn = match self.acquire_at(i, upgrade).await {
-            Ok(c) => c,
-            Err(e) => return Err(TryError::NotSent(e, req)),
-        };
-        let ep = &self.endpoints[i];
-        ep.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _guard = InFlight(&ep.in_flight);
-        let outcome = tokio::time::timeout(timeout, self.exchange(ep, conn, req)).await;
-        // Outlier detection sees every answer, and every wait for one that timed out. A
-        // failed exchange may be the client's doing (its body broke off), so it is not held
-        // against the endpoint.
-        match &outcome {
+        outcome: &Result<Result<Exchange, SendFailure>, tokio::time::error::Elapsed>,
+    ) {
+        match outcome {
             Ok(Ok(x)) => self.health.record_response(i, x.response.status().as_u16()),
             Err(_) => self.health.record_exchange_failure(i),
             Ok(Err(_)) => {}
-        }
-        match outcome {
-            Err(_) => Err(TryError::Failed(
-                UpstreamError::Timeout(ep.addr, timeout).into(),
-            )),
-            Ok(r) => r.map_err(TryError::Failed),
         }
     }
 }

@@ -36,12 +36,14 @@ pub(super) async fn buffer_body(
     prepared: Prepared,
     declared_len: Option<u64>,
     keep_copy: bool,
-) -> Phase<(Request<RequestBody>, ExchangePlan, Option<RequestCopy>)> {
+) -> Phase<(Request<RequestBody>, ExchangePlan, Option<Box<RequestCopy>>)> {
     let Prepared { parts, body, plan } = prepared;
     let limits = &ctx.shared.limits;
     let (body, copy) = match buffer_small_body(body, declared_len, limits).await {
         Ok(BodyRead::Whole(frames)) => {
-            let copy = keep_copy.then(|| RequestCopy::new(&parts, &frames));
+            // Boxed: held across the exchange, it would otherwise enlarge every request's
+            // future.
+            let copy = keep_copy.then(|| Box::new(RequestCopy::new(&parts, &frames)));
             (whole_body(frames), copy)
         }
         Ok(BodyRead::Streaming(b)) => (b, None),

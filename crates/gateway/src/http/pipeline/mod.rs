@@ -267,9 +267,9 @@ async fn run<'a>(
     let (req, exchange_plan, copy) =
         forward::buffer_body(ctx, prepared, declared_len, keep_copy).await?;
     if let Some(m) = mirror {
-        mirror::send_copy(ctx, route, m, copy.as_ref());
+        mirror::send_copy(ctx, route, m, copy.as_deref());
     }
-    let exchange = forward::send(ctx, cluster, route, (req, copy.as_ref()), upgrade).await?;
+    let exchange = forward::send(ctx, cluster, route, (req, copy.as_deref()), upgrade).await?;
     ControlFlow::Continue(respond::response(ctx, cluster, exchange, exchange_plan))
 }
 
