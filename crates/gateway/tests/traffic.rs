@@ -196,6 +196,40 @@ retry = { attempts = 2, backoff_base = "1ms", backoff_max = "5ms" }"#;
     );
 }
 
+/// An endpoint that takes 3 s to answer: with `per_try_timeout` and `on = ["timeout"]`, each
+/// request that reaches it goes again to the other after 200 ms, and every client gets its
+/// answer long before the slow one would have come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_past_its_timeout_goes_again_to_another_endpoint() {
+    let slow = spawn_scripted_upstream("slow", 200).await;
+    slow.delay_ms
+        .store(3000, std::sync::atomic::Ordering::Relaxed);
+    let quick = spawn_scripted_upstream("quick", 200).await;
+    let routes = r#"[[routes]]
+name = "api"
+cluster = "pool"
+retry = { attempts = 1, on = ["timeout"], per_try_timeout = "200ms", backoff_base = "1ms", backoff_max = "1ms" }"#;
+    let fx = start_routed(routes, &[("pool", vec![slow.addr, quick.addr], "")]).await;
+    let t = Instant::now();
+    for _ in 0..4 {
+        assert_eq!(served_by(&fx, &[&fx.url("/x")]).await, "quick");
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(slow.hits() >= 1, "round robin reached the slow endpoint");
+    assert_eq!(
+        metric(
+            &fx,
+            "rampart_upstream_retries_total",
+            &["reason=\"timeout\""]
+        ) as usize,
+        slow.hits()
+    );
+}
+
 /// Every endpoint answers 503: the route would retry each request three times, but the
 /// cluster's budget keeps retries to a share of the requests in flight, so the upstreams see
 /// far less than four times the requests. With a budget that allows everything, they do see

@@ -123,12 +123,20 @@ impl Tried {
 /// How one try failed.
 pub(super) enum TryError {
     /// No connection: nothing was sent, and here is the request.
-    NotSent(UpstreamError, Request<RequestBody>),
+    NotSent(UpstreamError, Box<Request<RequestBody>>),
     /// The exchange failed (its unsent body, if any, inside).
     Failed(SendFailure),
 }
 
 impl TryError {
+    /// The request's failure, when this try was its last (its slot given back now).
+    fn into_failure(self) -> SendFailure {
+        match self {
+            TryError::NotSent(e, req) => SendFailure::with_body(e, *req),
+            TryError::Failed(f) => f,
+        }
+    }
+
     fn failure(&self) -> TryFailure {
         match self {
             TryError::NotSent(..) => TryFailure::Connect,
@@ -167,6 +175,14 @@ impl Cluster {
         let timeout = policy.per_try_timeout.unwrap_or(self.read_timeout);
         let mut tried = Tried::default();
         let mut permit = None;
+        // The last try's outcome is the request's.
+        macro_rules! finish {
+            ($result:expr) => {
+                $result
+                    .map(|x| with_slot(x, slot, upgrade))
+                    .map_err(TryError::into_failure)
+            };
+        }
         for n in 0.. {
             let pick = Pick {
                 headers: req.headers(),
@@ -178,13 +194,12 @@ impl Cluster {
             // One try, written out here rather than awaited as a function of its own: each
             // level of awaited function is one more copy of its whole state per request.
             let result = match self.acquire_at(i, upgrade).await {
-                Err(e) => Err(TryError::NotSent(e, req)),
+                Err(e) => Err(TryError::NotSent(e, Box::new(req))),
                 Ok(conn) => {
                     let ep = &self.endpoints[i];
                     ep.in_flight.fetch_add(1, Ordering::Relaxed);
                     let _guard = InFlight(&ep.in_flight);
-                    let outcome =
-                        tokio::time::timeout(timeout, self.exchange(ep, conn, req)).await;
+                    let outcome = tokio::time::timeout(timeout, self.exchange(ep, conn, req)).await;
                     self.record_try(i, &outcome);
                     match outcome {
                         Err(_) => Err(TryError::Failed(
@@ -209,16 +224,16 @@ impl Cluster {
                     && (*f == TryFailure::Connect || retry.copy.is_some())
             });
             let Some(why) = again else {
-                return finish(result, slot, upgrade);
+                return finish!(result);
             };
             let Some(p) = self.slots.take_retry() else {
                 self.retries_refused.inc();
-                return finish(result, slot, upgrade);
+                return finish!(result);
             };
             req = match (result, retry.copy) {
-                (Err(TryError::NotSent(_, r)), _) => r,
+                (Err(TryError::NotSent(_, r)), _) => *r,
                 (_, Some(copy)) => copy.request(),
-                (other, None) => return finish(other, slot, upgrade),
+                (other, None) => return finish!(other),
             };
             self.retries
                 .with_label_values(&[&self.name, why.as_str()])
@@ -249,20 +264,12 @@ impl Cluster {
     }
 }
 
-/// The request's outcome from its last try: the answer holds the request slot until its body
-/// ends (an upgraded connection is never pooled); a failure gives it back now.
-fn finish(
-    result: Result<Exchange, TryError>,
-    slot: super::RequestSlot,
-    upgrade: bool,
-) -> Result<Exchange, SendFailure> {
-    match result {
-        Ok(x) => Ok(Exchange {
-            slot: Some(slot),
-            conn: if upgrade { None } else { x.conn },
-            ..x
-        }),
-        Err(TryError::NotSent(e, req)) => Err(SendFailure::with_body(e, req)),
-        Err(TryError::Failed(f)) => Err(f),
+/// The request's answer from its last try, holding the request slot until its body ends (an
+/// upgraded connection is never pooled).
+fn with_slot(x: Exchange, slot: super::RequestSlot, upgrade: bool) -> Exchange {
+    Exchange {
+        slot: Some(slot),
+        conn: if upgrade { None } else { x.conn },
+        ..x
     }
 }
