@@ -78,7 +78,7 @@ fn example_config_checks_ok() {
     let dir = repo_like();
     let stdout = check_ok(&dir.path().join("config/rampart.toml"));
     assert!(
-        stdout.contains("ok (1 listeners, 2 routes, 1 clusters, 2 keys, 2 held here)"),
+        stdout.contains("ok (1 listeners, 4 routes, 3 clusters, 2 keys, 2 held here)"),
         "{stdout}"
     );
 }
@@ -108,8 +108,8 @@ fn invalid_config_exits_nonzero_naming_file_field_and_expectation() {
             "expected e.g.",
         ),
         (
-            "cluster = \"app\"\n\n[[routes]]",
-            "cluster = \"nope\"\n\n[[routes]]",
+            "cluster = \"app\"\n\n# A canary",
+            "cluster = \"nope\"\n\n# A canary",
             "routes[0].cluster",
             "no cluster named",
         ),
