@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing rampart needs on Debian/Ubuntu, skipping what is present:
 # a C toolchain, cmake and libclang (BoringSSL and aws-lc), protoc (the etcd client's gRPC
-# code), curl, openssl and etcd (tests), and Rust.
+# code), curl, openssl, etcd and Redis (tests), and Rust.
 set -euo pipefail
 
 need=()
@@ -15,6 +15,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 # The control plane's tests start a real etcd.
 command -v etcd >/dev/null || need+=(etcd-server)
+# Fleet state (fleet rate limits) lives in Redis; its tests start a real one.
+command -v redis-server >/dev/null || need+=(redis-server)
 # bindgen (boring-sys) needs libclang and clang's resource headers.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || need+=(clang)

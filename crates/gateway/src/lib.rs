@@ -11,6 +11,7 @@
 //! - `upstream`: clusters, connection pools, health checks, upstream TLS.
 //! - `policy`: access lists, rate limits, the overload manager.
 //! - `control`: the fleet control plane: objects in etcd, watched and applied.
+//! - `fleet`: state shared by the fleet's gateways in Redis: fleet rate limits.
 //! - `ops`: the admin listener and its API, metrics and the access log.
 //! - [`demo`]: the self-signed demo kit.
 //!
@@ -25,6 +26,7 @@ pub mod bootstrap;
 pub mod config;
 mod control;
 pub mod demo;
+mod fleet;
 mod http;
 mod listener;
 mod ops;

@@ -35,6 +35,8 @@ pub struct StartOptions {
 struct InForce {
     config: Config,
     clusters: Vec<reload::ClusterEntry>,
+    /// The fleet's Redis (`[fleet]`, made at start: changing it needs a restart).
+    fleet: Option<Arc<crate::fleet::FleetStore>>,
 }
 
 /// A running gateway.
@@ -200,10 +202,12 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     // Each worker gets its own upstream pools; a cluster's max_requests and its endpoints'
     // health marks hold over all of them.
     let mut clusters = reload::build_clusters(&cfg, &metrics, workers, &[])?;
-    let routing: Vec<pipeline::RoutingSlot> = reload::routings(&cfg, &clusters, workers, None)
-        .into_iter()
-        .map(pipeline::RoutingSlot::new)
-        .collect();
+    let fleet = crate::fleet::FleetStore::start(&cfg.fleet, &metrics);
+    let routing: Vec<pipeline::RoutingSlot> =
+        reload::routings(&cfg, &clusters, workers, None, fleet.as_ref())
+            .into_iter()
+            .map(pipeline::RoutingSlot::new)
+            .collect();
     let mut bound = Vec::new();
     let mut tickets = Vec::new();
     let mut certs = Vec::new();
@@ -278,7 +282,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             );
         }
         // One limiter for the listener: its workers, TCP and QUIC, draw on the same budget.
-        let connection_rate = l.limits.new_connections_per_address.map(|r| {
+        let connection_rate = l.limits.new_connections_per_address.as_ref().map(|r| {
             Arc::new(crate::policy::ratelimit::RateLimiter::new(
                 r.per_second,
                 r.burst(),
@@ -362,6 +366,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         in_force: std::sync::Mutex::new(InForce {
             config: cfg,
             clusters,
+            fleet,
         }),
     });
     let control = initial.map(|i| control::Plane::new(i, applier.clone(), &metrics));
@@ -519,6 +524,7 @@ impl Applier {
             &clusters,
             workers,
             Some(&previous.router),
+            in_force.fleet.as_ref(),
         )) {
             slot.replace(routing);
         }

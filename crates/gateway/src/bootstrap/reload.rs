@@ -118,6 +118,7 @@ pub(crate) fn routings(
     clusters: &[ClusterEntry],
     workers: usize,
     previous: Option<&Router>,
+    fleet: Option<&Arc<crate::fleet::FleetStore>>,
 ) -> Vec<Routing> {
     let index: std::collections::HashMap<&str, usize> = clusters
         .iter()
@@ -128,6 +129,7 @@ pub(crate) fn routings(
         &cfg.routes,
         |name| *index.get(name).expect("validated"),
         previous,
+        fleet,
     ));
     (0..workers)
         .map(|w| Routing {
@@ -195,6 +197,9 @@ pub(crate) fn needing_restart(old: &Config, new: &Config) -> Vec<String> {
     }
     if old.control != new.control {
         differ.push("[control]".to_string());
+    }
+    if old.fleet != new.fleet {
+        differ.push("[fleet]".to_string());
     }
     let names = |c: &Config| {
         c.listeners

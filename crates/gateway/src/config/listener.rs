@@ -347,7 +347,13 @@ impl ListenerConfig {
                 .fail("at least 1024 bytes and 1 header");
         }
         if let Some(rate) = &self.limits.new_connections_per_address {
-            rate.validate(&limits.field("new_connections_per_address"), "connections")?;
+            let at = limits.field("new_connections_per_address");
+            rate.validate(&at, "connections")?;
+            if rate.scope != super::LimitScope::Node {
+                return at
+                    .field("scope")
+                    .fail("\"node\": connections are counted per gateway");
+            }
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 
 mod cluster;
 mod control;
+mod fleet;
 mod key_engine;
 mod listener;
 mod object;
@@ -13,6 +14,7 @@ mod server;
 
 pub use cluster::*;
 pub use control::*;
+pub use fleet::*;
 pub use key_engine::*;
 pub use listener::*;
 pub use object::*;
@@ -65,6 +67,8 @@ pub struct Config {
     pub key_engine: KeyEngineConfig,
     #[serde(default)]
     pub control: ControlConfig,
+    #[serde(default)]
+    pub fleet: FleetConfig,
     pub listeners: Vec<ListenerConfig>,
     /// May be empty with `[control] etcd`, whose objects add to them.
     #[serde(default)]
@@ -111,6 +115,7 @@ impl Config {
         self.server.validate(&At::root("server"))?;
         self.key_engine.validate(&At::root("key_engine"))?;
         self.control.validate(&At::root("control"))?;
+        self.fleet.validate(&At::root("fleet"))?;
         let listeners = At::root("listeners");
         if self.listeners.is_empty() {
             return listeners.fail("at least one listener");
@@ -147,7 +152,18 @@ impl Config {
             return routes.fail("at least one route (or [control] etcd to bring them)");
         }
         for (i, r) in self.routes.iter().enumerate() {
-            r.validate(&routes.index(i), &self.clusters)?;
+            let at = routes.index(i);
+            r.validate(&at, &self.clusters)?;
+            let fleet = r
+                .rate_limit
+                .as_ref()
+                .is_some_and(|l| l.scope == LimitScope::Fleet);
+            if fleet && self.fleet.redis.is_none() {
+                return at
+                    .field("rate_limit")
+                    .field("scope")
+                    .fail("a [fleet] redis to count in (or scope = \"node\")");
+            }
         }
         Ok(())
     }
@@ -393,6 +409,53 @@ mirror = { cluster = "shadow", percent = 10 }"#;
     }
 
     #[test]
+    fn fleet_limits_need_a_fleet_and_are_validated_with_their_paths() {
+        let with = |fleet: &str, limit: &str| {
+            format!("{fleet}\n{MINIMAL}").replace(
+                "cluster = \"app\"",
+                &format!("cluster = \"app\"\nrate_limit = {{ {limit} }}"),
+            )
+        };
+        let redis = "[fleet]\nredis = \"redis://127.0.0.1:6379\"\nsize = 3";
+        let fleet_limit = "per_second = 10, scope = \"fleet\", key = { header = \"x-api-key\" }";
+        assert!(
+            parse(&with(redis, fleet_limit)).is_ok(),
+            "{:?}",
+            parse(&with(redis, fleet_limit)).err()
+        );
+        let fails = |text: String, path: &str, says: &str| {
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.path, path, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        };
+        fails(
+            with("", fleet_limit),
+            "routes[0].rate_limit.scope",
+            "[fleet] redis",
+        );
+        fails(
+            with(redis, "per_second = 10, key = { header = \"x-api-key\" }"),
+            "routes[0].rate_limit.key",
+            "scope = \"fleet\"",
+        );
+        fails(
+            with("[fleet]\nredis = \"http://x\"", "per_second = 1"),
+            "fleet.redis",
+            "redis://",
+        );
+        fails(
+            with(&format!("{redis}\ndeadline = \"0s\""), "per_second = 1"),
+            "fleet.deadline",
+            "above zero",
+        );
+        fails(
+            with("[fleet]\nsize = 0", "per_second = 1"),
+            "fleet.size",
+            "at least 1",
+        );
+    }
+
+    #[test]
     fn a_bad_access_list_entry_names_its_place() {
         let text = MINIMAL.replace(
             "cluster = \"app\"",
@@ -427,7 +490,7 @@ mirror = { cluster = "shadow", percent = 10 }"#;
             )
         };
         let c = parse(&with("per_second = 2.5")).unwrap();
-        assert_eq!(c.routes[0].rate_limit.unwrap().burst(), 3);
+        assert_eq!(c.routes[0].rate_limit.as_ref().unwrap().burst(), 3);
         let e = parse(&with("per_second = 0")).unwrap_err();
         assert_eq!(e.path, "routes[0].rate_limit.per_second");
         let e = parse(&with("per_second = 5, burst = 0")).unwrap_err();

@@ -60,10 +60,10 @@ impl ObjectKind {
 pub enum Object {
     /// A certificate added to a listener of the file.
     Certificate(CertificateObject),
-    Cluster(ClusterConfig),
+    Cluster(Box<ClusterConfig>),
     /// The access lists of the file's listener of the object's name, in place of the file's.
     Listener(ListenerAccessConfig),
-    Route(RouteConfig),
+    Route(Box<RouteConfig>),
 }
 
 impl Object {
@@ -208,9 +208,9 @@ pub fn parse_object(
     }
     let mut object = match kind {
         ObjectKind::Certificate => Object::Certificate(parse_doc(doc, source)?),
-        ObjectKind::Cluster => Object::Cluster(parse_doc(doc, source)?),
+        ObjectKind::Cluster => Object::Cluster(Box::new(parse_doc(doc, source)?)),
         ObjectKind::Listener => Object::Listener(parse_doc(doc, source)?),
-        ObjectKind::Route => Object::Route(parse_doc(doc, source)?),
+        ObjectKind::Route => Object::Route(Box::new(parse_doc(doc, source)?)),
     };
     let at = At::root("");
     let checked = match &mut object {

@@ -242,8 +242,9 @@ impl HeaderRewriteConfig {
     }
 }
 
-/// A route's `rate_limit`: a token bucket per client address.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+/// A route's `rate_limit`: a token bucket per client address (or, across the fleet, per
+/// `key`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Sustained requests a second per client.
@@ -251,6 +252,28 @@ pub struct RateLimitConfig {
     /// Requests a client may make at once before the rate applies (default: `per_second`,
     /// at least 1).
     pub burst: Option<u32>,
+    /// Where requests are counted: on this gateway (`node`), or across every gateway of the
+    /// fleet in `[fleet] redis` (`fleet`).
+    #[serde(default, skip_serializing_if = "LimitScope::is_node")]
+    pub scope: LimitScope,
+    /// What a client is known by in a fleet limit (default: its address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<RequestKeyConfig>,
+}
+
+/// Where a rate limit counts.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitScope {
+    #[default]
+    Node,
+    Fleet,
+}
+
+impl LimitScope {
+    fn is_node(&self) -> bool {
+        *self == LimitScope::Node
+    }
 }
 
 impl RateLimitConfig {
@@ -263,6 +286,14 @@ impl RateLimitConfig {
         }
         if self.burst == Some(0) {
             return at.field("burst").fail("at least 1");
+        }
+        if let Some(k) = &self.key {
+            if self.scope != LimitScope::Fleet {
+                return at
+                    .field("key")
+                    .fail("scope = \"fleet\" (a node limit counts by client address)");
+            }
+            k.validate(&at.field("key"))?;
         }
         Ok(())
     }

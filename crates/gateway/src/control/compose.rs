@@ -321,8 +321,8 @@ impl Composed {
                         l.certificates.push(cert);
                     }
                 }
-                Object::Cluster(c) => config.clusters.push(c.clone()),
-                Object::Route(r) => config.routes.push(r.clone()),
+                Object::Cluster(c) => config.clusters.push((**c).clone()),
+                Object::Route(r) => config.routes.push((**r).clone()),
                 Object::Listener(a) => {
                     if let Some(l) = config
                         .listeners

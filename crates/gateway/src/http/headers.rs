@@ -33,7 +33,7 @@ pub(crate) fn cookie<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// What a request is known by (a route's `sticky` split, a cluster's `hash_key`), built from a
 /// validated [`crate::config::RequestKeyConfig`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RequestKey {
     Header(HeaderName),
     Cookie(String),

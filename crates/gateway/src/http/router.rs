@@ -55,8 +55,8 @@ pub struct Route {
     pub cluster: usize,
     /// Which clients the route serves; the others get 403.
     pub access: AccessList,
-    /// Requests per client address, shared by every worker; beyond it, 429.
-    pub rate_limit: Option<std::sync::Arc<crate::policy::ratelimit::RateLimiter>>,
+    /// Requests per client (on this gateway, or across the fleet); beyond it, 429.
+    pub rate_limit: Option<RouteLimit>,
     pub request_headers: HeaderRewrite,
     pub response_headers: HeaderRewrite,
     /// Gzip text-like responses for clients that accept it.
@@ -75,6 +75,61 @@ pub struct Route {
     /// What a request must meet besides host and path prefix.
     conditions: Conditions,
     priority: i32,
+}
+
+/// A route's rate limit: counted by this gateway (shared by its workers), or across the fleet.
+#[derive(Debug, Clone)]
+pub enum RouteLimit {
+    Node(std::sync::Arc<crate::policy::ratelimit::RateLimiter>),
+    Fleet(std::sync::Arc<crate::fleet::rate_limit::FleetLimiter>),
+}
+
+impl RouteLimit {
+    /// The limit `cfg` asks for on route `name`; a fleet one only with a `fleet` store (a
+    /// config without one is refused at load), else counted on this gateway.
+    fn new(
+        cfg: &crate::config::RateLimitConfig,
+        name: &str,
+        fleet: Option<&std::sync::Arc<crate::fleet::FleetStore>>,
+    ) -> RouteLimit {
+        let key = cfg.key.as_ref().map_or(
+            crate::http::headers::RequestKey::ClientAddress,
+            crate::http::headers::RequestKey::new,
+        );
+        match (cfg.scope, fleet) {
+            (crate::config::LimitScope::Fleet, Some(store)) => RouteLimit::Fleet(
+                std::sync::Arc::new(crate::fleet::rate_limit::FleetLimiter::new(
+                    store.clone(),
+                    name,
+                    cfg.per_second,
+                    cfg.burst(),
+                    key,
+                )),
+            ),
+            _ => RouteLimit::Node(std::sync::Arc::new(
+                crate::policy::ratelimit::RateLimiter::new(cfg.per_second, cfg.burst()),
+            )),
+        }
+    }
+
+    /// Whether this limit enforces `cfg` as it is (a reload keeps such a one, its counts
+    /// and all).
+    fn enforces(&self, cfg: &crate::config::RateLimitConfig) -> bool {
+        let key = cfg.key.as_ref().map_or(
+            crate::http::headers::RequestKey::ClientAddress,
+            crate::http::headers::RequestKey::new,
+        );
+        match self {
+            RouteLimit::Node(l) => {
+                cfg.scope == crate::config::LimitScope::Node
+                    && l.enforces(cfg.per_second, cfg.burst())
+            }
+            RouteLimit::Fleet(l) => {
+                cfg.scope == crate::config::LimitScope::Fleet
+                    && l.enforces(cfg.per_second, cfg.burst(), &key)
+            }
+        }
+    }
 }
 
 /// A route's mirror: the shadow cluster and the share of requests copied to it.
@@ -219,15 +274,17 @@ impl Router {
     /// `cluster_index` maps a cluster name to its index (validated by config loading).
     #[cfg(test)]
     pub fn new(routes: &[RouteConfig], cluster_index: impl Fn(&str) -> usize) -> Self {
-        Self::after(routes, cluster_index, None)
+        Self::after(routes, cluster_index, None, None)
     }
 
     /// A router for `routes` replacing `previous` (a reload): a route of the same name whose rate
-    /// limit is unchanged keeps its limiter, so its clients' buckets are not refilled.
+    /// limit is unchanged keeps its limiter, so its clients' buckets are not refilled. Fleet
+    /// limits count in `fleet`.
     pub fn after(
         routes: &[RouteConfig],
         cluster_index: impl Fn(&str) -> usize,
         previous: Option<&Router>,
+        fleet: Option<&std::sync::Arc<crate::fleet::FleetStore>>,
     ) -> Self {
         let kept: HashMap<&str, &Route> = previous
             .map(|p| p.routes.iter().map(|r| (r.name.as_str(), r)).collect())
@@ -245,7 +302,7 @@ impl Router {
                 kept.get(name.as_str())?
                     .rate_limit
                     .clone()
-                    .filter(|l| l.enforces(rl.per_second, rl.burst()))
+                    .filter(|l| l.enforces(rl))
             };
             let table = if host == "*" {
                 &mut router.any
@@ -268,13 +325,8 @@ impl Router {
             );
             router.routes.push(Route {
                 split,
-                rate_limit: r.rate_limit.map(|rl| {
-                    kept_limiter(&rl).unwrap_or_else(|| {
-                        std::sync::Arc::new(crate::policy::ratelimit::RateLimiter::new(
-                            rl.per_second,
-                            rl.burst(),
-                        ))
-                    })
+                rate_limit: r.rate_limit.as_ref().map(|rl| {
+                    kept_limiter(rl).unwrap_or_else(|| RouteLimit::new(rl, &name, fleet))
                 }),
                 name,
                 cluster: cluster_index(&r.cluster),
@@ -370,16 +422,21 @@ mod tests {
             rate_limit: Some(RateLimitConfig {
                 per_second,
                 burst: Some(2),
+                scope: Default::default(),
+                key: None,
             }),
             ..r("*", "/", "c")
         };
         let first = Router::new(&[limited("api", 5.0)], |_| 0);
-        let limiter = |router: &Router| router.routes[0].rate_limit.clone().unwrap();
-        let same = Router::after(&[limited("api", 5.0)], |_| 0, Some(&first));
+        let limiter = |router: &Router| match router.routes[0].rate_limit.clone().unwrap() {
+            RouteLimit::Node(l) => l,
+            RouteLimit::Fleet(_) => panic!("a node limit"),
+        };
+        let same = Router::after(&[limited("api", 5.0)], |_| 0, Some(&first), None);
         assert!(std::sync::Arc::ptr_eq(&limiter(&same), &limiter(&first)));
-        let faster = Router::after(&[limited("api", 10.0)], |_| 0, Some(&same));
+        let faster = Router::after(&[limited("api", 10.0)], |_| 0, Some(&same), None);
         assert!(!std::sync::Arc::ptr_eq(&limiter(&faster), &limiter(&first)));
-        let renamed = Router::after(&[limited("web", 10.0)], |_| 0, Some(&faster));
+        let renamed = Router::after(&[limited("web", 10.0)], |_| 0, Some(&faster), None);
         assert!(!std::sync::Arc::ptr_eq(
             &limiter(&renamed),
             &limiter(&faster)

@@ -26,6 +26,9 @@ pub struct Metrics {
     pub upstream_retries: IntCounterVec,
     pub upstream_retries_refused: IntCounterVec,
     pub mirror_requests: IntCounterVec,
+    pub fleet_redis_seconds: prometheus::Histogram,
+    pub fleet_redis_errors: IntCounterVec,
+    pub fleet_limit_decisions: IntCounterVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
@@ -178,6 +181,35 @@ impl Metrics {
                     "Retries a route's policy asked for and the cluster's retry budget refused",
                 ),
                 &["cluster"],
+            )
+            .unwrap(),
+            fleet_redis_seconds: prometheus::Histogram::with_opts(
+                HistogramOpts::new(
+                    "rampart_fleet_redis_duration_seconds",
+                    "Calls to the fleet's Redis, from sent to answered (or to the deadline)",
+                )
+                .buckets(vec![
+                    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05,
+                ]),
+            )
+            .unwrap(),
+            fleet_redis_errors: IntCounterVec::new(
+                Opts::new(
+                    "rampart_fleet_redis_errors_total",
+                    "Calls to the fleet's Redis without an answer, by kind (unavailable: not \
+                     connected; timeout: past [fleet] deadline; error; connect: a failed \
+                     connection attempt)",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
+            fleet_limit_decisions: IntCounterVec::new(
+                Opts::new(
+                    "rampart_fleet_limit_decisions_total",
+                    "Fleet rate-limit decisions by route: allowed, limited, or by this gateway \
+                     alone while Redis gave no answer (fallback_allowed, fallback_limited)",
+                ),
+                &["route", "decision"],
             )
             .unwrap(),
             mirror_requests: IntCounterVec::new(
@@ -407,12 +439,17 @@ impl Metrics {
             &m.upstream_retries,
             &m.upstream_retries_refused,
             &m.mirror_requests,
+            &m.fleet_redis_errors,
+            &m.fleet_limit_decisions,
             &m.rejected_connections,
             &m.closed_connections,
             &m.overload_actions,
         ] {
             m.registry.register(Box::new(c.clone())).unwrap();
         }
+        m.registry
+            .register(Box::new(m.fleet_redis_seconds.clone()))
+            .unwrap();
         for h in [&m.handshake_seconds, &m.upstream_seconds, &m.quic_path_mtu] {
             m.registry.register(Box::new(h.clone())).unwrap();
         }

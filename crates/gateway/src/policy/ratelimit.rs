@@ -1,4 +1,5 @@
-//! Request rate limits per client address: a token bucket for each client of a route, shared
+//! Request rate limits per client address (or per key, for a fleet limit counting locally
+//! while the fleet's store is out of reach): a token bucket for each client of a route, shared
 //! by every worker (a limit per worker would multiply the rate by the worker count). A bucket
 //! holds up to `burst` tokens and gains `per_second` a second; each request takes one, and a
 //! request that finds none is answered 429 with `Retry-After`.
@@ -22,10 +23,27 @@ pub const MAX_PER_SHARD: usize = 4096;
 /// addresses costs one sweep per interval, not one per request.
 const SWEEP_INTERVAL: f64 = 0.1;
 
-struct Shard {
-    buckets: HashMap<IpAddr, Bucket>,
+struct Shard<K> {
+    buckets: HashMap<K, Bucket>,
     swept_at: f64,
 }
+
+/// What a limiter counts by: a client address (mapped IPv4 counted as IPv4), or a key a fleet
+/// limit falls back to counting locally.
+pub trait LimitKey: std::hash::Hash + Eq + Clone {
+    /// The one form of equal keys.
+    fn canonical(self) -> Self {
+        self
+    }
+}
+
+impl LimitKey for IpAddr {
+    fn canonical(self) -> Self {
+        self.to_canonical()
+    }
+}
+
+impl LimitKey for String {}
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -34,15 +52,15 @@ struct Bucket {
     at: f64,
 }
 
-pub struct RateLimiter {
+pub struct RateLimiter<K = IpAddr> {
     per_second: f64,
     burst: f64,
-    shards: Vec<Mutex<Shard>>,
+    shards: Vec<Mutex<Shard<K>>>,
     hasher: std::collections::hash_map::RandomState,
     epoch: Instant,
 }
 
-impl std::fmt::Debug for RateLimiter {
+impl<K> std::fmt::Debug for RateLimiter<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimiter")
             .field("per_second", &self.per_second)
@@ -51,7 +69,7 @@ impl std::fmt::Debug for RateLimiter {
     }
 }
 
-impl RateLimiter {
+impl<K: LimitKey> RateLimiter<K> {
     /// `per_second` > 0 and `burst` ≥ 1 (validated with the config).
     pub fn new(per_second: f64, burst: u32) -> Self {
         RateLimiter {
@@ -78,13 +96,13 @@ impl RateLimiter {
 
     /// Takes a token for a request from `client`: `Ok`, or `Err` with how long until the
     /// next token.
-    pub fn take(&self, client: IpAddr) -> Result<(), Duration> {
+    pub fn take(&self, client: K) -> Result<(), Duration> {
         self.take_at(client, self.epoch.elapsed().as_secs_f64())
     }
 
-    fn take_at(&self, client: IpAddr, now: f64) -> Result<(), Duration> {
-        let client = client.to_canonical();
-        let mut shard = self.shards[self.hasher.hash_one(client) as usize % SHARDS]
+    fn take_at(&self, client: K, now: f64) -> Result<(), Duration> {
+        let client = client.canonical();
+        let mut shard = self.shards[self.hasher.hash_one(&client) as usize % SHARDS]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let shard = &mut *shard;
@@ -128,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_burst_then_the_rate() {
-        let rl = RateLimiter::new(2.0, 3);
+        let rl: RateLimiter = RateLimiter::new(2.0, 3);
         let a = ip("192.0.2.1");
         for _ in 0..3 {
             assert!(rl.take_at(a, 0.0).is_ok());
@@ -147,7 +165,7 @@ mod tests {
 
     #[test]
     fn clients_have_their_own_buckets_and_mapped_ipv4_is_ipv4() {
-        let rl = RateLimiter::new(1.0, 1);
+        let rl: RateLimiter = RateLimiter::new(1.0, 1);
         assert!(rl.take_at(ip("192.0.2.1"), 0.0).is_ok());
         assert!(
             rl.take_at(ip("::ffff:192.0.2.1"), 0.0).is_err(),
@@ -159,7 +177,7 @@ mod tests {
 
     #[test]
     fn tracked_clients_are_bounded() {
-        let rl = RateLimiter::new(1.0, 1);
+        let rl: RateLimiter = RateLimiter::new(1.0, 1);
         // Far more limited clients than can be tracked: memory stays bounded, and clients
         // beyond the bound are let through untracked.
         let n = (SHARDS * MAX_PER_SHARD * 2) as u32;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod redis;
 
 use gateway::config::Config;
 use gateway::demo::{ensure_self_signed, CertKind};

@@ -7,7 +7,7 @@ use super::{local, Outcome, Phase, RequestCtx};
 use crate::body::ClientBody;
 use crate::http::request_target::{self, Target, TargetError};
 use crate::http::route_match::RequestFacts;
-use crate::http::router::Route;
+use crate::http::router::{Route, RouteLimit};
 use crate::http::websocket;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode};
@@ -176,7 +176,8 @@ pub(super) fn route<'a>(
     ControlFlow::Continue(route)
 }
 
-/// Phase: the route's access list (403), then its rate limit (429 with `Retry-After`).
+/// Phase: the route's access list (403), then its rate limit (429 with `Retry-After`), on
+/// this gateway or across the fleet.
 pub(super) async fn admit(
     ctx: &mut RequestCtx<'_>,
     route: &Route,
@@ -187,7 +188,13 @@ pub(super) async fn admit(
         let resp = local(StatusCode::FORBIDDEN, "forbidden\n");
         return refused(refuse_unread(req.into_body(), &ctx.progress, resp).await);
     }
-    if let Some(Err(wait)) = route.rate_limit.as_ref().map(|rl| rl.take(client)) {
+    let verdict = match &route.rate_limit {
+        None => Ok(()),
+        Some(RouteLimit::Node(l)) => l.take(client),
+        // Boxed: only fleet-limited routes wait on it.
+        Some(RouteLimit::Fleet(l)) => Box::pin(l.take(req.headers(), client)).await,
+    };
+    if let Err(wait) = verdict {
         let mut resp = local(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
         resp.headers_mut()
@@ -314,6 +321,8 @@ mod tests {
             rate_limit: Some(RateLimitConfig {
                 per_second: 0.001,
                 burst: Some(1),
+                scope: Default::default(),
+                key: None,
             }),
             ..RouteConfig::simple("*", "/", "c")
         };

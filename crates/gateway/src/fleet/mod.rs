@@ -1,0 +1,164 @@
+//! State shared by every gateway of a fleet, kept in Redis (`[fleet] redis`): rate limits
+//! counted across the fleet.
+//!
+//! Redis is never in the way of traffic: a gateway starts whether or not Redis answers (it
+//! connects in the background and keeps trying), every call waits at most `[fleet] deadline`
+//! (2 ms by default), and a decision Redis cannot make in time falls back to the node, counted
+//! and logged.
+
+pub(crate) mod rate_limit;
+
+use crate::config::FleetConfig;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// Why Redis gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("not connected to Redis yet")]
+    Unavailable,
+    #[error("no answer from Redis within {0:?}")]
+    Timeout(Duration),
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl FleetError {
+    /// The `kind` label of `rampart_fleet_redis_errors_total`.
+    fn kind(&self) -> &'static str {
+        match self {
+            FleetError::Unavailable => "unavailable",
+            FleetError::Timeout(_) => "timeout",
+            FleetError::Redis(_) => "error",
+        }
+    }
+}
+
+/// The fleet's Redis: one multiplexed connection (requests from every worker pipelined on
+/// it), made and remade in the background.
+pub struct FleetStore {
+    conn: RwLock<Option<ConnectionManager>>,
+    deadline: Duration,
+    /// Prefix of every key written.
+    pub key_prefix: String,
+    /// Gateways in the fleet (a limit's share per gateway while Redis is out of reach).
+    pub size: u32,
+    seconds: prometheus::Histogram,
+    errors: prometheus::IntCounterVec,
+    /// `rampart_fleet_limit_decisions_total`, for the limiters.
+    pub(crate) decisions: prometheus::IntCounterVec,
+    /// When a failed call was last logged (ms after `epoch`): at most one line per 10 s.
+    logged_at: std::sync::atomic::AtomicU64,
+    epoch: Instant,
+}
+
+impl FleetStore {
+    /// The store `cfg` names (none without `redis`), connecting in the background on the
+    /// current runtime, retrying until it connects.
+    pub fn start(cfg: &FleetConfig, metrics: &crate::ops::metrics::Metrics) -> Option<Arc<Self>> {
+        let url = cfg.redis.as_deref()?;
+        let client = match redis::Client::open(url) {
+            Ok(c) => c,
+            Err(e) => {
+                // Validated with the config; kept from panicking all the same.
+                tracing::error!(error = %e, "fleet.redis: not a Redis URL; fleet limits count per node");
+                return None;
+            }
+        };
+        let store = Arc::new(FleetStore {
+            conn: RwLock::new(None),
+            deadline: cfg.deadline,
+            key_prefix: cfg.key_prefix.clone(),
+            size: cfg.size,
+            seconds: metrics.fleet_redis_seconds.clone(),
+            errors: metrics.fleet_redis_errors.clone(),
+            decisions: metrics.fleet_limit_decisions.clone(),
+            logged_at: std::sync::atomic::AtomicU64::new(0),
+            epoch: Instant::now(),
+        });
+        let weak = Arc::downgrade(&store);
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(100);
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Duration::from_secs(1))
+                .set_number_of_retries(2)
+                .set_max_delay(1000);
+            loop {
+                let Some(store) = weak.upgrade() else { return };
+                match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+                    Ok(c) => {
+                        tracing::info!("fleet: connected to Redis");
+                        *store.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                        return;
+                    }
+                    Err(e) => {
+                        store.errors.with_label_values(&["connect"]).inc();
+                        tracing::warn!(error = %e, retry_in = ?wait, "fleet: cannot connect to Redis");
+                    }
+                }
+                drop(store);
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        });
+        Some(store)
+    }
+
+    /// Runs `script` with `keys` and `args` within the deadline, timed and its failures
+    /// counted.
+    pub(crate) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[i64],
+    ) -> Result<T, FleetError> {
+        let result = self.eval_inner(script, keys, args).await;
+        if let Err(e) = &result {
+            self.errors.with_label_values(&[e.kind()]).inc();
+            self.log_failure(e);
+        }
+        result
+    }
+
+    /// Logs a failed call, at most once per 10 seconds (an outage fails every call).
+    fn log_failure(&self, e: &FleetError) {
+        use std::sync::atomic::Ordering;
+        let now = self.epoch.elapsed().as_millis() as u64 + 10_000;
+        let last = self.logged_at.load(Ordering::Relaxed);
+        if now >= last + 10_000
+            && self
+                .logged_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(error = %e, "fleet: Redis gave no answer; fleet limits are decided by each gateway for its share");
+        }
+    }
+
+    async fn eval_inner<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[i64],
+    ) -> Result<T, FleetError> {
+        let conn = self.conn.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(mut conn) = conn else {
+            return Err(FleetError::Unavailable);
+        };
+        let mut call = script.prepare_invoke();
+        for k in keys {
+            call.key(*k);
+        }
+        for a in args {
+            call.arg(*a);
+        }
+        let start = Instant::now();
+        let answer = tokio::time::timeout(self.deadline, call.invoke_async(&mut conn)).await;
+        self.seconds.observe(start.elapsed().as_secs_f64());
+        match answer {
+            Err(_) => Err(FleetError::Timeout(self.deadline)),
+            Ok(r) => Ok(r?),
+        }
+    }
+}

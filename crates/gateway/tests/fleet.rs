@@ -1,0 +1,184 @@
+//! Fleet state in a real Redis: a rate limit counted across gateways, and what happens when
+//! Redis goes away.
+
+mod common;
+
+use common::redis::Redis;
+use common::*;
+use http_body_util::BodyExt;
+use std::time::{Duration, Instant};
+
+/// A gateway whose one route is limited to `limit` (a `rate_limit` table's body), with
+/// `[fleet] redis = redis_url, size = 2`.
+async fn start_limited(redis_url: &str, limit: &str) -> Fixture {
+    let fleet = format!("[fleet]\nredis = \"{redis_url}\"\nsize = 2\n\n[[listeners]]\n");
+    let route =
+        format!("[[routes]]\nname = \"api\"\ncluster = \"app\"\nrate_limit = {{ {limit} }}");
+    start_edited("", move |text, _| {
+        text.replacen("[[listeners]]\n", &fleet, 1)
+            .replace("[[routes]]\ncluster = \"app\"", &route)
+    })
+    .await
+}
+
+/// Keep-alive requests to `fx` one after another for `span`: (answered 200, answered 429, the
+/// slowest answer).
+async fn hammer(
+    fx: &Fixture,
+    span: Duration,
+    headers: &[(&str, &str)],
+) -> (usize, usize, Duration) {
+    let tls = tls_to(fx, b"\x08http/1.1").await;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let end = Instant::now() + span;
+    let (mut ok, mut limited, mut slowest) = (0, 0, Duration::ZERO);
+    while Instant::now() < end {
+        let mut req = hyper::Request::get("/bytes/1").header("host", "localhost");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let t = Instant::now();
+        sender.ready().await.unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let _ = resp.into_body().collect().await;
+        slowest = slowest.max(t.elapsed());
+        match status {
+            200 => ok += 1,
+            429 => limited += 1,
+            s => panic!("status {s}"),
+        }
+    }
+    (ok, limited, slowest)
+}
+
+fn decisions(fx: &Fixture, decision: &str) -> f64 {
+    metric_sum(
+        &fx.gw().metrics.render(),
+        "rampart_fleet_limit_decisions_total",
+        &["route=\"api\"", &format!("decision=\"{decision}\"")],
+    )
+}
+
+/// Waits until the gateway has reached Redis (its first decision by Redis).
+async fn until_connected(fx: &Fixture) {
+    for _ in 0..100 {
+        let (ok, _, _) = hammer(fx, Duration::from_millis(20), &[("x-probe", "1")]).await;
+        let _ = ok;
+        if decisions(fx, "allowed") + decisions(fx, "limited") > 0.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gateway never reached Redis");
+}
+
+/// Two gateways, one fleet limit of 100 a second per client: hammered together for two
+/// seconds, they admit about 200 requests (100/s), not the 400 two node limits would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_admit_one_fleet_limit_between_them() {
+    let redis = Redis::start();
+    let limit = "per_second = 100, burst = 1, scope = \"fleet\", key = { header = \"x-api-key\" }";
+    let (a, b) = (
+        start_limited(&redis.url(), limit).await,
+        start_limited(&redis.url(), limit).await,
+    );
+    until_connected(&a).await;
+    until_connected(&b).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let key = [("x-api-key", "tenant-7")];
+    let fallbacks =
+        |fx: &Fixture| decisions(fx, "fallback_allowed") + decisions(fx, "fallback_limited");
+    let fallbacks_before = fallbacks(&a) + fallbacks(&b);
+    let span = Duration::from_secs(2);
+    let (ra, rb) = tokio::join!(hammer(&a, span, &key), hammer(&b, span, &key));
+    let admitted = ra.0 + rb.0;
+    assert!(
+        (180..=222).contains(&admitted),
+        "admitted {admitted} in 2 s (a: {ra:?}, b: {rb:?})"
+    );
+    assert!(
+        ra.1 > 0 && rb.1 > 0,
+        "both gateways were limited: {ra:?} {rb:?}"
+    );
+    assert!(
+        ra.0 > 20 && rb.0 > 20,
+        "both admitted a share: {ra:?} {rb:?}"
+    );
+    // Another key has a count of its own.
+    let other = hammer(&a, Duration::from_millis(100), &[("x-api-key", "tenant-8")]).await;
+    assert!(other.0 >= 1, "{other:?}");
+    // Decided by Redis, not by each gateway alone (a call past the 2 ms deadline on a busy
+    // machine falls back: a few at most).
+    let fell_back = fallbacks(&a) + fallbacks(&b) - fallbacks_before;
+    assert!(fell_back <= 10.0, "{fell_back} decisions fell back");
+    // Each decision was one script call in Redis (its keys expire as their counts run out).
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let calls: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        calls >= ra.0 + ra.1 + rb.0 + rb.1,
+        "{calls} script calls: {stats}"
+    );
+}
+
+/// Redis goes away: requests keep flowing under each gateway's share of the limit, none
+/// waits on Redis past the deadline, and the fallback is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_requests_flow_under_the_fallback_and_nothing_hangs() {
+    let mut redis = Redis::start();
+    let fx = start_limited(
+        &redis.url(),
+        "per_second = 40, burst = 1, scope = \"fleet\"",
+    )
+    .await;
+    until_connected(&fx).await;
+    redis.kill();
+    // A second's load: this gateway's share is 40 / 2 = 20 a second.
+    let (ok, limited, slowest) = hammer(&fx, Duration::from_secs(1), &[]).await;
+    assert!(
+        (15..=26).contains(&ok),
+        "admitted {ok} in 1 s under the fallback ({limited} limited)"
+    );
+    assert!(limited > 0);
+    assert!(
+        slowest < Duration::from_millis(250),
+        "an answer took {slowest:?}"
+    );
+    assert!(decisions(&fx, "fallback_allowed") >= 15.0);
+    assert!(decisions(&fx, "fallback_limited") >= 1.0);
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(&m, "rampart_fleet_redis_errors_total", &[]) >= 1.0,
+        "{m}"
+    );
+}
+
+/// A gateway whose Redis is down when it starts still starts, and serves under the fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_starts_and_serves_while_redis_is_down() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let fx = start_limited(
+        &format!("redis://{closed}"),
+        "per_second = 1000, scope = \"fleet\"",
+    )
+    .await;
+    let (ok, _, slowest) = hammer(&fx, Duration::from_millis(300), &[]).await;
+    assert!(ok > 0);
+    assert!(slowest < Duration::from_millis(250), "{slowest:?}");
+    assert!(decisions(&fx, "fallback_allowed") > 0.0);
+}
