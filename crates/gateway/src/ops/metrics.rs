@@ -651,6 +651,10 @@ mod tests {
         m.mirror_requests
             .with_label_values(&["r", "c", "answered"])
             .inc();
+        m.fleet_redis_errors.with_label_values(&["timeout"]).inc();
+        m.fleet_limit_decisions
+            .with_label_values(&["r", "allowed"])
+            .inc();
         m.upstream_ejections
             .with_label_values(&["c", "e", "consecutive_5xx"])
             .inc();
