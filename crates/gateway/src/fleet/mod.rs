@@ -1,8 +1,9 @@
 //! State shared by every gateway of a fleet, kept in Redis (`[fleet] redis`): rate limits
 //! counted across the fleet.
 //!
-//! Redis is never in the way of traffic: a gateway starts whether or not Redis answers (it
-//! connects in the background and keeps trying), every call waits at most `[fleet] deadline`
+//! Redis is never in the way of traffic: a gateway starts whether or not Redis answers (each
+//! worker connects in the background on its first call and keeps trying; until then its
+//! decisions fall back), every call waits at most `[fleet] deadline`
 //! (2 ms by default), and a decision Redis cannot make in time falls back to the node, counted
 //! and logged.
 
@@ -10,7 +11,7 @@ pub(crate) mod rate_limit;
 
 use crate::config::FleetConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why Redis gave no answer.
@@ -35,10 +36,14 @@ impl FleetError {
     }
 }
 
-/// The fleet's Redis: one multiplexed connection (requests from every worker pipelined on
-/// it), made and remade in the background.
+/// The fleet's Redis. Each worker thread has its own multiplexed connection, made on the
+/// worker's runtime the first time the worker needs it (and remade in the background), so a
+/// call and its answer never cross threads; the calls of one worker's requests are pipelined
+/// on it.
 pub struct FleetStore {
-    conn: RwLock<Option<ConnectionManager>>,
+    /// Which store this is, in the threads' connection lists.
+    id: u64,
+    client: redis::Client,
     deadline: Duration,
     /// Prefix of every key written.
     pub key_prefix: String,
@@ -53,9 +58,19 @@ pub struct FleetStore {
     epoch: Instant,
 }
 
+/// A thread's connection to one store: filled in by its connecting task.
+type Slot = Arc<Mutex<Option<ConnectionManager>>>;
+
+thread_local! {
+    /// This thread's connections, by store id.
+    static CONNECTIONS: std::cell::RefCell<Vec<(u64, Slot)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl FleetStore {
-    /// The store `cfg` names (none without `redis`), connecting in the background on the
-    /// current runtime, retrying until it connects.
+    /// The store `cfg` names (none without `redis`). Nothing connects yet: each worker
+    /// connects on its first call.
     pub fn start(cfg: &FleetConfig, metrics: &crate::ops::metrics::Metrics) -> Option<Arc<Self>> {
         let url = cfg.redis.as_deref()?;
         let client = match redis::Client::open(url) {
@@ -66,8 +81,9 @@ impl FleetStore {
                 return None;
             }
         };
-        let store = Arc::new(FleetStore {
-            conn: RwLock::new(None),
+        Some(Arc::new(FleetStore {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            client,
             deadline: cfg.deadline,
             key_prefix: cfg.key_prefix.clone(),
             size: cfg.size,
@@ -76,8 +92,30 @@ impl FleetStore {
             decisions: metrics.fleet_limit_decisions.clone(),
             logged_at: std::sync::atomic::AtomicU64::new(0),
             epoch: Instant::now(),
+        }))
+    }
+
+    /// This thread's connection, if it is made; the first call on a thread starts making it
+    /// on the thread's runtime, retrying with backoff until it connects.
+    fn connection(&self) -> Option<ConnectionManager> {
+        let slot = CONNECTIONS.with(|c| {
+            let mut list = c.borrow_mut();
+            if let Some((_, slot)) = list.iter().find(|(id, _)| *id == self.id) {
+                return slot.clone();
+            }
+            let slot = Slot::default();
+            list.push((self.id, slot.clone()));
+            self.connect_into(slot.clone());
+            slot
         });
-        let weak = Arc::downgrade(&store);
+        let conn = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        conn
+    }
+
+    /// Connects (retrying with backoff) and puts the connection in `slot`.
+    fn connect_into(&self, slot: Slot) {
+        let client = self.client.clone();
+        let errors = self.errors.clone();
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(100);
             let config = ConnectionManagerConfig::new()
@@ -85,24 +123,21 @@ impl FleetStore {
                 .set_number_of_retries(2)
                 .set_max_delay(1000);
             loop {
-                let Some(store) = weak.upgrade() else { return };
                 match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
                     Ok(c) => {
                         tracing::info!("fleet: connected to Redis");
-                        *store.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
                         return;
                     }
                     Err(e) => {
-                        store.errors.with_label_values(&["connect"]).inc();
+                        errors.with_label_values(&["connect"]).inc();
                         tracing::warn!(error = %e, retry_in = ?wait, "fleet: cannot connect to Redis");
                     }
                 }
-                drop(store);
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
         });
-        Some(store)
     }
 
     /// Runs `script` with `keys` and `args` within the deadline, timed and its failures
@@ -142,8 +177,7 @@ impl FleetStore {
         keys: &[&str],
         args: &[i64],
     ) -> Result<T, FleetError> {
-        let conn = self.conn.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(mut conn) = conn else {
+        let Some(mut conn) = self.connection() else {
             return Err(FleetError::Unavailable);
         };
         let mut call = script.prepare_invoke();
