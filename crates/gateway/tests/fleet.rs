@@ -182,3 +182,65 @@ async fn a_gateway_starts_and_serves_while_redis_is_down() {
     assert!(slowest < Duration::from_millis(250), "{slowest:?}");
     assert!(decisions(&fx, "fallback_allowed") > 0.0);
 }
+
+/// Gateways with `tls.fleet_ticket_keys` read one list of session-ticket keys from Redis: a
+/// session from one resumes on the other, before and after a rotation; a gateway with keys
+/// of its own does not resume it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_sharing_fleet_ticket_keys_resume_each_others_sessions() {
+    let redis = Redis::start();
+    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
+    let start_one = |shared: bool| {
+        let fleet = fleet.clone();
+        let listener = if shared {
+            "tls.fleet_ticket_keys = true\ntls.ticket_key_rotation = \"2s\""
+        } else {
+            ""
+        };
+        start_edited(listener, move |text, _| {
+            text.replacen("[[listeners]]\n", &fleet, 1)
+        })
+    };
+    let (a, b, c) = (
+        start_one(true).await,
+        start_one(true).await,
+        start_one(false).await,
+    );
+    // The list is made by whichever gateway comes first; both read it within a quarter
+    // period.
+    let list = |redis: &Redis| redis.cli(&["GET", "rampart:tickets:https"]);
+    for _ in 0..50 {
+        if !list(&redis).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(list(&redis).lines().count(), 2, "sealing and next keys");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let sess_s = sess.to_str().unwrap();
+    for tls in ["-tls1_2", "-tls1_3"] {
+        let first = s_client_request(&a, "localhost", &[tls, "-sess_out", sess_s]).await;
+        assert!(first.contains("New,"), "{tls}:\n{first}");
+        let on_b = s_client_request(&b, "localhost", &[tls, "-sess_in", sess_s]).await;
+        assert!(on_b.contains("Reused,"), "{tls} on b:\n{on_b}");
+        let on_c = s_client_request(&c, "localhost", &[tls, "-sess_in", sess_s]).await;
+        assert!(on_c.contains("New,"), "{tls} on c:\n{on_c}");
+    }
+    // A rotation (2 s) later: three keys (sealing, previous, next), and a session sealed
+    // before it still resumes on the other gateway.
+    let first = s_client_request(&a, "localhost", &["-tls1_3", "-sess_out", sess_s]).await;
+    assert!(first.contains("New,"), "{first}");
+    let before = list(&redis);
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let after = list(&redis);
+    assert_eq!(after.lines().count(), 3, "{after}");
+    assert_eq!(
+        after.lines().next(),
+        before.lines().last(),
+        "the next key became the sealing one"
+    );
+    let on_b = s_client_request(&b, "localhost", &["-tls1_3", "-sess_in", sess_s]).await;
+    assert!(on_b.contains("Reused,"), "after a rotation, on b:\n{on_b}");
+}

@@ -218,7 +218,13 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     for (i, l) in cfg.listeners.iter().enumerate() {
         let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
-        tls.tickets.spawn_rotation(l.tls.ticket_key_rotation);
+        match (&fleet, l.tls.fleet_ticket_keys) {
+            (Some(store), true) => {
+                tls.tickets
+                    .spawn_fleet_sync(store.clone(), &l.name, l.tls.ticket_key_rotation)
+            }
+            _ => tls.tickets.spawn_rotation(l.tls.ticket_key_rotation),
+        }
         tickets.push((l.name.clone(), tls.tickets.clone()));
         let acceptor = Arc::new(tls.acceptor);
         // The first socket fixes the port (when 0 was asked for); the others share it.

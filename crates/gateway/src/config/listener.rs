@@ -206,6 +206,9 @@ pub struct TlsConfig {
     /// and every one opening them, re-read every `ticket_key_rotation` (none: keys made and
     /// rotated in process).
     pub ticket_key_file: Option<PathBuf>,
+    /// Session-ticket keys shared by the fleet through `[fleet] redis`: one gateway rotates
+    /// them every `ticket_key_rotation` (holding a lease), every gateway reads them.
+    pub fleet_ticket_keys: bool,
     /// Time allowed for a client to complete the TLS handshake.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
@@ -227,6 +230,7 @@ impl Default for TlsConfig {
             tls12_ciphers: TLS12_ECDHE_CIPHERS.iter().map(|s| s.to_string()).collect(),
             ticket_key_rotation: Duration::from_secs(3600),
             ticket_key_file: None,
+            fleet_ticket_keys: false,
             handshake_timeout: Duration::from_secs(10),
         }
     }
@@ -427,6 +431,11 @@ impl TlsConfig {
         }
         if self.ticket_key_rotation < Duration::from_secs(1) {
             return at.field("ticket_key_rotation").fail("at least 1s");
+        }
+        if self.fleet_ticket_keys && self.ticket_key_file.is_some() {
+            return at
+                .field("fleet_ticket_keys")
+                .fail("ticket keys from the fleet or from ticket_key_file, not both");
         }
         Ok(())
     }

@@ -135,6 +135,12 @@ impl Config {
                     .fail(format!("address {} is used by another listener", l.listen));
             }
             l.validate(&at, &self.key_engine)?;
+            if l.tls.fleet_ticket_keys && self.fleet.redis.is_none() {
+                return at
+                    .field("tls")
+                    .field("fleet_ticket_keys")
+                    .fail("a [fleet] redis to share the keys through");
+            }
         }
         let clusters = At::root("clusters");
         let mut cluster_names = HashSet::new();

@@ -1,5 +1,6 @@
 //! State shared by every gateway of a fleet, kept in Redis (`[fleet] redis`): rate limits
-//! counted across the fleet.
+//! counted across the fleet, and session-ticket keys one gateway rotates and all read
+//! ([`crate::tls::tickets`]).
 //!
 //! Redis is never in the way of traffic: a gateway starts whether or not Redis answers (each
 //! worker connects in the background on its first call and keeps trying; until then its
@@ -140,15 +141,26 @@ impl FleetStore {
         });
     }
 
-    /// Runs `script` with `keys` and `args` within the deadline, timed and its failures
-    /// counted.
-    pub(crate) async fn eval<T: redis::FromRedisValue>(
+    /// Runs `script` with `keys` and `args` within `[fleet] deadline`, timed and its
+    /// failures counted.
+    pub(crate) async fn eval<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         script: &redis::Script,
         keys: &[&str],
-        args: &[i64],
+        args: &[A],
     ) -> Result<T, FleetError> {
-        let result = self.eval_inner(script, keys, args).await;
+        self.eval_within(script, keys, args, self.deadline).await
+    }
+
+    /// [`FleetStore::eval`] within `deadline` (for work off the request path).
+    pub(crate) async fn eval_within<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[A],
+        deadline: Duration,
+    ) -> Result<T, FleetError> {
+        let result = self.eval_inner(script, keys, args, deadline).await;
         if let Err(e) = &result {
             self.errors.with_label_values(&[e.kind()]).inc();
             self.log_failure(e);
@@ -171,11 +183,12 @@ impl FleetStore {
         }
     }
 
-    async fn eval_inner<T: redis::FromRedisValue>(
+    async fn eval_inner<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
         &self,
         script: &redis::Script,
         keys: &[&str],
-        args: &[i64],
+        args: &[A],
+        deadline: Duration,
     ) -> Result<T, FleetError> {
         let Some(mut conn) = self.connection() else {
             return Err(FleetError::Unavailable);
@@ -185,13 +198,13 @@ impl FleetStore {
             call.key(*k);
         }
         for a in args {
-            call.arg(*a);
+            call.arg(a);
         }
         let start = Instant::now();
-        let answer = tokio::time::timeout(self.deadline, call.invoke_async(&mut conn)).await;
+        let answer = tokio::time::timeout(deadline, call.invoke_async(&mut conn)).await;
         self.seconds.observe(start.elapsed().as_secs_f64());
         match answer {
-            Err(_) => Err(FleetError::Timeout(self.deadline)),
+            Err(_) => Err(FleetError::Timeout(deadline)),
             Ok(r) => Ok(r?),
         }
     }

@@ -9,6 +9,14 @@
 //! with `openssl rand -hex 80`), the first sealing, blank lines and `#` comments skipped. The
 //! file is read again each rotation interval; a file that has become unreadable or malformed
 //! keeps the keys in use (and says so in the log). Key material is never logged.
+//!
+//! With `tls.fleet_ticket_keys` they come from the fleet's Redis, in the same layout (one key
+//! per line): the sealing key first, the previous one, and last the *next* key, which opens
+//! tickets a period before it seals any, so a gateway that has not yet read a rotation still
+//! opens the tickets sealed after it. One gateway rotates each `ticket_key_rotation` (whoever
+//! takes the lease, `SET NX PX`, once it lapses: the next key seals, a fresh next is added);
+//! every gateway reads the keys four times a period. Until the first read, and while Redis
+//! cannot be reached, a gateway keeps the keys it has (at start: its own).
 
 use boring::hash::MessageDigest;
 use boring::ssl::{SslContextBuilder, TicketKeyCallbackResult};
@@ -48,9 +56,35 @@ impl Drop for TicketKey {
 /// The ticket keys of one listener: the first seals, all open.
 pub struct TicketKeys {
     keys: RwLock<Vec<TicketKey>>,
-    /// Where shared keys come from; `None`: made in process.
+    /// Where shared keys come from; `None`: made in process (or read from the fleet).
     file: Option<PathBuf>,
+    /// Read from the fleet's Redis ([`TicketKeys::spawn_fleet_sync`]): not rotated here.
+    fleet: bool,
 }
+
+/// KEYS[1]: the listener's key list; KEYS[2]: the rotation lease. ARGV[1]: the period (ms);
+/// ARGV[2], ARGV[3]: fresh keys (hex), used only when the list is made or rotated. Returns
+/// the list.
+static ROTATE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local list = redis.call('GET', KEYS[1])
+if not list then
+  list = ARGV[2] .. '\n' .. ARGV[3]
+  redis.call('SET', KEYS[1], list)
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+  return list
+end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then
+  local lines = {}
+  for l in string.gmatch(list, '[^\n]+') do table.insert(lines, l) end
+  list = lines[#lines] .. '\n' .. lines[1] .. '\n' .. ARGV[2]
+  redis.call('SET', KEYS[1], list)
+end
+return list
+",
+    )
+});
 
 /// The bytes of one key in a key file.
 const FILE_KEY_LEN: usize = 80;
@@ -61,6 +95,17 @@ impl TicketKeys {
         Arc::new(TicketKeys {
             keys: RwLock::new(vec![TicketKey::generate()]),
             file: None,
+            fleet: false,
+        })
+    }
+
+    /// Keys shared through the fleet's Redis (see the module's notes): until the first read,
+    /// one made here.
+    pub fn fleet() -> Arc<Self> {
+        Arc::new(TicketKeys {
+            keys: RwLock::new(vec![TicketKey::generate()]),
+            file: None,
+            fleet: true,
         })
     }
 
@@ -69,12 +114,16 @@ impl TicketKeys {
         Ok(Arc::new(TicketKeys {
             keys: RwLock::new(read_key_file(path)?),
             file: Some(path.to_path_buf()),
+            fleet: false,
         }))
     }
 
     /// In process: a fresh key seals, the sealing one becomes the only other; from a file:
     /// the file is read again.
     pub fn rotate(&self) {
+        if self.fleet {
+            return;
+        }
         match &self.file {
             None => {
                 let mut k = self.keys.write().expect("ticket key lock");
@@ -100,6 +149,57 @@ impl TicketKeys {
                 match weak.upgrade() {
                     Some(k) => k.rotate(),
                     None => return,
+                }
+            }
+        });
+    }
+
+    /// Reads (and, holding the lease, rotates) listener `listener`'s keys in the fleet's
+    /// Redis four times each `period`, until the runtime stops.
+    pub fn spawn_fleet_sync(
+        self: &Arc<Self>,
+        store: Arc<crate::fleet::FleetStore>,
+        listener: &str,
+        period: Duration,
+    ) {
+        let weak = Arc::downgrade(self);
+        let list_key = format!("{}:tickets:{listener}", store.key_prefix);
+        let lease_key = format!("{list_key}:lease");
+        let period_ms = period.as_millis().max(1).to_string();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval((period / 4).max(Duration::from_millis(250)));
+            let mut failing = false;
+            loop {
+                tick.tick().await;
+                let Some(keys) = weak.upgrade() else { return };
+                let mut fresh = [fresh_key_hex(), fresh_key_hex()];
+                let args = [period_ms.clone(), fresh[0].clone(), fresh[1].clone()];
+                let answer: Result<Vec<u8>, _> = store
+                    .eval_within(
+                        &ROTATE,
+                        &[&list_key, &lease_key],
+                        &args,
+                        Duration::from_secs(1),
+                    )
+                    .await;
+                fresh.iter_mut().for_each(|k| k.zeroize());
+                let [_, mut a, mut b] = args;
+                a.zeroize();
+                b.zeroize();
+                match answer.map_err(|e| e.to_string()).and_then(|mut text| {
+                    let parsed = parse_keys(&text);
+                    text.zeroize();
+                    parsed
+                }) {
+                    Ok(list) => {
+                        *keys.keys.write().expect("ticket key lock") = list;
+                        failing = false;
+                    }
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(listener = %list_key, error = %e, "session-ticket keys from the fleet not read; the keys in use kept");
+                    }
+                    Err(_) => {}
                 }
             }
         });
@@ -139,6 +239,15 @@ impl TicketKeys {
             });
         }
     }
+}
+
+/// A fresh key in the file layout (160 hex digits).
+fn fresh_key_hex() -> String {
+    let mut raw = [0u8; FILE_KEY_LEN];
+    boring::rand::rand_bytes(&mut raw).expect("rng");
+    let hex = raw.iter().map(|b| format!("{b:02x}")).collect();
+    raw.zeroize();
+    hex
 }
 
 /// The keys of a key file, in order; an error names the file and the line, never a key.
