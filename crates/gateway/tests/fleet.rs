@@ -228,19 +228,35 @@ async fn gateways_sharing_fleet_ticket_keys_resume_each_others_sessions() {
         let on_c = s_client_request(&c, "localhost", &[tls, "-sess_in", sess_s]).await;
         assert!(on_c.contains("New,"), "{tls} on c:\n{on_c}");
     }
-    // A rotation (2 s) later: three keys (sealing, previous, next), and a session sealed
-    // before it still resumes on the other gateway.
+    // Across a rotation (every 2 s): just after one, a session sealed now still resumes on
+    // the other gateway after the next (its key then the previous one); the next key became
+    // the sealing one, and the list holds three (sealing, previous, next).
+    let changed = |from: String| {
+        let redis = &redis;
+        async move {
+            for _ in 0..60 {
+                let now = list(redis);
+                if now != from {
+                    return now;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("no rotation within 3 s");
+        }
+    };
+    changed(list(&redis)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let first = s_client_request(&a, "localhost", &["-tls1_3", "-sess_out", sess_s]).await;
     assert!(first.contains("New,"), "{first}");
     let before = list(&redis);
-    tokio::time::sleep(Duration::from_millis(3000)).await;
-    let after = list(&redis);
+    let after = changed(before.clone()).await;
     assert_eq!(after.lines().count(), 3, "{after}");
     assert_eq!(
         after.lines().next(),
         before.lines().last(),
         "the next key became the sealing one"
     );
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let on_b = s_client_request(&b, "localhost", &["-tls1_3", "-sess_in", sess_s]).await;
     assert!(on_b.contains("Reused,"), "after a rotation, on b:\n{on_b}");
 }

@@ -1326,3 +1326,128 @@ async fn near_the_quic_cap_idle_connections_close_sooner() {
     // The busy one is not idle: it is answered.
     assert_eq!(json_lines(&busy.await.unwrap())[0]["status"], 200);
 }
+
+/// Relays a QUIC client to `to` and back, and sends a copy of the client's first datagrams
+/// (its first flight: the ClientHello and the 0-RTT packets) to `copy_to` 300 ms later, as an
+/// attacker who captured them would. Returns the relay's port.
+async fn replaying_relay(to: std::net::SocketAddr, copy_to: std::net::SocketAddr) -> u16 {
+    use tokio::net::UdpSocket;
+    let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = front.local_addr().unwrap().port();
+    let back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let copier = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    tokio::spawn(async move {
+        let (mut client, mut first_at) = (None, None::<std::time::Instant>);
+        let mut captured: Vec<Vec<u8>> = Vec::new();
+        let mut copied = false;
+        let (mut a, mut b) = ([0u8; 2048], [0u8; 2048]);
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < end {
+            tokio::select! {
+                r = front.recv_from(&mut a) => {
+                    let (n, from) = r.unwrap();
+                    client = Some(from);
+                    let at = *first_at.get_or_insert_with(std::time::Instant::now);
+                    if at.elapsed() < Duration::from_millis(50) {
+                        captured.push(a[..n].to_vec());
+                    }
+                    let _ = back.send_to(&a[..n], to).await;
+                }
+                r = back.recv_from(&mut b) => {
+                    let (n, _) = r.unwrap();
+                    if let Some(c) = client {
+                        let _ = front.send_to(&b[..n], c).await;
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            if !copied && first_at.is_some_and(|t| t.elapsed() > Duration::from_millis(300)) {
+                copied = true;
+                for d in &captured {
+                    let _ = copier.send_to(d, copy_to).await;
+                }
+            }
+        }
+    });
+    port
+}
+
+/// 0-RTT anti-replay across the fleet: a client's 0-RTT attempt on gateway a is recorded in
+/// Redis and accepted; the same first flight replayed to gateway b (which can open the
+/// ticket: the fleet shares its ticket keys) has its early data rejected there. With Redis
+/// gone, early data is rejected (the safe side) and the handshake completes as 1-RTT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_0rtt_attempt_has_its_early_data_rejected_on_another_gateway() {
+    let mut redis = common::redis::Redis::start();
+    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
+    let listener = format!("tls.fleet_ticket_keys = true\n{QUIC}\nearly_data = true");
+    let gateway = || {
+        let fleet = fleet.clone();
+        start_edited(&listener, move |t, _| {
+            t.replacen("[[listeners]]\n", &fleet, 1)
+        })
+    };
+    let (a, b) = (gateway().await, gateway().await);
+    // Both read the fleet's ticket keys.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ticket = dir.path().join("ticket.pickle");
+    let t = ticket.to_str().unwrap();
+    let r = json_lines(&run(h3(&a, &["--session-file", t, "--path", "/headers"])).await);
+    assert_eq!(r[0]["status"], 200);
+
+    let checks = |fx: &Fixture, result: &str| {
+        metric_sum(
+            &fx.gw().metrics.render(),
+            "rampart_quic_early_data_replay_checks_total",
+            &[&format!("result=\"{result}\"")],
+        )
+    };
+    let b_addr = std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(&b)));
+    let a_addr = std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(&a)));
+    let relay = replaying_relay(a_addr, b_addr).await;
+    let r = json_lines(
+        &run(h3_at(
+            relay,
+            &["--session-file", t, "--zero-rtt", "--path", "/headers"],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["status"], 200, "{}", r[0]);
+    assert_eq!(
+        r[0]["early_data_accepted"], true,
+        "the first attempt: {}",
+        r[0]
+    );
+    assert_eq!(checks(&a, "first"), 1.0);
+    for _ in 0..50 {
+        if checks(&b, "replay") >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        checks(&b, "replay"),
+        1.0,
+        "the replayed copy was seen as one"
+    );
+    assert_eq!(checks(&b, "first"), 0.0);
+
+    // Without Redis no record can be made: early data is rejected, the request still served.
+    redis.kill();
+    let r = json_lines(
+        &run(h3(
+            &b,
+            &["--session-file", t, "--zero-rtt", "--path", "/headers"],
+        ))
+        .await,
+    );
+    assert_eq!(r[0]["status"], 200, "{}", r[0]);
+    assert_eq!(
+        (r[0]["resumed"].clone(), r[0]["early_data_accepted"].clone()),
+        (true.into(), false.into()),
+        "{}",
+        r[0]
+    );
+    assert!(checks(&b, "unanswered") >= 1.0);
+}

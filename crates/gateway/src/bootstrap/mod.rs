@@ -81,6 +81,9 @@ pub struct Applier {
 /// worker. Nothing on the request path crosses threads except key-engine requests.
 struct WorkerPlan {
     index: usize,
+    /// The fleet's Redis, connected from this worker as it starts (a first 0-RTT handshake
+    /// or fleet-limited request should not find it still connecting).
+    fleet: Option<Arc<crate::fleet::FleetStore>>,
     /// Upgraded-connection tunnels spawned by this worker's listeners.
     tunnels: tokio_util::task::TaskTracker,
     quic: Vec<(quic::QuicWorker, Arc<pipeline::ProxyShared>)>,
@@ -113,6 +116,9 @@ fn run_worker(
                 }
             };
             let drained = rt.block_on(async move {
+                if let Some(fleet) = &plan.fleet {
+                    fleet.connect_this_thread();
+                }
                 let connections = tokio_util::task::TaskTracker::new();
                 let mut tasks = Vec::new();
                 for (sock, shared, acceptor, handshake_timeout) in plan.listeners {
@@ -194,6 +200,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut plans: Vec<WorkerPlan> = (0..workers)
         .map(|index| WorkerPlan {
             index,
+            fleet: None,
             tunnels: tokio_util::task::TaskTracker::new(),
             quic: Vec::new(),
             listeners: Vec::new(),
@@ -203,6 +210,9 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     // health marks hold over all of them.
     let mut clusters = reload::build_clusters(&cfg, &metrics, workers, &[])?;
     let fleet = crate::fleet::FleetStore::start(&cfg.fleet, &metrics);
+    for p in &mut plans {
+        p.fleet = fleet.clone();
+    }
     let routing: Vec<pipeline::RoutingSlot> =
         reload::routings(&cfg, &clusters, workers, None, fleet.as_ref())
             .into_iter()
@@ -254,7 +264,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 let (m, name) = (metrics.clone(), l.name.clone());
                 Arc::new(move |ssl: &boring::ssl::SslRef| quic::record_handshake(&m, &name, ssl))
             };
-            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer))
+            let anti_replay = fleet
+                .as_ref()
+                .map(|s| crate::fleet::anti_replay::AntiReplay::new(s.clone(), &l.name, &metrics));
+            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer), anti_replay)
                 .with_context(|| format!("listeners[{i}] ({}) QUIC", l.name))?;
             tracing::info!(listener = %l.name, addr = %udp_addr, workers = udp.len(), "listening (HTTP/3 over QUIC)");
             quic_bound.push((l.name.clone(), udp_addr));

@@ -1,6 +1,6 @@
 //! State shared by every gateway of a fleet, kept in Redis (`[fleet] redis`): rate limits
-//! counted across the fleet, and session-ticket keys one gateway rotates and all read
-//! ([`crate::tls::tickets`]).
+//! counted across the fleet, 0-RTT anti-replay records, and session-ticket keys one gateway
+//! rotates and all read ([`crate::tls::tickets`]).
 //!
 //! Redis is never in the way of traffic: a gateway starts whether or not Redis answers (each
 //! worker connects in the background on its first call and keeps trying; until then its
@@ -8,6 +8,7 @@
 //! (2 ms by default), and a decision Redis cannot make in time falls back to the node, counted
 //! and logged.
 
+pub(crate) mod anti_replay;
 pub(crate) mod rate_limit;
 
 use crate::config::FleetConfig;
@@ -38,7 +39,8 @@ impl FleetError {
 }
 
 /// The fleet's Redis. Each worker thread has its own multiplexed connection, made on the
-/// worker's runtime the first time the worker needs it (and remade in the background), so a
+/// worker's runtime as the worker starts (or on a thread's first call; and remade in the
+/// background), so a
 /// call and its answer never cross threads; the calls of one worker's requests are pipelined
 /// on it.
 pub struct FleetStore {
@@ -111,6 +113,11 @@ impl FleetStore {
         });
         let conn = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
         conn
+    }
+
+    /// Starts this thread's connection, if it has none (a worker, as it starts).
+    pub fn connect_this_thread(&self) {
+        let _ = self.connection();
     }
 
     /// Connects (retrying with backoff) and puts the connection in `slot`.

@@ -29,6 +29,7 @@ pub struct Metrics {
     pub fleet_redis_seconds: prometheus::Histogram,
     pub fleet_redis_errors: IntCounterVec,
     pub fleet_limit_decisions: IntCounterVec,
+    pub early_data_checks: IntCounterVec,
     /// Upstream responses whose client left (or cancelled the stream) before their end.
     pub responses_abandoned: IntCounterVec,
     pub denied_connections: IntCounterVec,
@@ -210,6 +211,16 @@ impl Metrics {
                      alone while Redis gave no answer (fallback_allowed, fallback_limited)",
                 ),
                 &["route", "decision"],
+            )
+            .unwrap(),
+            early_data_checks: IntCounterVec::new(
+                Opts::new(
+                    "rampart_quic_early_data_replay_checks_total",
+                    "ClientHellos offering 0-RTT early data checked against the fleet's \
+                     records, by listener and result (first: accepted; replay: seen before, \
+                     early data rejected; unanswered: no answer from Redis, early data rejected)",
+                ),
+                &["listener", "result"],
             )
             .unwrap(),
             mirror_requests: IntCounterVec::new(
@@ -441,6 +452,7 @@ impl Metrics {
             &m.mirror_requests,
             &m.fleet_redis_errors,
             &m.fleet_limit_decisions,
+            &m.early_data_checks,
             &m.rejected_connections,
             &m.closed_connections,
             &m.overload_actions,
@@ -650,6 +662,9 @@ mod tests {
         m.upstream_retries_refused.with_label_values(&["c"]).inc();
         m.mirror_requests
             .with_label_values(&["r", "c", "answered"])
+            .inc();
+        m.early_data_checks
+            .with_label_values(&["l", "replay"])
             .inc();
         m.fleet_redis_errors.with_label_values(&["timeout"]).inc();
         m.fleet_limit_decisions

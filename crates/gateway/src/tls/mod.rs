@@ -259,16 +259,46 @@ fn build_store(
     Ok(store)
 }
 
-/// Installs SNI + signature-algorithm certificate selection on a front context.
-fn install_selection(b: &mut SslContextBuilder, certs: CertSlot) {
+/// Installs SNI + signature-algorithm certificate selection on a front context. With
+/// `anti_replay`, a ClientHello that offers early data is first checked against the fleet's
+/// records, and a replayed one (or one Redis gave no answer for) has its early data turned
+/// off before the handshake goes on ([`crate::fleet::anti_replay`]).
+fn install_selection(
+    b: &mut SslContextBuilder,
+    certs: CertSlot,
+    anti_replay: Option<Arc<crate::fleet::anti_replay::AntiReplay>>,
+) {
+    use crate::fleet::anti_replay::AntiReplay;
+    use boring::ssl::ExtensionType;
     b.set_async_select_certificate_callback(move |hello| {
         let ctx = certs.current().select(hello).ok_or(AsyncSelectCertError)?;
+        let check = anti_replay.clone().and_then(|a| {
+            hello.get_extension(ExtensionType::EARLY_DATA)?;
+            let psk = hello.get_extension(ExtensionType::PRE_SHARED_KEY)?;
+            Some((a, AntiReplay::record_of(psk)))
+        });
         Ok(Box::pin(async move {
+            let early_data_ok = match &check {
+                Some((a, record)) => a.first_use(record).await,
+                None => true,
+            };
             Ok(Box::new(move |mut hello: ClientHello<'_>| {
                 hello
                     .ssl_mut()
                     .set_ssl_context(&ctx)
-                    .map_err(|_| AsyncSelectCertError)
+                    .map_err(|_| AsyncSelectCertError)?;
+                if !early_data_ok {
+                    // SAFETY: the SSL is live for the callback; SSL_set_early_data_enabled
+                    // only clears a flag on it, read when the server decides on early data
+                    // (after this callback), so the handshake goes on as 1-RTT.
+                    unsafe {
+                        boring_sys::SSL_set_early_data_enabled(
+                            foreign_types::ForeignTypeRef::as_ptr(hello.ssl_mut()),
+                            0,
+                        )
+                    };
+                }
+                Ok(())
             }) as BoxSelectCertFinish)
         }))
     });
@@ -303,7 +333,7 @@ pub fn listener_tls(
     )?;
     let certs = CertSlot::new(store);
     let mut front = context_builder(tls, &tickets, alpn)?;
-    install_selection(&mut front, certs.clone());
+    install_selection(&mut front, certs.clone(), None);
     Ok(ListenerTls {
         acceptor: front.build(),
         tickets,
@@ -340,6 +370,8 @@ pub type HandshakeObserver = Arc<dyn Fn(&boring::ssl::SslRef) + Send + Sync>;
 pub struct QuicContextOptions {
     pub early_data: bool,
     pub observer: Option<HandshakeObserver>,
+    /// With early data and `[fleet] redis`: the fleet's replay records.
+    pub anti_replay: Option<Arc<crate::fleet::anti_replay::AntiReplay>>,
 }
 
 impl QuicContextOptions {
@@ -366,10 +398,12 @@ impl QuicTls {
         engine: &Arc<KeyEngine>,
         tickets: &Arc<TicketKeys>,
         observer: Option<HandshakeObserver>,
+        anti_replay: Option<Arc<crate::fleet::anti_replay::AntiReplay>>,
     ) -> anyhow::Result<Self> {
         let options = QuicContextOptions {
             early_data: listener.quic.early_data,
             observer,
+            anti_replay: anti_replay.filter(|_| listener.quic.early_data),
         };
         let keys = engine.registry();
         let signer = Signer {
@@ -391,7 +425,7 @@ impl QuicTls {
         b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
         configure_common(&mut b, &self.tickets, ALPN_H3)?;
         self.options.apply(&mut b);
-        install_selection(&mut b, self.store.clone());
+        install_selection(&mut b, self.store.clone(), self.options.anti_replay.clone());
         Ok(b)
     }
 }

@@ -166,11 +166,14 @@ impl TicketKeys {
         let list_key = format!("{}:tickets:{listener}", store.key_prefix);
         let lease_key = format!("{list_key}:lease");
         let period_ms = period.as_millis().max(1).to_string();
+        let every = (period / 4).max(Duration::from_millis(250));
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval((period / 4).max(Duration::from_millis(250)));
+            // Until a read succeeds (the first waits for this worker's connection), tries again
+            // soon, backing off to the usual interval.
+            let mut wait = Duration::ZERO;
             let mut failing = false;
             loop {
-                tick.tick().await;
+                tokio::time::sleep(wait).await;
                 let Some(keys) = weak.upgrade() else { return };
                 let mut fresh = [fresh_key_hex(), fresh_key_hex()];
                 let args = [period_ms.clone(), fresh[0].clone(), fresh[1].clone()];
@@ -194,12 +197,15 @@ impl TicketKeys {
                     Ok(list) => {
                         *keys.keys.write().expect("ticket key lock") = list;
                         failing = false;
+                        wait = every;
                     }
-                    Err(e) if !failing => {
+                    Err(e) => {
+                        if failing {
+                            tracing::warn!(listener = %list_key, error = %e, "session-ticket keys from the fleet not read; the keys in use kept");
+                        }
                         failing = true;
-                        tracing::warn!(listener = %list_key, error = %e, "session-ticket keys from the fleet not read; the keys in use kept");
+                        wait = (wait * 2).clamp(Duration::from_millis(100), every);
                     }
-                    Err(_) => {}
                 }
             }
         });
