@@ -1451,3 +1451,105 @@ async fn a_replayed_0rtt_attempt_has_its_early_data_rejected_on_another_gateway(
     );
     assert!(checks(&b, "unanswered") >= 1.0);
 }
+
+/// Relays a QUIC client to `first` until `first` answers with a Retry, then to `then` (and
+/// back), as an L4 balancer that does not pin a client to the server it reached first would.
+/// Returns the relay's port.
+async fn switching_relay(first: std::net::SocketAddr, then: std::net::SocketAddr) -> u16 {
+    use tokio::net::UdpSocket;
+    let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = front.local_addr().unwrap().port();
+    let back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    tokio::spawn(async move {
+        let (mut client, mut to) = (None, first);
+        let (mut a, mut b) = ([0u8; 2048], [0u8; 2048]);
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < end {
+            tokio::select! {
+                r = front.recv_from(&mut a) => {
+                    let (n, from) = r.unwrap();
+                    client = Some(from);
+                    let _ = back.send_to(&a[..n], to).await;
+                }
+                r = back.recv_from(&mut b) => {
+                    let (n, _) = r.unwrap();
+                    // A long-header packet of type Retry (QUIC v1: 0b11 in bits 4-5).
+                    if n > 0 && b[0] & 0x80 != 0 && (b[0] & 0x30) == 0x30 {
+                        to = then;
+                    }
+                    if let Some(c) = client {
+                        let _ = front.send_to(&b[..n], c).await;
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    });
+    port
+}
+
+/// `quic.fleet_retry_keys`: a Retry issued by gateway a is accepted by gateway b (both sign
+/// with the fleet's keys), so a client an L4 balancer moves after its Retry still connects;
+/// to a gateway with keys of its own the same move fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_from_one_gateway_is_accepted_by_another_with_fleet_retry_keys() {
+    let redis = common::redis::Redis::start();
+    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
+    let gateway = |shared: bool| {
+        let fleet = fleet.clone();
+        let listener = format!(
+            "{QUIC}\nretry = \"always\"{}",
+            if shared {
+                "\nfleet_retry_keys = true"
+            } else {
+                ""
+            }
+        );
+        async move {
+            start_edited(&listener, move |t, _| {
+                t.replacen("[[listeners]]\n", &fleet, 1)
+            })
+            .await
+        }
+    };
+    let (a, b, c) = (
+        gateway(true).await,
+        gateway(true).await,
+        gateway(false).await,
+    );
+    // Both shared-key gateways read the fleet's keys.
+    for _ in 0..50 {
+        if !redis.cli(&["GET", "rampart:retry:https"]).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let addr = |fx: &Fixture| std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(fx)));
+
+    let relay = switching_relay(addr(&a), addr(&b)).await;
+    let r = json_lines(&run(h3_at(relay, &["--path", "/headers"])).await);
+    assert_eq!(r[0]["status"], 200, "{}", r[0]);
+    let accepted = |fx: &Fixture| {
+        metric_sum(
+            &fx.gw().metrics.render(),
+            "rampart_quic_handshakes_total",
+            &[],
+        )
+    };
+    assert_eq!(accepted(&a), 0.0, "a only sent the Retry");
+    assert!(accepted(&b) >= 1.0, "b completed the handshake");
+
+    // To a gateway with a key of its own, the token is not valid: no connection.
+    let relay = switching_relay(addr(&a), addr(&c)).await;
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("5").arg("python3");
+    cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py"))
+        .args(["--port", &relay.to_string(), "--path", "/headers"]);
+    let out = run(cmd).await;
+    assert!(
+        !out.status.success(),
+        "connected with a token c cannot have signed"
+    );
+    assert_eq!(accepted(&c), 0.0);
+}

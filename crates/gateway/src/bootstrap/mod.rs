@@ -272,24 +272,32 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             tracing::info!(listener = %l.name, addr = %udp_addr, workers = udp.len(), "listening (HTTP/3 over QUIC)");
             quic_bound.push((l.name.clone(), udp_addr));
             let retry_gate = quic::retry_gate(&l.quic);
+            let retry_keys = match (&fleet, l.quic.fleet_retry_keys) {
+                (Some(store), true) => Some(quic::fleet_retry_keys(
+                    store.clone(),
+                    &l.name,
+                    l.tls.ticket_key_rotation,
+                )),
+                _ => None,
+            };
             if let Some(gate) = &retry_gate {
                 metrics.watch_retry_gate(&l.name, gate.clone());
                 overload.watch_retry_gate(gate.clone());
             }
-            Some((udp, qtls, retry_gate, udp_addr.port()))
+            Some((udp, qtls, retry_gate, retry_keys, udp_addr.port()))
         } else {
             None
         };
         certs.push(tls::ListenerCerts::new(
             &tls.tickets,
             &tls.certs,
-            quic.as_ref().map(|(_, qtls, _, _)| qtls),
+            quic.as_ref().map(|(_, qtls, _, _, _)| qtls),
         ));
         // One access list for every worker's copy of the listener, TCP and QUIC.
         let listener_access =
             access::SharedAccessList::new(access::AccessList::new(&l.allow, &l.deny));
         access_lists.push(listener_access.clone());
-        let alt_svc = quic.as_ref().and_then(|(_, _, _, port)| {
+        let alt_svc = quic.as_ref().and_then(|(_, _, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
         if l.limits.max_connections > budget {
@@ -329,7 +337,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 acceptor.clone(),
                 l.tls.handshake_timeout,
             ));
-            if let Some((udp, qtls, retry_gate, _)) = quic.as_mut() {
+            if let Some((udp, qtls, retry_gate, retry_keys, _)) = quic.as_mut() {
                 let workers = udp.len();
                 // Worker w takes socket w (index w of the reuseport group).
                 if let Some(socket) = udp.get_mut(w).and_then(Option::take) {
@@ -341,6 +349,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                         cfg: l.quic.clone(),
                         handshake_timeout: l.tls.handshake_timeout,
                         retry_gate: retry_gate.clone(),
+                        retry_keys: retry_keys.clone(),
                     };
                     plan.quic.push((q, shared));
                 }

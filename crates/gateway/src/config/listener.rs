@@ -81,6 +81,10 @@ pub struct QuicConfig {
     /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
     /// forwarded with `Early-Data: 1`; any other method in early data gets 425 Too Early.
     pub early_data: bool,
+    /// Sign Retry tokens with keys shared through `[fleet] redis` (rotated every
+    /// `tls.ticket_key_rotation` by one gateway, read by all), so that a Retry one gateway
+    /// issues is accepted by another.
+    pub fleet_retry_keys: bool,
     /// Pace outgoing packets (spread over the RTT instead of bursts): each GSO send gets a
     /// release time (`SO_TXTIME`, honoured by the `fq` qdisc) and spans at most 1 ms of them.
     /// bbr2 paces by its own model; cubic and reno by Linux TCP's rule (quiche patch 20).
@@ -125,6 +129,7 @@ impl Default for QuicConfig {
             max_pending_handshakes: 1024,
             lb: None,
             early_data: false,
+            fleet_retry_keys: false,
             pacing: true,
             initial_congestion_window: 10,
             pmtu_discovery: true,

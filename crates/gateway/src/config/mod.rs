@@ -141,6 +141,12 @@ impl Config {
                     .field("fleet_ticket_keys")
                     .fail("a [fleet] redis to share the keys through");
             }
+            if l.quic.fleet_retry_keys && self.fleet.redis.is_none() {
+                return at
+                    .field("quic")
+                    .field("fleet_retry_keys")
+                    .fail("a [fleet] redis to share the keys through");
+            }
         }
         let clusters = At::root("clusters");
         let mut cluster_names = HashSet::new();

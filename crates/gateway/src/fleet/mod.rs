@@ -9,6 +9,7 @@
 //! and logged.
 
 pub(crate) mod anti_replay;
+pub(crate) mod key_list;
 pub(crate) mod rate_limit;
 
 use crate::config::FleetConfig;

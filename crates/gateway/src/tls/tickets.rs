@@ -11,12 +11,8 @@
 //! keeps the keys in use (and says so in the log). Key material is never logged.
 //!
 //! With `tls.fleet_ticket_keys` they come from the fleet's Redis, in the same layout (one key
-//! per line): the sealing key first, the previous one, and last the *next* key, which opens
-//! tickets a period before it seals any, so a gateway that has not yet read a rotation still
-//! opens the tickets sealed after it. One gateway rotates each `ticket_key_rotation` (whoever
-//! takes the lease, `SET NX PX`, once it lapses: the next key seals, a fresh next is added);
-//! every gateway reads the keys four times a period. Until the first read, and while Redis
-//! cannot be reached, a gateway keeps the keys it has (at start: its own).
+//! per line), rotated every `ticket_key_rotation` by one gateway and read by all
+//! ([`crate::fleet::key_list`]). Until the first read a gateway uses a key of its own.
 
 use boring::hash::MessageDigest;
 use boring::ssl::{SslContextBuilder, TicketKeyCallbackResult};
@@ -61,30 +57,6 @@ pub struct TicketKeys {
     /// Read from the fleet's Redis ([`TicketKeys::spawn_fleet_sync`]): not rotated here.
     fleet: bool,
 }
-
-/// KEYS[1]: the listener's key list; KEYS[2]: the rotation lease. ARGV[1]: the period (ms);
-/// ARGV[2], ARGV[3]: fresh keys (hex), used only when the list is made or rotated. Returns
-/// the list.
-static ROTATE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r"
-local list = redis.call('GET', KEYS[1])
-if not list then
-  list = ARGV[2] .. '\n' .. ARGV[3]
-  redis.call('SET', KEYS[1], list)
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
-  return list
-end
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then
-  local lines = {}
-  for l in string.gmatch(list, '[^\n]+') do table.insert(lines, l) end
-  list = lines[#lines] .. '\n' .. lines[1] .. '\n' .. ARGV[2]
-  redis.call('SET', KEYS[1], list)
-end
-return list
-",
-    )
-});
 
 /// The bytes of one key in a key file.
 const FILE_KEY_LEN: usize = 80;
@@ -155,7 +127,7 @@ impl TicketKeys {
     }
 
     /// Reads (and, holding the lease, rotates) listener `listener`'s keys in the fleet's
-    /// Redis four times each `period`, until the runtime stops.
+    /// Redis ([`crate::fleet::key_list`]), until the runtime stops.
     pub fn spawn_fleet_sync(
         self: &Arc<Self>,
         store: Arc<crate::fleet::FleetStore>,
@@ -163,52 +135,19 @@ impl TicketKeys {
         period: Duration,
     ) {
         let weak = Arc::downgrade(self);
-        let list_key = format!("{}:tickets:{listener}", store.key_prefix);
-        let lease_key = format!("{list_key}:lease");
-        let period_ms = period.as_millis().max(1).to_string();
-        let every = (period / 4).max(Duration::from_millis(250));
-        tokio::spawn(async move {
-            // Until a read succeeds (the first waits for this worker's connection), tries again
-            // soon, backing off to the usual interval.
-            let mut wait = Duration::ZERO;
-            let mut failing = false;
-            loop {
-                tokio::time::sleep(wait).await;
-                let Some(keys) = weak.upgrade() else { return };
-                let mut fresh = [fresh_key_hex(), fresh_key_hex()];
-                let args = [period_ms.clone(), fresh[0].clone(), fresh[1].clone()];
-                let answer: Result<Vec<u8>, _> = store
-                    .eval_within(
-                        &ROTATE,
-                        &[&list_key, &lease_key],
-                        &args,
-                        Duration::from_secs(1),
-                    )
-                    .await;
-                fresh.iter_mut().for_each(|k| k.zeroize());
-                let [_, mut a, mut b] = args;
-                a.zeroize();
-                b.zeroize();
-                match answer.map_err(|e| e.to_string()).and_then(|mut text| {
-                    let parsed = parse_keys(&text);
-                    text.zeroize();
-                    parsed
-                }) {
-                    Ok(list) => {
-                        *keys.keys.write().expect("ticket key lock") = list;
-                        failing = false;
-                        wait = every;
-                    }
-                    Err(e) => {
-                        if failing {
-                            tracing::warn!(listener = %list_key, error = %e, "session-ticket keys from the fleet not read; the keys in use kept");
-                        }
-                        failing = true;
-                        wait = (wait * 2).clamp(Duration::from_millis(100), every);
-                    }
-                }
-            }
+        let apply: crate::fleet::key_list::Apply = Box::new(move |text| {
+            let keys = weak.upgrade()?;
+            Some(parse_keys(text).map(|list| {
+                *keys.keys.write().expect("ticket key lock") = list;
+            }))
         });
+        crate::fleet::key_list::spawn_sync(
+            store,
+            &format!("tickets:{listener}"),
+            period,
+            FILE_KEY_LEN,
+            apply,
+        );
     }
 
     /// Installs the ticket callback on a context.
@@ -245,15 +184,6 @@ impl TicketKeys {
             });
         }
     }
-}
-
-/// A fresh key in the file layout (160 hex digits).
-fn fresh_key_hex() -> String {
-    let mut raw = [0u8; FILE_KEY_LEN];
-    boring::rand::rand_bytes(&mut raw).expect("rng");
-    let hex = raw.iter().map(|b| format!("{b:02x}")).collect();
-    raw.zeroize();
-    hex
 }
 
 /// The keys of a key file, in order; an error names the file and the line, never a key.

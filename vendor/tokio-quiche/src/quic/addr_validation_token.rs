@@ -39,6 +39,9 @@ const HMAC_TAG_LEN: usize = 32;
 
 pub(crate) struct AddrValidationTokenManager {
     sign_key: [u8; HMAC_KEY_LEN],
+    /// rampart: keys shared with other servers (the first signs, every one validates); when
+    /// set and not empty, they are used instead of `sign_key`.
+    shared: Option<crate::quic::AddressTokenKeys>,
 }
 
 impl Default for AddrValidationTokenManager {
@@ -48,6 +51,32 @@ impl Default for AddrValidationTokenManager {
 
         AddrValidationTokenManager {
             sign_key: key_bytes,
+            shared: None,
+        }
+    }
+}
+
+impl AddrValidationTokenManager {
+    /// rampart: a manager that signs and validates with `shared` while it holds keys (and with
+    /// a key of its own until then).
+    pub(crate) fn with_shared_keys(shared: Option<crate::quic::AddressTokenKeys>) -> Self {
+        AddrValidationTokenManager {
+            shared,
+            ..Default::default()
+        }
+    }
+
+    /// The keys in force: the first signs, every one validates.
+    fn keys(&self) -> Vec<[u8; HMAC_KEY_LEN]> {
+        let shared = self
+            .shared
+            .as_ref()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default();
+        if shared.is_empty() {
+            vec![self.sign_key]
+        } else {
+            shared
         }
     }
 }
@@ -69,7 +98,7 @@ impl AddrValidationTokenManager {
         token.write_all(original_dcid).unwrap();
 
         let tag = boring::hash::hmac_sha256(
-            &self.sign_key,
+            &self.keys()[0],
             &token.get_ref()[HMAC_TAG_LEN..],
         )
         .unwrap();
@@ -96,10 +125,12 @@ impl AddrValidationTokenManager {
 
         let (tag, payload) = token.split_at(HMAC_TAG_LEN);
 
-        let expected_tag =
-            boring::hash::hmac_sha256(&self.sign_key, payload).unwrap();
+        let signed_by_one = self.keys().iter().any(|key| {
+            let expected_tag = boring::hash::hmac_sha256(key, payload).unwrap();
+            boring::memcmp::eq(&expected_tag, tag)
+        });
 
-        if !boring::memcmp::eq(&expected_tag, tag) {
+        if !signed_by_one {
             return Err("signature verification failed").into_io();
         }
 
@@ -114,6 +145,33 @@ impl AddrValidationTokenManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_keys_validate_across_managers_and_rotations() {
+        let keys: crate::quic::AddressTokenKeys = Default::default();
+        *keys.write().unwrap() = vec![[1; 32]];
+        let a = AddrValidationTokenManager::with_shared_keys(Some(keys.clone()));
+        let b = AddrValidationTokenManager::with_shared_keys(Some(keys.clone()));
+        let own = AddrValidationTokenManager::default();
+        let addr = "127.0.0.1:1337".parse().unwrap();
+
+        let token = a.gen(b"foo", addr);
+        assert_eq!(
+            b.validate_and_extract_original_dcid(&token, addr).unwrap(),
+            ConnectionId::from_ref(b"foo")
+        );
+        assert!(own.validate_and_extract_original_dcid(&token, addr).is_err());
+
+        // A new signing key: tokens signed with the previous one still validate while it
+        // is listed, and no longer once it is dropped.
+        *keys.write().unwrap() = vec![[2; 32], [1; 32]];
+        assert!(b.validate_and_extract_original_dcid(&token, addr).is_ok());
+        assert!(b
+            .validate_and_extract_original_dcid(&a.gen(b"foo", addr), addr)
+            .is_ok());
+        *keys.write().unwrap() = vec![[2; 32]];
+        assert!(b.validate_and_extract_original_dcid(&token, addr).is_err());
+    }
 
     #[test]
     fn generate() {

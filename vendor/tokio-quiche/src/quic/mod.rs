@@ -104,6 +104,7 @@ use crate::QuicResultExt;
 
 pub(crate) mod retry_gate;
 mod addr_validation_token;
+use self::addr_validation_token::AddrValidationTokenManager;
 pub(crate) mod connection;
 mod dscp;
 mod hooks;
@@ -122,6 +123,10 @@ use self::router::InboundPacketRouter;
 pub use self::connection::ConnectionShutdownBehaviour;
 // rampart: Retry only under load.
 pub use self::retry_gate::RetryGate;
+
+/// rampart: keys for Retry tokens shared by several servers (see
+/// `ConnectionParams::address_token_keys`).
+pub type AddressTokenKeys = std::sync::Arc<std::sync::RwLock<Vec<[u8; 32]>>>;
 
 /// rampart: decides, from the address it came from, whether a new connection attempt is
 /// refused (see `ConnectionParams::refuse_new_connections`).
@@ -334,7 +339,7 @@ where
             },
         },
         Arc::clone(&socket_tx),
-        Default::default(),
+        AddrValidationTokenManager::with_shared_keys(params.address_token_keys.clone()),
         socket.cid_generator,
         metrics.clone(),
     );

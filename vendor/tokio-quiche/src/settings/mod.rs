@@ -80,6 +80,10 @@ pub struct ConnectionParams<'a> {
     /// connection; when it returns true the attempt is refused at once with a stateless
     /// CONNECTION_CLOSE (CONNECTION_REFUSED) instead of a handshake.
     pub refuse_new_connections: Option<crate::quic::RefusePredicate>,
+    /// rampart: server listeners only. The keys Retry tokens are signed with, shared with
+    /// other servers so that a Retry one issues is accepted by another: the first signs,
+    /// every one validates. Empty or unset: a key of the listener's own.
+    pub address_token_keys: Option<crate::quic::AddressTokenKeys>,
 }
 
 impl core::fmt::Debug for ConnectionParams<'_> {
@@ -118,6 +122,7 @@ impl<'a> ConnectionParams<'a> {
             dcid: None,
             retry_gate: None,
             refuse_new_connections: None,
+            address_token_keys: None,
         }
     }
 
@@ -138,6 +143,7 @@ impl<'a> ConnectionParams<'a> {
             dcid: None,
             retry_gate: None,
             refuse_new_connections: None,
+            address_token_keys: None,
         }
     }
 }

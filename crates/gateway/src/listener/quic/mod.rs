@@ -106,6 +106,30 @@ pub struct QuicWorker {
     /// The listener's Retry gate, shared by its workers so the pending-handshake threshold
     /// is the listener's.
     pub retry_gate: Option<Arc<RetryGate>>,
+    /// With `fleet_retry_keys`: the fleet's keys Retry tokens are signed with.
+    pub retry_keys: Option<tokio_quiche::quic::AddressTokenKeys>,
+}
+
+/// Retry-token keys shared through the fleet's Redis for listener `listener`, kept in step
+/// every `period` ([`crate::fleet::key_list`]); empty (the listener's own key) until the
+/// first read.
+pub fn fleet_retry_keys(
+    store: Arc<crate::fleet::FleetStore>,
+    listener: &str,
+    period: Duration,
+) -> tokio_quiche::quic::AddressTokenKeys {
+    let keys = tokio_quiche::quic::AddressTokenKeys::default();
+    let weak = Arc::downgrade(&keys);
+    let apply: crate::fleet::key_list::Apply = Box::new(move |text| {
+        let keys = weak.upgrade()?;
+        Some(
+            crate::fleet::key_list::parse_hex_keys::<32>(text).map(|list| {
+                *keys.write().unwrap_or_else(|e| e.into_inner()) = list;
+            }),
+        )
+    });
+    crate::fleet::key_list::spawn_sync(store, &format!("retry:{listener}"), period, 32, apply);
+    keys
 }
 
 /// The Retry gate `cfg` asks for. With `retry = "never"` it still counts the pending
@@ -140,6 +164,7 @@ pub async fn serve(
         cfg,
         handshake_timeout,
         retry_gate,
+        retry_keys,
     } = q;
     use futures_util::StreamExt;
     let mut settings = QuicSettings::default();
@@ -204,6 +229,7 @@ pub async fn serve(
         hooks,
     );
     params.retry_gate = retry_gate.clone();
+    params.address_token_keys = retry_keys;
     // Load shedding: at `limits.max_connections` open QUIC connections, or from a client the
     // listener's access list turns away, new attempts are refused at once (CONNECTION_REFUSED)
     // before any handshake work, and counted.
