@@ -260,3 +260,97 @@ async fn gateways_sharing_fleet_ticket_keys_resume_each_others_sessions() {
     let on_b = s_client_request(&b, "localhost", &["-tls1_3", "-sess_in", sess_s]).await;
     assert!(on_b.contains("Reused,"), "after a rotation, on b:\n{on_b}");
 }
+
+/// Over TCP with `tls.early_data`: a client's 0-RTT attempt on gateway a is accepted and
+/// recorded; the same bytes (ClientHello and early data) replayed to gateway b have their early
+/// data rejected there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_tcp_0rtt_attempt_has_its_early_data_rejected_on_another_gateway() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis = Redis::start();
+    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
+    let gateway = || {
+        let fleet = fleet.clone();
+        start_edited(
+            "tls.fleet_ticket_keys = true\ntls.early_data = true",
+            move |t, _| t.replacen("[[listeners]]\n", &fleet, 1),
+        )
+    };
+    let (a, b) = (gateway().await, gateway().await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let sess_s = sess.to_str().unwrap();
+    let first = s_client_request(&a, "localhost", &["-tls1_3", "-sess_out", sess_s]).await;
+    assert!(first.contains("New,"), "{first}");
+
+    // A TCP relay to a that also replays the client's first 50 ms of bytes to b.
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_port = relay.local_addr().unwrap().port();
+    let (a_port, b_port) = (a.port(), b.port());
+    tokio::spawn(async move {
+        let (mut client, _) = relay.accept().await.unwrap();
+        let mut up = tokio::net::TcpStream::connect(("127.0.0.1", a_port))
+            .await
+            .unwrap();
+        let mut captured = Vec::new();
+        let start = std::time::Instant::now();
+        let (mut c_buf, mut u_buf) = ([0u8; 16384], [0u8; 16384]);
+        loop {
+            tokio::select! {
+                r = client.read(&mut c_buf) => match r {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if start.elapsed() < Duration::from_millis(50) {
+                            captured.extend_from_slice(&c_buf[..n]);
+                        }
+                        if up.write_all(&c_buf[..n]).await.is_err() { break; }
+                    }
+                },
+                r = up.read(&mut u_buf) => match r {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => if client.write_all(&u_buf[..n]).await.is_err() { break; },
+                },
+                _ = tokio::time::sleep(Duration::from_secs(10)) => break,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut replay = tokio::net::TcpStream::connect(("127.0.0.1", b_port))
+            .await
+            .unwrap();
+        let _ = replay.write_all(&captured).await;
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(2), replay.read(&mut sink)).await;
+    });
+    let file = dir.path().join("early.txt");
+    std::fs::write(&file, "GET /headers HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let cmd = format!(
+        "printf '' | timeout 10 openssl s_client -connect 127.0.0.1:{relay_port} -servername localhost \
+         -tls1_3 -sess_in {sess_s} -early_data {} -ign_eof",
+        file.display()
+    );
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(cmd);
+    let out = stdout(&run(c).await);
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert!(out.contains("\"early-data\": \"1\""), "{out}");
+    let checks = |fx: &Fixture, result: &str| {
+        metric_sum(
+            &fx.gw().metrics.render(),
+            "rampart_early_data_replay_checks_total",
+            &["listener=\"https\"", &format!("result=\"{result}\"")],
+        )
+    };
+    assert_eq!(checks(&a, "first"), 1.0);
+    for _ in 0..50 {
+        if checks(&b, "replay") >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        checks(&b, "replay"),
+        1.0,
+        "the replayed bytes were seen as a replay"
+    );
+}

@@ -1399,7 +1399,7 @@ async fn a_replayed_0rtt_attempt_has_its_early_data_rejected_on_another_gateway(
     let checks = |fx: &Fixture, result: &str| {
         metric_sum(
             &fx.gw().metrics.render(),
-            "rampart_quic_early_data_replay_checks_total",
+            "rampart_early_data_replay_checks_total",
             &[&format!("result=\"{result}\"")],
         )
     };

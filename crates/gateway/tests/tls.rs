@@ -332,3 +332,65 @@ async fn certificates_reload_in_place_over_tcp_and_quic_and_a_bad_reload_keeps_t
         2.0
     );
 }
+
+/// `tls.early_data` over TCP: a resumed TLS 1.3 client's early data is accepted; a GET in it
+/// goes upstream marked `Early-Data: 1`, a POST gets 425 (RFC 8470), as over HTTP/3. Without
+/// the setting early data is declined and the handshake completes as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls13_early_data_over_tcp_follows_rfc_8470() {
+    let fx = start("", "tls.early_data = true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let sess_s = sess.to_str().unwrap();
+    let first = s_client_request(&fx, "localhost", &["-tls1_3", "-sess_out", sess_s]).await;
+    assert!(first.contains("New,"), "{first}");
+    let early = |request: &str| {
+        let file = dir.path().join("early.txt");
+        std::fs::write(&file, request).unwrap();
+        let cmd = format!(
+            "printf '' | timeout 20 openssl s_client -connect 127.0.0.1:{} -servername localhost \
+             -tls1_3 -sess_in {sess_s} -early_data {} -ign_eof",
+            fx.port(),
+            file.display()
+        );
+        async move {
+            let mut c = std::process::Command::new("sh");
+            c.arg("-c").arg(cmd);
+            stdout(&run(c).await)
+        }
+    };
+    let out = early("GET /headers HTTP/1.0\r\nHost: localhost\r\n\r\n").await;
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert!(
+        out.contains("HTTP/1.0 200") || out.contains("HTTP/1.1 200"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\"early-data\": \"1\""),
+        "marked upstream: {out}"
+    );
+    let out = early("POST /echo HTTP/1.0\r\nHost: localhost\r\nContent-Length: 1\r\n\r\nx").await;
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert!(out.contains(" 425 "), "{out}");
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(&m, "rampart_quic_early_data_rejected_total", &[]) >= 1.0,
+        "{m}"
+    );
+
+    // Without the setting the tickets allow no early data: the client sends none and resumes.
+    let plain = start("", "").await;
+    let first = s_client_request(&plain, "localhost", &["-tls1_3", "-sess_out", sess_s]).await;
+    assert!(first.contains("New,"), "{first}");
+    let cmd = format!(
+        "printf '' | timeout 3 openssl s_client -connect 127.0.0.1:{} -servername localhost \
+         -tls1_3 -sess_in {sess_s} -early_data {} -ign_eof",
+        plain.port(),
+        dir.path().join("early.txt").display()
+    );
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(cmd);
+    let out = stdout(&run(c).await);
+    assert!(out.contains("Early data was not sent"), "{out}");
+    assert!(out.contains("Reused,"), "{out}");
+}

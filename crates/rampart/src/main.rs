@@ -219,7 +219,7 @@ fn main() -> anyhow::Result<()> {
             let metrics = gateway::metrics::Metrics::new();
             let engine = gateway::build_key_engine(&cfg, &metrics, None)?;
             for (i, l) in cfg.listeners.iter().enumerate() {
-                gateway::tls::listener_tls(l, &engine, gateway::tls::ALPN_TCP)
+                gateway::tls::listener_tls(l, &engine, gateway::tls::ALPN_TCP, None)
                     .with_context(|| format!("listeners[{i}] ({})", l.name))?;
             }
             println!(

@@ -226,7 +226,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let budget = server::connection_budget();
     let overload = overload::Overload::new(cfg.server.overload.memory_limit_bytes, &metrics);
     for (i, l) in cfg.listeners.iter().enumerate() {
-        let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP)
+        let anti_replay = fleet
+            .as_ref()
+            .map(|s| crate::fleet::anti_replay::AntiReplay::new(s.clone(), &l.name, &metrics));
+        let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP, anti_replay)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
         match (&fleet, l.tls.fleet_ticket_keys) {
             (Some(store), true) => {
@@ -264,9 +267,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 let (m, name) = (metrics.clone(), l.name.clone());
                 Arc::new(move |ssl: &boring::ssl::SslRef| quic::record_handshake(&m, &name, ssl))
             };
-            let anti_replay = fleet
-                .as_ref()
-                .map(|s| crate::fleet::anti_replay::AntiReplay::new(s.clone(), &l.name, &metrics));
+            let anti_replay = fleet.as_ref().map(|s| {
+                let label = format!("{}/quic", l.name);
+                crate::fleet::anti_replay::AntiReplay::new(s.clone(), &label, &metrics)
+            });
             let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer), anti_replay)
                 .with_context(|| format!("listeners[{i}] ({}) QUIC", l.name))?;
             tracing::info!(listener = %l.name, addr = %udp_addr, workers = udp.len(), "listening (HTTP/3 over QUIC)");

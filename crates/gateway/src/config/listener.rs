@@ -211,6 +211,9 @@ pub struct TlsConfig {
     /// and every one opening them, re-read every `ticket_key_rotation` (none: keys made and
     /// rotated in process).
     pub ticket_key_file: Option<PathBuf>,
+    /// Accept TLS 1.3 early data (0-RTT) on resumed TCP connections, under HTTP/3's rules:
+    /// safe methods go upstream with `Early-Data: 1`, others get 425.
+    pub early_data: bool,
     /// Session-ticket keys shared by the fleet through `[fleet] redis`: one gateway rotates
     /// them every `ticket_key_rotation` (holding a lease), every gateway reads them.
     pub fleet_ticket_keys: bool,
@@ -236,6 +239,7 @@ impl Default for TlsConfig {
             ticket_key_rotation: Duration::from_secs(3600),
             ticket_key_file: None,
             fleet_ticket_keys: false,
+            early_data: false,
             handshake_timeout: Duration::from_secs(10),
         }
     }

@@ -154,12 +154,34 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for RecvBuffer<S> {
 /// reads on while bytes are held there (or inside BoringSSL) and the caller has room, so a
 /// chunk carries all of them. It never reads on into an empty buffer: that read would come
 /// back `Pending` and cost a wake-up.
-pub struct ReadAvailable<S>(pub tokio_boring::SslStream<RecvBuffer<S>>);
+pub struct ReadAvailable<S>(
+    pub tokio_boring::SslStream<RecvBuffer<S>>,
+    /// While the handshake is still open after early data (0-RTT) was accepted: true until a
+    /// read completes it, then dropped. Requests read while it is true arrived in early data.
+    pub Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+);
 
 impl<S> ReadAvailable<S> {
     fn more_held(&self) -> bool {
         !self.0.get_ref().held().is_empty() || self.0.ssl().pending() > 0
     }
+
+    /// After a read: whether the handshake is still in early data, told to the connection.
+    fn watch_early_data(&mut self) {
+        if let Some(flag) = &self.1 {
+            if !in_early_data(self.0.ssl()) {
+                flag.store(false, std::sync::atomic::Ordering::Relaxed);
+                self.1 = None;
+            }
+        }
+    }
+}
+
+/// Whether `ssl`'s handshake has accepted early data and is not complete yet.
+pub fn in_early_data(ssl: &boring::ssl::SslRef) -> bool {
+    use foreign_types::ForeignTypeRef;
+    // SAFETY: `ssl` is a live SSL; SSL_in_early_data only reads its handshake state.
+    unsafe { boring_sys::SSL_in_early_data(ssl.as_ptr()) == 1 }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ReadAvailable<S> {
@@ -172,6 +194,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ReadAvailable<S> {
         if !matches!(first, Poll::Ready(Ok(()))) {
             return first;
         }
+        self.watch_early_data();
         // Go on while bytes are held; a read that brings none (a record not whole yet, the
         // end of the stream, an error) ends this call with the bytes read so far. The caller's
         // next read meets the end of the stream or the error again (a socket error as the
@@ -183,6 +206,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ReadAvailable<S> {
                 _ => break,
             }
         }
+        self.watch_early_data();
         Poll::Ready(Ok(()))
     }
 }

@@ -269,6 +269,10 @@ async fn serve_connection(
         .with_label_values(&[listener, "tcp", resumed_label])
         .observe(start.elapsed().as_secs_f64());
     let h2 = ssl.selected_alpn_protocol() == Some(b"h2");
+    // Early data accepted: the handshake ends on a later read; until then requests are
+    // marked as early (RFC 8470's rules apply to them in the pipeline).
+    let early = crate::listener::recv_buffer::in_early_data(ssl)
+        .then(|| Arc::new(std::sync::atomic::AtomicBool::new(true)));
     let info = Arc::new(ConnInfo {
         client: peer,
         sni: ssl.servername(NameType::HOST_NAME).map(str::to_string),
@@ -281,8 +285,15 @@ async fn serve_connection(
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();
+        let early = early.clone();
         service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             let active = activity.begin();
+            if early
+                .as_ref()
+                .is_some_and(|e| e.load(std::sync::atomic::Ordering::Relaxed))
+            {
+                req.extensions_mut().insert(pipeline::InEarlyData);
+            }
             // For a tunnel made of an HTTP/2 stream (an extended CONNECT), which outlives its
             // response. Only then: an extension costs allocations on every request.
             if req.method() == http::Method::CONNECT {
@@ -309,7 +320,7 @@ async fn serve_connection(
     let expired = activity.expired(idle, || cap.under_pressure());
     let ended = if h2 {
         let io = TokioIo::new(h2_flood::Counted::new(
-            ReadAvailable(stream),
+            ReadAvailable(stream, early),
             limits.max_control_frames_per_second,
             m.closed_connections
                 .with_label_values(&[listener, "control_flood"]),
@@ -341,7 +352,7 @@ async fn serve_connection(
         )
         .await
     } else {
-        let io = TokioIo::new(ReadAvailable(stream));
+        let io = TokioIo::new(ReadAvailable(stream, early));
         // HTTP/1.1 only (ALPN said so), with upgrades: a 101 hands the connection to the
         // proxy's tunnel (WebSocket). hyper-util's builder, as its connection with upgrades
         // can be shut down gracefully.

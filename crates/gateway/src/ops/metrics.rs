@@ -215,9 +215,9 @@ impl Metrics {
             .unwrap(),
             early_data_checks: IntCounterVec::new(
                 Opts::new(
-                    "rampart_quic_early_data_replay_checks_total",
+                    "rampart_early_data_replay_checks_total",
                     "ClientHellos offering 0-RTT early data checked against the fleet's \
-                     records, by listener and result (first: accepted; replay: seen before, \
+                     records, by listener (`NAME` over TCP, `NAME/quic`) and result (first: accepted; replay: seen before, \
                      early data rejected; unanswered: no answer from Redis, early data rejected)",
                 ),
                 &["listener", "result"],
@@ -366,12 +366,12 @@ impl Metrics {
             .unwrap(),
             early_data_accepted: prometheus::IntCounter::new(
                 "rampart_quic_early_data_requests_total",
-                "HTTP/3 requests answered from 0-RTT early data (safe methods)",
+                "Requests answered from 0-RTT early data (safe methods), over HTTP/3 and (with tls.early_data) TCP",
             )
             .unwrap(),
             early_data_rejected: prometheus::IntCounter::new(
                 "rampart_quic_early_data_rejected_total",
-                "HTTP/3 requests in 0-RTT early data refused with 425 Too Early (unsafe methods)",
+                "Requests in 0-RTT early data refused with 425 Too Early (unsafe methods), over HTTP/3 and TCP",
             )
             .unwrap(),
             quic_handshakes: IntCounterVec::new(

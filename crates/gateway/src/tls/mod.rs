@@ -205,8 +205,10 @@ fn cert_context(
         KeyKind::EcdsaP384 => "ecdsa_secp384r1_sha384",
     };
     b.set_sigalgs_list(sigalgs).context("signing algorithms")?;
-    if let Some(q) = quic {
-        q.apply(&mut b);
+    match quic {
+        Some(q) => q.apply(&mut b),
+        None if tls.early_data => enable_early_data(&mut b),
+        None => {}
     }
     // No set_private_key(): the key stays in the engine.
     b.set_async_private_key_method(EngineKeyMethod {
@@ -304,11 +306,13 @@ fn install_selection(
     });
 }
 
-/// Builds the acceptor of one listener.
+/// Builds the acceptor of one listener; with `tls.early_data`, `anti_replay` checks each
+/// attempt against the fleet's records.
 pub fn listener_tls(
     listener: &ListenerConfig,
     engine: &Arc<KeyEngine>,
     alpn: &'static [u8],
+    anti_replay: Option<Arc<crate::fleet::anti_replay::AntiReplay>>,
 ) -> anyhow::Result<ListenerTls> {
     let tls = &listener.tls;
     let tickets = match &tls.ticket_key_file {
@@ -333,7 +337,14 @@ pub fn listener_tls(
     )?;
     let certs = CertSlot::new(store);
     let mut front = context_builder(tls, &tickets, alpn)?;
-    install_selection(&mut front, certs.clone(), None);
+    if tls.early_data {
+        enable_early_data(&mut front);
+    }
+    install_selection(
+        &mut front,
+        certs.clone(),
+        anti_replay.filter(|_| tls.early_data),
+    );
     Ok(ListenerTls {
         acceptor: front.build(),
         tickets,
