@@ -150,7 +150,10 @@ name = "api"
 cluster = "pool"
 retry = { attempts = 2, backoff_base = "1ms", backoff_max = "5ms" }"#;
     let eps = ups.iter().map(|u| u.addr).collect();
-    let fx = start_routed(routes, &[("pool", eps, "")]).await;
+    // A budget that never refuses here (the default, 3 retries in flight, can be reached by
+    // 4 clients whose first tries all met the bad endpoint): this test is about the retries.
+    let budget = "retry_budget = { percent = 100, min_concurrent = 10 }";
+    let fx = start_routed(routes, &[("pool", eps, budget)]).await;
     let codes = curl_parallel(&fx, 30, 4, &[&fx.url("/x")]).await;
     assert!(codes.iter().all(|c| c == "200"), "{codes:?}");
     // A PUT's body goes again whole on the retry.
