@@ -9,9 +9,10 @@ use http_body_util::BodyExt;
 use std::time::{Duration, Instant};
 
 /// A gateway whose one route is limited to `limit` (a `rate_limit` table's body), with
-/// `[fleet] redis = redis_url, size = 2`.
-async fn start_limited(redis_url: &str, limit: &str) -> Fixture {
-    let fleet = format!("[fleet]\nredis = \"{redis_url}\"\nsize = 2\n\n[[listeners]]\n");
+/// `[fleet] redis = redis_url, size = 2` and `fleet_extra`.
+async fn start_limited(redis_url: &str, limit: &str, fleet_extra: &str) -> Fixture {
+    let fleet =
+        format!("[fleet]\nredis = \"{redis_url}\"\nsize = 2\n{fleet_extra}\n\n[[listeners]]\n");
     let route =
         format!("[[routes]]\nname = \"api\"\ncluster = \"app\"\nrate_limit = {{ {limit} }}");
     start_edited("", move |text, _| {
@@ -85,10 +86,15 @@ async fn until_connected(fx: &Fixture) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_admit_one_fleet_limit_between_them() {
     let redis = Redis::start();
-    let limit = "per_second = 100, burst = 1, scope = \"fleet\", key = { header = \"x-api-key\" }";
+    // A burst of 20 takes up the pauses a busy machine puts between a client's requests (with
+    // none, time in which neither client asks is lost to the count).
+    let limit = "per_second = 100, burst = 20, scope = \"fleet\", key = { header = \"x-api-key\" }";
+    // A deadline a busy test machine meets: this test is about counting across gateways (the
+    // 2 ms default's fallback is the next test's).
+    let deadline = "deadline = \"100ms\"";
     let (a, b) = (
-        start_limited(&redis.url(), limit).await,
-        start_limited(&redis.url(), limit).await,
+        start_limited(&redis.url(), limit, deadline).await,
+        start_limited(&redis.url(), limit, deadline).await,
     );
     until_connected(&a).await;
     until_connected(&b).await;
@@ -100,8 +106,9 @@ async fn two_gateways_admit_one_fleet_limit_between_them() {
     let span = Duration::from_secs(2);
     let (ra, rb) = tokio::join!(hammer(&a, span, &key), hammer(&b, span, &key));
     let admitted = ra.0 + rb.0;
+    // 100/s for 2 s, ±10%, plus the burst.
     assert!(
-        (180..=222).contains(&admitted),
+        (180..=240).contains(&admitted),
         "admitted {admitted} in 2 s (a: {ra:?}, b: {rb:?})"
     );
     assert!(
@@ -115,10 +122,9 @@ async fn two_gateways_admit_one_fleet_limit_between_them() {
     // Another key has a count of its own.
     let other = hammer(&a, Duration::from_millis(100), &[("x-api-key", "tenant-8")]).await;
     assert!(other.0 >= 1, "{other:?}");
-    // Decided by Redis, not by each gateway alone (a call past the 2 ms deadline on a busy
-    // machine falls back: a few at most).
+    // Decided by Redis, not by each gateway alone.
     let fell_back = fallbacks(&a) + fallbacks(&b) - fallbacks_before;
-    assert!(fell_back <= 10.0, "{fell_back} decisions fell back");
+    assert!(fell_back <= 3.0, "{fell_back} decisions fell back");
     // Each decision was one script call in Redis (its keys expire as their counts run out).
     let stats = redis.cli(&["INFO", "commandstats"]);
     let calls: usize = stats
@@ -141,6 +147,7 @@ async fn without_redis_requests_flow_under_the_fallback_and_nothing_hangs() {
     let fx = start_limited(
         &redis.url(),
         "per_second = 40, burst = 1, scope = \"fleet\"",
+        "",
     )
     .await;
     until_connected(&fx).await;
@@ -175,6 +182,7 @@ async fn a_gateway_starts_and_serves_while_redis_is_down() {
     let fx = start_limited(
         &format!("redis://{closed}"),
         "per_second = 1000, scope = \"fleet\"",
+        "",
     )
     .await;
     let (ok, _, slowest) = hammer(&fx, Duration::from_millis(300), &[]).await;
