@@ -276,7 +276,11 @@ async fn gateways_sharing_fleet_ticket_keys_resume_each_others_sessions() {
 async fn a_replayed_tcp_0rtt_attempt_has_its_early_data_rejected_on_another_gateway() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let redis = Redis::start();
-    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
+    // A deadline a busy test machine meets (past it the early data would be refused).
+    let fleet = format!(
+        "[fleet]\nredis = \"{}\"\ndeadline = \"100ms\"\n\n[[listeners]]\n",
+        redis.url()
+    );
     let gateway = || {
         let fleet = fleet.clone();
         start_edited(
