@@ -835,3 +835,17 @@ pub async fn curl_parallel(fx: &Fixture, n: usize, parallel: usize, args: &[&str
         .map(str::to_string)
         .collect()
 }
+
+/// Over TLS 1.2 and 1.3, a session from gateway `a` (saved in `sess`) resumes on `b`, which
+/// has the same ticket keys, and not on `c`, which has keys of its own.
+pub async fn assert_sessions_shared(a: &Fixture, b: &Fixture, c: &Fixture, sess: &Path) {
+    let sess_s = sess.to_str().unwrap();
+    for tls in ["-tls1_2", "-tls1_3"] {
+        let first = s_client_request(a, "localhost", &[tls, "-sess_out", sess_s]).await;
+        assert!(first.contains("New,"), "{tls}:\n{first}");
+        let on_b = s_client_request(b, "localhost", &[tls, "-sess_in", sess_s]).await;
+        assert!(on_b.contains("Reused,"), "{tls} on b:\n{on_b}");
+        let on_c = s_client_request(c, "localhost", &[tls, "-sess_in", sess_s]).await;
+        assert!(on_c.contains("New,"), "{tls} on c:\n{on_c}");
+    }
+}
