@@ -394,3 +394,127 @@ async fn tls13_early_data_over_tcp_follows_rfc_8470() {
     assert!(out.contains("Early data was not sent"), "{out}");
     assert!(out.contains("Reused,"), "{out}");
 }
+
+/// `tls.client_auth`: certificates from the client CA pass, with their subject, names and
+/// hash going upstream in headers (a client's own copies of those headers are dropped); no
+/// certificate, one from another CA, or a revoked one does not. With `optional`, clients
+/// without one are served, and a route with `client_cert = "required"` refuses them (403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_verified_and_passed_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/client-certs.sh");
+    let made = std::process::Command::new("sh")
+        .arg(script)
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let listener = |auth: &str| {
+        format!(
+            "tls.client_auth = \"{auth}\"\ntls.client_ca = \"{}\"\ntls.client_crl = \"{}\"",
+            p("ca.pem"),
+            p("ca.crl")
+        )
+    };
+    let required = start("", &listener("required")).await;
+    let with = |who: &str| {
+        vec![
+            "--cert".to_string(),
+            p(&format!("{who}.pem")),
+            "--key".into(),
+            p(&format!("{who}.key")),
+        ]
+    };
+    let (ok, body) = curl_args(&required, with("alice"), "/headers").await;
+    assert!(ok, "{body}");
+    assert!(
+        body.contains("\"x-client-cert-subject\": \"O=Example,CN=alice\""),
+        "{body}"
+    );
+    assert!(
+        body.contains("\"x-client-cert-san\": \"DNS:alice.example\""),
+        "{body}"
+    );
+    assert!(body.contains("\"x-client-cert-sha256\": \""), "{body}");
+    assert!(
+        !body.contains("CN=root"),
+        "the client's own copy was dropped: {body}"
+    );
+    for (who, why) in [("bob", "revoked"), ("mallory", "another CA")] {
+        let (ok, body) = curl_args(&required, with(who), "/headers").await;
+        assert!(!ok, "{who} ({why}) was served: {body}");
+    }
+    let (ok, body) = curl_args(&required, vec![], "/headers").await;
+    assert!(!ok, "no certificate was served: {body}");
+
+    // optional: served without a certificate (and without the headers, whatever the client
+    // sent); a route that requires one answers 403 then.
+    let optional = start_edited(&listener("optional"), |text, _| {
+        text.replace(
+            "[[routes]]\ncluster = \"app\"",
+            "[[routes]]\ncluster = \"app\"\n\n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\nclient_cert = \"required\"",
+        )
+    })
+    .await;
+    let (ok, body) = curl_args(&optional, vec![], "/headers").await;
+    assert!(ok, "{body}");
+    assert!(!body.contains("x-client-cert-subject"), "{body}");
+    let status = |mut args: Vec<String>| {
+        args.extend(["-o", "/dev/null", "-w", "%{http_code}"].map(String::from));
+        curl_args(&optional, args, "/bytes/3")
+    };
+    assert_eq!(status(vec![]).await.1, "403");
+    assert_eq!(status(with("alice")).await.1, "200");
+}
+
+/// curl with `args` (and a client's own `x-client-cert-subject`) to `path`: whether it
+/// succeeded, and its output.
+async fn curl_args(fx: &Fixture, mut args: Vec<String>, path: &str) -> (bool, String) {
+    args.extend([
+        "-H".into(),
+        "x-client-cert-subject: CN=root".into(),
+        fx.url(path),
+    ]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(curl(fx, &refs)).await;
+    (out.status.success(), stdout(&out))
+}
+
+/// A client CA file that is not PEM stops the gateway with the field and the file named; a
+/// client_auth without a CA is refused at load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_that_is_not_pem_is_refused_naming_field_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let bad = dir.path().join("not-a-ca.pem");
+    std::fs::write(&bad, "hello\n").unwrap();
+    let upstream = "127.0.0.1:9".parse().unwrap();
+    let text = config_text(
+        &[upstream],
+        "",
+        &format!(
+            "tls.client_auth = \"required\"\ntls.client_ca = \"{}\"",
+            bad.display()
+        ),
+    );
+    let path = dir.path().join("rampart.toml");
+    std::fs::write(&path, &text).unwrap();
+    let cfg = gateway::config::Config::load(&path).unwrap();
+    let e = gateway::start(cfg, Default::default())
+        .await
+        .err()
+        .expect("refused");
+    let e = format!("{e:#}");
+    assert!(e.contains("tls.client_ca"), "{e}");
+    assert!(e.contains("not-a-ca.pem"), "{e}");
+    assert!(e.contains("expected PEM certificates"), "{e}");
+
+    std::fs::write(
+        &path,
+        config_text(&[upstream], "", "tls.client_auth = \"optional\""),
+    )
+    .unwrap();
+    let e = gateway::config::Config::load(&path).unwrap_err();
+    assert_eq!(e.path, "listeners[0].tls.client_ca", "{e}");
+}

@@ -332,6 +332,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 connection_rate: connection_rate.clone(),
                 proxy_protocol: l.proxy_protocol,
                 paths: l.paths.clone(),
+                client_cert_headers: (l.tls.client_auth != config::ClientAuth::None)
+                    .then(|| pipeline::ClientCertHeaders::new(&l.tls.client_cert_headers)),
                 overload: overload.clone(),
                 tunnels: plan.tunnels.clone(),
             });

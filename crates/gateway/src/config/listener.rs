@@ -220,6 +220,48 @@ pub struct TlsConfig {
     /// Time allowed for a client to complete the TLS handshake.
     #[serde(deserialize_with = "duration")]
     pub handshake_timeout: Duration,
+    /// Client certificates over TCP: `none`, `optional` (asked for; a client without one is
+    /// served, one with an invalid one refused) or `required`.
+    pub client_auth: ClientAuth,
+    /// CA certificates (PEM) client certificates must chain to.
+    pub client_ca: Option<PathBuf>,
+    /// Revoked client certificates (a PEM CRL of `client_ca`), checked when given.
+    pub client_crl: Option<PathBuf>,
+    /// The headers that carry a verified client certificate upstream (and that are removed
+    /// from every request first, whatever the client sent in them).
+    pub client_cert_headers: ClientCertHeadersConfig,
+}
+
+/// Whether a listener asks TCP clients for certificates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    #[default]
+    None,
+    Optional,
+    Required,
+}
+
+/// `tls.client_cert_headers`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientCertHeadersConfig {
+    /// The certificate's subject, as `CN=client,O=Example`.
+    pub subject: String,
+    /// Its subject alternative names: `DNS:a.example, email:x@example`.
+    pub san: String,
+    /// The SHA-256 of its DER, in hex.
+    pub sha256: String,
+}
+
+impl Default for ClientCertHeadersConfig {
+    fn default() -> Self {
+        ClientCertHeadersConfig {
+            subject: "x-client-cert-subject".into(),
+            san: "x-client-cert-san".into(),
+            sha256: "x-client-cert-sha256".into(),
+        }
+    }
 }
 
 pub const TLS12_ECDHE_CIPHERS: &[&str] = &[
@@ -240,6 +282,10 @@ impl Default for TlsConfig {
             ticket_key_file: None,
             fleet_ticket_keys: false,
             early_data: false,
+            client_auth: ClientAuth::None,
+            client_ca: None,
+            client_crl: None,
+            client_cert_headers: Default::default(),
             handshake_timeout: Duration::from_secs(10),
         }
     }
@@ -373,7 +419,14 @@ impl ListenerConfig {
 
     /// Relative paths in the listener resolved against the config file's folder.
     pub(super) fn resolve_paths(&mut self, base: &Path) {
-        if let Some(f) = &mut self.tls.ticket_key_file {
+        for f in [
+            &mut self.tls.ticket_key_file,
+            &mut self.tls.client_ca,
+            &mut self.tls.client_crl,
+        ]
+        .into_iter()
+        .flatten()
+        {
             *f = base.join(&*f);
         }
         for c in &mut self.certificates {
@@ -420,6 +473,36 @@ impl CertificateConfig {
 
 impl TlsConfig {
     fn validate(&self, at: &At) -> Result<(), Invalid> {
+        match (&self.client_auth, &self.client_ca) {
+            (ClientAuth::None, _) => {}
+            (_, None) => {
+                return at
+                    .field("client_ca")
+                    .fail("a PEM file of the CAs client certificates must chain to");
+            }
+            (_, Some(ca)) => at.field("client_ca").file_exists(ca)?,
+        }
+        if let Some(crl) = &self.client_crl {
+            if self.client_auth == ClientAuth::None {
+                return at
+                    .field("client_crl")
+                    .fail("client_auth \"optional\" or \"required\"");
+            }
+            at.field("client_crl").file_exists(crl)?;
+        }
+        let h = &self.client_cert_headers;
+        for (name, v) in [
+            ("subject", &h.subject),
+            ("san", &h.san),
+            ("sha256", &h.sha256),
+        ] {
+            if http::HeaderName::from_bytes(v.as_bytes()).is_err() {
+                return at
+                    .field("client_cert_headers")
+                    .field(name)
+                    .fail(format!("a header name, not {v:?}"));
+            }
+        }
         if self.versions.is_empty() {
             return at
                 .field("versions")

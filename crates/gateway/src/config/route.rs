@@ -83,6 +83,17 @@ pub struct RouteConfig {
     /// A share of the route's requests copied to a shadow cluster, its answers discarded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<MirrorConfig>,
+    /// `"required"`: requests without a verified client certificate (`tls.client_auth`) get
+    /// 403.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<ClientCertRequirement>,
+}
+
+/// A route's `client_cert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientCertRequirement {
+    Required,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -185,6 +196,7 @@ impl RouteConfig {
             priority: 0,
             retry: None,
             mirror: None,
+            client_cert: None,
         }
     }
 }

@@ -72,6 +72,8 @@ pub struct Route {
     pub retries_after_send: bool,
     /// The shadow cluster a share of the route's requests is copied to.
     pub mirror: Option<Mirror>,
+    /// Requests without a verified client certificate get 403.
+    pub client_cert_required: bool,
     /// What a request must meet besides host and path prefix.
     conditions: Conditions,
     priority: i32,
@@ -350,6 +352,7 @@ impl Router {
                     percent: m.percent,
                 }),
                 conditions: Conditions::new(r),
+                client_cert_required: r.client_cert.is_some(),
                 priority: r.priority,
             });
         }

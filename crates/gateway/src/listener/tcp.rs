@@ -273,7 +273,13 @@ async fn serve_connection(
     // marked as early (RFC 8470's rules apply to them in the pipeline).
     let early = crate::listener::recv_buffer::in_early_data(ssl)
         .then(|| Arc::new(std::sync::atomic::AtomicBool::new(true)));
+    let client_cert = shared
+        .client_cert_headers
+        .as_ref()
+        .and_then(|_| crate::tls::handshake_info::ClientCert::of(ssl))
+        .map(Arc::new);
     let info = Arc::new(ConnInfo {
+        client_cert,
         client: peer,
         sni: ssl.servername(NameType::HOST_NAME).map(str::to_string),
         tls_version: ssl.version_str(),

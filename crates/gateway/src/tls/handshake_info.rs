@@ -19,3 +19,55 @@ pub fn set_signature_algorithm(ssl: &mut SslRef, alg: SignatureAlgorithm) {
 pub fn signature_algorithm(ssl: &SslRef) -> Option<SignatureAlgorithm> {
     ssl.ex_data(index()).copied()
 }
+
+/// A client certificate the handshake verified, as it goes upstream in headers.
+#[derive(Debug, Clone)]
+pub struct ClientCert {
+    /// `CN=client,O=Example` (RFC 4514 order reversed: as the certificate lists them).
+    pub subject: http::HeaderValue,
+    /// `DNS:a.example, email:x@example, URI:spiffe://…`; none when it has no such names.
+    pub san: Option<http::HeaderValue>,
+    /// SHA-256 of the certificate's DER, in hex.
+    pub sha256: http::HeaderValue,
+}
+
+impl ClientCert {
+    /// The verified certificate the client presented, if any (with `tls.client_auth`, a
+    /// presented one that did not verify ended the handshake).
+    pub fn of(ssl: &SslRef) -> Option<ClientCert> {
+        let cert = ssl.peer_certificate()?;
+        let subject: Vec<String> = cert
+            .subject_name()
+            .entries()
+            .filter_map(|e| {
+                let key = e.object().nid().short_name().ok()?;
+                let value = e.data().as_utf8().ok()?;
+                Some(format!("{key}={value}"))
+            })
+            .collect();
+        let san: Vec<String> = cert
+            .subject_alt_names()
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|n| {
+                        n.dnsname()
+                            .map(|d| format!("DNS:{d}"))
+                            .or_else(|| n.email().map(|e| format!("email:{e}")))
+                            .or_else(|| n.uri().map(|u| format!("URI:{u}")))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let digest = cert.digest(boring::hash::MessageDigest::sha256()).ok()?;
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        // Names a header cannot carry (control characters) leave the certificate out.
+        Some(ClientCert {
+            subject: http::HeaderValue::from_str(&subject.join(",")).ok()?,
+            san: (!san.is_empty())
+                .then(|| http::HeaderValue::from_str(&san.join(", ")).ok())
+                .flatten(),
+            sha256: http::HeaderValue::from_str(&hex).ok()?,
+        })
+    }
+}

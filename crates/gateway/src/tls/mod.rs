@@ -207,8 +207,12 @@ fn cert_context(
     b.set_sigalgs_list(sigalgs).context("signing algorithms")?;
     match quic {
         Some(q) => q.apply(&mut b),
-        None if tls.early_data => enable_early_data(&mut b),
-        None => {}
+        None => {
+            if tls.early_data {
+                enable_early_data(&mut b);
+            }
+            require_client_certs(&mut b, tls)?;
+        }
     }
     // No set_private_key(): the key stays in the engine.
     b.set_async_private_key_method(EngineKeyMethod {
@@ -306,6 +310,83 @@ fn install_selection(
     });
 }
 
+/// With `tls.client_auth`, asks TCP clients for a certificate (and with `required`, refuses
+/// those without one) that must chain to `tls.client_ca` and, with `tls.client_crl`, not be
+/// revoked; a presented certificate that fails is a failed handshake. Errors name the field.
+fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::Result<()> {
+    use crate::config::ClientAuth;
+    use boring::ssl::SslVerifyMode;
+    let mode = match tls.client_auth {
+        ClientAuth::None => return Ok(()),
+        ClientAuth::Optional => SslVerifyMode::PEER,
+        ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+    };
+    let ca_path = tls.client_ca.as_ref().expect("validated");
+    let pem = std::fs::read(ca_path)
+        .map_err(|e| anyhow!("tls.client_ca: {}: cannot read: {e}", ca_path.display()))?;
+    let cas = X509::stack_from_pem(&pem)
+        .ok()
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| {
+            anyhow!(
+                "tls.client_ca: {}: expected PEM certificates (-----BEGIN CERTIFICATE-----)",
+                ca_path.display()
+            )
+        })?;
+    let mut store = boring::x509::store::X509StoreBuilder::new()?;
+    for ca in cas {
+        store.add_cert(ca)?;
+    }
+    let names = boring::x509::X509Name::load_client_ca_file(ca_path)
+        .map_err(|e| anyhow!("tls.client_ca: {}: {e}", ca_path.display()))?;
+    if let Some(crl_path) = &tls.client_crl {
+        let pem = std::fs::read(crl_path)
+            .map_err(|e| anyhow!("tls.client_crl: {}: cannot read: {e}", crl_path.display()))?;
+        add_crl(&mut store, &pem).map_err(|()| {
+            anyhow!(
+                "tls.client_crl: {}: expected a PEM CRL (-----BEGIN X509 CRL-----)",
+                crl_path.display()
+            )
+        })?;
+        store.set_flags(boring::x509::verify::X509VerifyFlags::CRL_CHECK);
+    }
+    b.set_verify(mode);
+    b.set_verify_cert_store(store.build())?;
+    b.set_client_ca_list(names);
+    Ok(())
+}
+
+/// Adds the CRL in `pem` to `store`.
+fn add_crl(store: &mut boring::x509::store::X509StoreBuilder, pem: &[u8]) -> Result<(), ()> {
+    use foreign_types::ForeignTypeRef;
+    let len = std::os::raw::c_int::try_from(pem.len()).map_err(|_| ())?;
+    // SAFETY: the BIO reads `pem` (alive for the call) and is freed here; the CRL it yields is
+    // owned here and freed after X509_STORE_add_crl, which takes its own reference.
+    unsafe {
+        let bio = boring_sys::BIO_new_mem_buf(pem.as_ptr().cast(), len as _);
+        if bio.is_null() {
+            return Err(());
+        }
+        let crl = boring_sys::PEM_read_bio_X509_CRL(
+            bio,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null_mut(),
+        );
+        boring_sys::BIO_free(bio);
+        if crl.is_null() {
+            return Err(());
+        }
+        let added = boring_sys::X509_STORE_add_crl(store.as_ptr(), crl);
+        boring_sys::X509_CRL_free(crl);
+        if added == 1 {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+}
+
 /// Builds the acceptor of one listener; with `tls.early_data`, `anti_replay` checks each
 /// attempt against the fleet's records.
 pub fn listener_tls(
@@ -340,6 +421,7 @@ pub fn listener_tls(
     if tls.early_data {
         enable_early_data(&mut front);
     }
+    require_client_certs(&mut front, tls)?;
     install_selection(
         &mut front,
         certs.clone(),

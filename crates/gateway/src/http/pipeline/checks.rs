@@ -176,14 +176,21 @@ pub(super) fn route<'a>(
     ControlFlow::Continue(route)
 }
 
-/// Phase: the route's access list (403), then its rate limit (429 with `Retry-After`), on
-/// this gateway or across the fleet.
+/// Phase: the route's client-certificate requirement and access list (403), then its rate
+/// limit (429 with `Retry-After`), on this gateway or across the fleet.
 pub(super) async fn admit(
     ctx: &mut RequestCtx<'_>,
     route: &Route,
     req: Request<ClientBody>,
 ) -> Phase<Request<ClientBody>> {
     let client = ctx.conn.client.ip();
+    if route.client_cert_required && ctx.conn.client_cert.is_none() {
+        let resp = local(
+            StatusCode::FORBIDDEN,
+            "a verified client certificate is required\n",
+        );
+        return refused(refuse_unread(req.into_body(), &ctx.progress, resp).await);
+    }
     if !route.access.permits(client) {
         let resp = local(StatusCode::FORBIDDEN, "forbidden\n");
         return refused(refuse_unread(req.into_body(), &ctx.progress, resp).await);

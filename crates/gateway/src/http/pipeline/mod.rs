@@ -76,9 +76,32 @@ pub struct ProxyShared {
     pub overload: Arc<crate::policy::overload::Overload>,
     /// How request paths are normalized before routing.
     pub paths: crate::http::request_target::PathPolicy,
+    /// With `tls.client_auth`: the headers that carry the client certificate upstream
+    /// (removed from every request first).
+    pub client_cert_headers: Option<ClientCertHeaders>,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
     /// connection they came from: shutdown waits for them within its grace period.
     pub tunnels: tokio_util::task::TaskTracker,
+}
+
+/// The header names of `tls.client_cert_headers`.
+#[derive(Debug, Clone)]
+pub struct ClientCertHeaders {
+    pub subject: HeaderName,
+    pub san: HeaderName,
+    pub sha256: HeaderName,
+}
+
+impl ClientCertHeaders {
+    /// From a validated config.
+    pub fn new(cfg: &crate::config::ClientCertHeadersConfig) -> Self {
+        let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).expect("validated");
+        ClientCertHeaders {
+            subject: name(&cfg.subject),
+            san: name(&cfg.san),
+            sha256: name(&cfg.sha256),
+        }
+    }
 }
 
 /// Facts about the client connection a request arrived on.
@@ -88,6 +111,8 @@ pub struct ConnInfo {
     pub sni: Option<String>,
     pub tls_version: &'static str,
     pub resumed: bool,
+    /// The client certificate the handshake verified (`tls.client_auth`).
+    pub client_cert: Option<Arc<crate::tls::handshake_info::ClientCert>>,
 }
 
 /// Marks a request that arrived in TLS early data (0-RTT), before the handshake completed.
@@ -374,6 +399,7 @@ pub(crate) mod testing {
             connection_rate: None,
             proxy_protocol: false,
             paths: Default::default(),
+            client_cert_headers: None,
             tunnels: tokio_util::task::TaskTracker::new(),
         }
     }
@@ -384,6 +410,7 @@ pub(crate) mod testing {
             sni: None,
             tls_version: "TLSv1.3",
             resumed: false,
+            client_cert: None,
         }
     }
 

@@ -45,6 +45,25 @@ pub(super) struct Prepared {
     pub plan: ExchangePlan,
 }
 
+/// The verified client certificate's headers: whatever the client sent in them is removed
+/// first, so an upstream that trusts them trusts only the gateway.
+fn client_cert_headers(
+    h: &mut http::HeaderMap,
+    names: &super::ClientCertHeaders,
+    cert: Option<&crate::tls::handshake_info::ClientCert>,
+) {
+    h.remove(&names.subject);
+    h.remove(&names.san);
+    h.remove(&names.sha256);
+    if let Some(c) = cert {
+        h.insert(names.subject.clone(), c.subject.clone());
+        if let Some(san) = &c.san {
+            h.insert(names.san.clone(), san.clone());
+        }
+        h.insert(names.sha256.clone(), c.sha256.clone());
+    }
+}
+
 /// Phase: rewrites the request for the upstream (see the module's documentation).
 pub(super) fn request(
     ctx: &RequestCtx<'_>,
@@ -99,6 +118,9 @@ pub(super) fn request(
         h.insert(header::HOST, v);
     }
     forwarding_headers(h, ctx.conn.client.ip(), &target.host, &via, &ctx.request_id);
+    if let Some(names) = &ctx.shared.client_cert_headers {
+        client_cert_headers(h, names, ctx.conn.client_cert.as_deref());
+    }
     route.request_headers.apply(h);
     if ctx.shared.paths.forward_normalized {
         forward_path(&mut parts.uri, &target.path);

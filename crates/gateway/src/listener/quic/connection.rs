@@ -266,6 +266,7 @@ fn quic_conn_info(client: SocketAddr, sni: Option<String>, resumed: bool) -> Arc
         sni,
         tls_version: "TLSv1.3",
         resumed,
+        client_cert: None,
     })
 }
 
