@@ -400,7 +400,6 @@ pub fn listener_tls(
         Some(path) => {
             TicketKeys::from_file(path).map_err(|e| anyhow!("tls.ticket_key_file: {e}"))?
         }
-        None if tls.fleet_ticket_keys => TicketKeys::fleet(),
         None => TicketKeys::new(),
     };
     let keys = engine.registry();

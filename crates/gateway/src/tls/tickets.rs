@@ -52,10 +52,9 @@ impl Drop for TicketKey {
 /// The ticket keys of one listener: the first seals, all open.
 pub struct TicketKeys {
     keys: RwLock<Vec<TicketKey>>,
-    /// Where shared keys come from; `None`: made in process (or read from the fleet).
+    /// Where shared keys come from; `None`: made in process (or read from the fleet, by
+    /// [`TicketKeys::spawn_fleet_sync`] instead of [`TicketKeys::spawn_rotation`]).
     file: Option<PathBuf>,
-    /// Read from the fleet's Redis ([`TicketKeys::spawn_fleet_sync`]): not rotated here.
-    fleet: bool,
 }
 
 /// The bytes of one key in a key file.
@@ -67,17 +66,6 @@ impl TicketKeys {
         Arc::new(TicketKeys {
             keys: RwLock::new(vec![TicketKey::generate()]),
             file: None,
-            fleet: false,
-        })
-    }
-
-    /// Keys shared through the fleet's Redis (see the module's notes): until the first read,
-    /// one made here.
-    pub fn fleet() -> Arc<Self> {
-        Arc::new(TicketKeys {
-            keys: RwLock::new(vec![TicketKey::generate()]),
-            file: None,
-            fleet: true,
         })
     }
 
@@ -86,16 +74,12 @@ impl TicketKeys {
         Ok(Arc::new(TicketKeys {
             keys: RwLock::new(read_key_file(path)?),
             file: Some(path.to_path_buf()),
-            fleet: false,
         }))
     }
 
     /// In process: a fresh key seals, the sealing one becomes the only other; from a file:
     /// the file is read again.
     pub fn rotate(&self) {
-        if self.fleet {
-            return;
-        }
         match &self.file {
             None => {
                 let mut k = self.keys.write().expect("ticket key lock");
