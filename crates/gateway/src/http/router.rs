@@ -67,9 +67,6 @@ pub struct Route {
     pub split: Option<crate::policy::split::TrafficSplit>,
     /// What the route's failed tries are retried on.
     pub retry: crate::policy::retry::RetryPolicy,
-    /// Whether the retry policy may send a request again after it was sent (so its body,
-    /// when small, is kept for that).
-    pub retries_after_send: bool,
     /// The shadow cluster a share of the route's requests is copied to.
     pub mirror: Option<Mirror>,
     /// Requests without a verified client certificate get 403.
@@ -337,16 +334,12 @@ impl Router {
                 response_headers: HeaderRewrite::new(&r.response_headers),
                 compress: r.compress,
                 upgrades: r.upgrade_protocols.clone(),
-                retry: crate::policy::retry::RetryPolicy::new(
-                    &r.retry
-                        .clone()
-                        .unwrap_or_else(crate::config::RetryConfig::connect_only),
-                ),
-                retries_after_send: r.retry.as_ref().is_some_and(|p| {
-                    p.attempts > 0
-                        && (!p.statuses.is_empty()
-                            || p.on.iter().any(|o| *o != crate::config::RetryOn::Connect))
-                }),
+                retry: match &r.retry {
+                    Some(cfg) => crate::policy::retry::RetryPolicy::new(cfg),
+                    None => crate::policy::retry::RetryPolicy::new(
+                        &crate::config::RetryConfig::connect_only(),
+                    ),
+                },
                 mirror: r.mirror.as_ref().map(|m| Mirror {
                     cluster: cluster_index(&m.cluster),
                     percent: m.percent,

@@ -44,6 +44,9 @@ pub struct RetryPolicy {
     backoff_base: Duration,
     backoff_max: Duration,
     non_idempotent: bool,
+    /// Whether a request may go again after it was sent (anything but a failed connect is
+    /// retried), so its body, when small, is kept for that.
+    pub retries_after_send: bool,
 }
 
 impl RetryPolicy {
@@ -56,6 +59,8 @@ impl RetryPolicy {
             backoff_base: cfg.backoff_base,
             backoff_max: cfg.backoff_max,
             non_idempotent: cfg.non_idempotent,
+            retries_after_send: cfg.attempts > 0
+                && (!cfg.statuses.is_empty() || cfg.on.iter().any(|o| *o != RetryOn::Connect)),
         }
     }
 
@@ -146,5 +151,7 @@ mod tests {
         }
         let none = RetryPolicy::new(&RetryConfig::connect_only());
         assert_eq!(none.backoff(1), Duration::ZERO);
+        assert!(!none.retries_after_send, "a failed connect sends nothing");
+        assert!(p.retries_after_send);
     }
 }

@@ -288,7 +288,7 @@ async fn run<'a>(
     let prepared = rewrite::request(ctx, route, &target, req);
     let upgrade = prepared.plan.upgrade.is_some();
     let mirror = mirror::chosen(route).filter(|_| !upgrade);
-    let keep_copy = route.retries_after_send || mirror.is_some();
+    let keep_copy = route.retry.retries_after_send || mirror.is_some();
     let (req, exchange_plan, copy) =
         forward::buffer_body(ctx, prepared, declared_len, keep_copy).await?;
     if let Some(m) = mirror {
