@@ -91,10 +91,6 @@ impl RouteLimit {
         name: &str,
         fleet: Option<&std::sync::Arc<crate::fleet::FleetStore>>,
     ) -> RouteLimit {
-        let key = cfg.key.as_ref().map_or(
-            crate::http::headers::RequestKey::ClientAddress,
-            crate::http::headers::RequestKey::new,
-        );
         match (cfg.scope, fleet) {
             (crate::config::LimitScope::Fleet, Some(store)) => RouteLimit::Fleet(
                 std::sync::Arc::new(crate::fleet::rate_limit::FleetLimiter::new(
@@ -102,7 +98,7 @@ impl RouteLimit {
                     name,
                     cfg.per_second,
                     cfg.burst(),
-                    key,
+                    limit_key(cfg),
                 )),
             ),
             _ => RouteLimit::Node(std::sync::Arc::new(
@@ -114,10 +110,6 @@ impl RouteLimit {
     /// Whether this limit enforces `cfg` as it is (a reload keeps such a one, its counts
     /// and all).
     fn enforces(&self, cfg: &crate::config::RateLimitConfig) -> bool {
-        let key = cfg.key.as_ref().map_or(
-            crate::http::headers::RequestKey::ClientAddress,
-            crate::http::headers::RequestKey::new,
-        );
         match self {
             RouteLimit::Node(l) => {
                 cfg.scope == crate::config::LimitScope::Node
@@ -125,10 +117,18 @@ impl RouteLimit {
             }
             RouteLimit::Fleet(l) => {
                 cfg.scope == crate::config::LimitScope::Fleet
-                    && l.enforces(cfg.per_second, cfg.burst(), &key)
+                    && l.enforces(cfg.per_second, cfg.burst(), &limit_key(cfg))
             }
         }
     }
+}
+
+/// What a rate limit counts by: its `key`, else the client address.
+fn limit_key(cfg: &crate::config::RateLimitConfig) -> crate::http::headers::RequestKey {
+    cfg.key.as_ref().map_or(
+        crate::http::headers::RequestKey::ClientAddress,
+        crate::http::headers::RequestKey::new,
+    )
 }
 
 /// A route's mirror: the shadow cluster and the share of requests copied to it.
