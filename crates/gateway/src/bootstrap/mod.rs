@@ -225,11 +225,17 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     let mut quic_bound = Vec::new();
     let budget = server::connection_budget();
     let overload = overload::Overload::new(cfg.server.overload.memory_limit_bytes, &metrics);
-    for (i, l) in cfg.listeners.iter().enumerate() {
-        let anti_replay = fleet
+    // The fleet's 0-RTT replay records, for a listener (TCP or QUIC, by `label`) that takes
+    // early data.
+    let anti_replay = |early_data: bool, label: &str| {
+        fleet
             .as_ref()
-            .map(|s| crate::fleet::anti_replay::AntiReplay::new(s.clone(), &l.name, &metrics));
-        let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP, anti_replay)
+            .filter(|_| early_data)
+            .map(|s| crate::fleet::anti_replay::AntiReplay::new(s.clone(), label, &metrics))
+    };
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        let tcp_replays = anti_replay(l.tls.early_data, &l.name);
+        let tls = tls::listener_tls(l, &engine, tls::ALPN_TCP, tcp_replays)
             .with_context(|| format!("listeners[{i}] ({})", l.name))?;
         match (&fleet, l.tls.fleet_ticket_keys) {
             (Some(store), true) => {
@@ -267,11 +273,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 let (m, name) = (metrics.clone(), l.name.clone());
                 Arc::new(move |ssl: &boring::ssl::SslRef| quic::record_handshake(&m, &name, ssl))
             };
-            let anti_replay = fleet.as_ref().map(|s| {
-                let label = format!("{}/quic", l.name);
-                crate::fleet::anti_replay::AntiReplay::new(s.clone(), &label, &metrics)
-            });
-            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer), anti_replay)
+            let quic_replays = anti_replay(l.quic.early_data, &format!("{}/quic", l.name));
+            let qtls = tls::QuicTls::new(l, &engine, &tls.tickets, Some(observer), quic_replays)
                 .with_context(|| format!("listeners[{i}] ({}) QUIC", l.name))?;
             tracing::info!(listener = %l.name, addr = %udp_addr, workers = udp.len(), "listening (HTTP/3 over QUIC)");
             quic_bound.push((l.name.clone(), udp_addr));

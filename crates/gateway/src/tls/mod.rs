@@ -387,8 +387,8 @@ fn add_crl(store: &mut boring::x509::store::X509StoreBuilder, pem: &[u8]) -> Res
     }
 }
 
-/// Builds the acceptor of one listener; with `tls.early_data`, `anti_replay` checks each
-/// attempt against the fleet's records.
+/// Builds the acceptor of one listener; `anti_replay` (given with `tls.early_data` and a
+/// fleet) checks each early-data attempt against the fleet's records.
 pub fn listener_tls(
     listener: &ListenerConfig,
     engine: &Arc<KeyEngine>,
@@ -421,11 +421,7 @@ pub fn listener_tls(
         enable_early_data(&mut front);
     }
     require_client_certs(&mut front, tls)?;
-    install_selection(
-        &mut front,
-        certs.clone(),
-        anti_replay.filter(|_| tls.early_data),
-    );
+    install_selection(&mut front, certs.clone(), anti_replay);
     Ok(ListenerTls {
         acceptor: front.build(),
         tickets,
@@ -462,7 +458,7 @@ pub type HandshakeObserver = Arc<dyn Fn(&boring::ssl::SslRef) + Send + Sync>;
 pub struct QuicContextOptions {
     pub early_data: bool,
     pub observer: Option<HandshakeObserver>,
-    /// With early data and `[fleet] redis`: the fleet's replay records.
+    /// With early data and `[fleet] redis`: the fleet's replay records (given only then).
     pub anti_replay: Option<Arc<crate::fleet::anti_replay::AntiReplay>>,
 }
 
@@ -495,7 +491,7 @@ impl QuicTls {
         let options = QuicContextOptions {
             early_data: listener.quic.early_data,
             observer,
-            anti_replay: anti_replay.filter(|_| listener.quic.early_data),
+            anti_replay,
         };
         let keys = engine.registry();
         let signer = Signer {
