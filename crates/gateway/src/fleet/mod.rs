@@ -168,7 +168,25 @@ impl FleetStore {
         args: &[A],
         deadline: Duration,
     ) -> Result<T, FleetError> {
-        let result = self.eval_inner(script, keys, args, deadline).await;
+        let result = match self.connection() {
+            None => Err(FleetError::Unavailable),
+            Some(mut conn) => {
+                let mut call = script.prepare_invoke();
+                for k in keys {
+                    call.key(*k);
+                }
+                for a in args {
+                    call.arg(a);
+                }
+                let start = Instant::now();
+                let answer = tokio::time::timeout(deadline, call.invoke_async(&mut conn)).await;
+                self.seconds.observe(start.elapsed().as_secs_f64());
+                match answer {
+                    Err(_) => Err(FleetError::Timeout(deadline)),
+                    Ok(r) => r.map_err(FleetError::from),
+                }
+            }
+        };
         if let Err(e) = &result {
             self.errors.with_label_values(&[e.kind()]).inc();
             self.log_failure(e);
@@ -187,33 +205,7 @@ impl FleetStore {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(error = %e, "fleet: Redis gave no answer; fleet limits are decided by each gateway for its share");
-        }
-    }
-
-    async fn eval_inner<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
-        &self,
-        script: &redis::Script,
-        keys: &[&str],
-        args: &[A],
-        deadline: Duration,
-    ) -> Result<T, FleetError> {
-        let Some(mut conn) = self.connection() else {
-            return Err(FleetError::Unavailable);
-        };
-        let mut call = script.prepare_invoke();
-        for k in keys {
-            call.key(*k);
-        }
-        for a in args {
-            call.arg(a);
-        }
-        let start = Instant::now();
-        let answer = tokio::time::timeout(deadline, call.invoke_async(&mut conn)).await;
-        self.seconds.observe(start.elapsed().as_secs_f64());
-        match answer {
-            Err(_) => Err(FleetError::Timeout(deadline)),
-            Ok(r) => Ok(r?),
+            tracing::warn!(error = %e, "fleet: Redis gave no answer; each gateway decides alone (fleet limits: its share; 0-RTT: early data refused; shared keys: those in use kept)");
         }
     }
 }
