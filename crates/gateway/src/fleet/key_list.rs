@@ -105,34 +105,39 @@ fn fresh_hex(len: usize) -> String {
     hex
 }
 
-/// The keys of a list of `len`-byte hex lines, in order; an error names the line.
-pub fn parse_hex_keys<const N: usize>(text: &[u8]) -> Result<Vec<[u8; N]>, String> {
-    let mut keys = Vec::new();
-    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-        let line = line.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
-        let mut k = [0u8; N];
-        let hex = |c: u8| (c as char).to_digit(16);
-        let ok = line.len() == N * 2
-            && line
-                .chunks(2)
-                .zip(k.iter_mut())
-                .all(|(p, out)| match (hex(p[0]), hex(p[1])) {
-                    (Some(h), Some(l)) => {
-                        *out = (h * 16 + l) as u8;
-                        true
-                    }
-                    _ => false,
-                });
-        if !ok {
-            k.zeroize();
-            return Err(format!("line {}: expected {} hex digits", i + 1, N * 2));
-        }
-        keys.push(k);
+/// A key of `N` bytes from a line of `2N` hex digits; `None` (the partly decoded bytes wiped)
+/// when the line is anything else.
+pub fn hex_key<const N: usize>(line: &[u8]) -> Option<[u8; N]> {
+    let mut k = [0u8; N];
+    let hex = |c: u8| (c as char).to_digit(16);
+    let ok = line.len() == N * 2
+        && line
+            .chunks(2)
+            .zip(k.iter_mut())
+            .all(|(p, out)| match (hex(p[0]), hex(p[1])) {
+                (Some(h), Some(l)) => {
+                    *out = (h * 16 + l) as u8;
+                    true
+                }
+                _ => false,
+            });
+    if !ok {
+        k.zeroize();
+        return None;
     }
-    Ok(keys)
+    Some(k)
+}
+
+/// The keys of a list of `N`-byte hex lines, in order; an error names the line.
+pub fn parse_hex_keys<const N: usize>(text: &[u8]) -> Result<Vec<[u8; N]>, String> {
+    text.split(|&b| b == b'\n')
+        .enumerate()
+        .map(|(i, line)| (i, line.trim_ascii()))
+        .filter(|(_, line)| !line.is_empty())
+        .map(|(i, line)| {
+            hex_key(line).ok_or_else(|| format!("line {}: expected {} hex digits", i + 1, N * 2))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -195,20 +195,10 @@ fn parse_keys(text: &[u8]) -> Result<Vec<TicketKey>, String> {
                 line.len()
             )
         };
-        if line.len() != FILE_KEY_LEN * 2 {
+        // Wiped in hex_key when the line did not decode (it may have held most of a key).
+        let Some(mut raw) = crate::fleet::key_list::hex_key::<FILE_KEY_LEN>(line) else {
             return Err(expected());
-        }
-        let mut raw = [0u8; FILE_KEY_LEN];
-        let hex = |c: u8| (c as char).to_digit(16);
-        let decoded = line.chunks(2).zip(raw.iter_mut()).all(|(pair, out)| {
-            match (hex(pair[0]), hex(pair[1])) {
-                (Some(h), Some(l)) => {
-                    *out = (h * 16 + l) as u8;
-                    true
-                }
-                _ => false,
-            }
-        });
+        };
         let mut k = TicketKey {
             name: [0; 16],
             aes: [0; 32],
@@ -217,11 +207,7 @@ fn parse_keys(text: &[u8]) -> Result<Vec<TicketKey>, String> {
         k.name.copy_from_slice(&raw[..16]);
         k.hmac.copy_from_slice(&raw[16..48]);
         k.aes.copy_from_slice(&raw[48..]);
-        // Wiped whether or not the line decoded (a bad line may have held most of a key).
         raw.zeroize();
-        if !decoded {
-            return Err(expected());
-        }
         if keys.iter().any(|o: &TicketKey| o.name == k.name) {
             return Err(format!("line {}: a second key with the same name", i + 1));
         }
