@@ -406,6 +406,19 @@ mod tests {
         router.route(host, path, ci, &facts)
     }
 
+    /// How specifically a route's `route_host` names `host`, for the scans the index is
+    /// checked against: `*` 0, a matching `*.parent` 1, the host itself 2; `None` otherwise.
+    fn host_class(route_host: &str, host: &str) -> Option<u8> {
+        match route_host {
+            "*" => Some(0),
+            h if h.starts_with("*.") => host
+                .split_once('.')
+                .is_some_and(|(_, p)| p == &h[2..])
+                .then_some(1),
+            h => (h == host).then_some(2),
+        }
+    }
+
     fn r(host: &str, prefix: &str, cluster: &str) -> RouteConfig {
         RouteConfig::simple(host, prefix, cluster)
     }
@@ -505,14 +518,7 @@ mod tests {
             .collect();
         let router = Router::new(&routes, |_| 0);
         let scan = |host: &str, path: &str| {
-            let score = |h: &str| match h {
-                "*" => Some(0),
-                h if h.starts_with("*.") => host
-                    .split_once('.')
-                    .is_some_and(|(_, p)| p == &h[2..])
-                    .then_some(1),
-                h => (h == host).then_some(2),
-            };
+            let score = |h: &str| host_class(h, host);
             routes
                 .iter()
                 .enumerate()
@@ -578,14 +584,7 @@ mod tests {
         let conditions: Vec<Conditions> = routes.iter().map(Conditions::new).collect();
         let prefixes: Vec<String> = routes.iter().map(RouteConfig::index_prefix).collect();
         let scan = |host: &str, path: &str, facts: &RequestFacts<'_>| {
-            let class = |h: &str| match h {
-                "*" => Some(0),
-                h if h.starts_with("*.") => host
-                    .split_once('.')
-                    .is_some_and(|(_, p)| p == &h[2..])
-                    .then_some(1),
-                h => (h == host).then_some(2),
-            };
+            let class = |h: &str| host_class(h, host);
             let matching = routes.iter().enumerate().filter_map(|(i, r)| {
                 let specific = match &r.path {
                     Some(p) if p == path => usize::MAX,
