@@ -21,7 +21,6 @@ and the load on CPU 1. Every loop is bounded in count and time.
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,25 +30,13 @@ import time
 import urllib.request
 import base64
 
+from bench_procs import cpu_seconds, free_port, spawn, stop_all
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.abspath(os.environ.get("BIN", os.path.join(ROOT, "target/release/rampart")))
 OUT = os.path.abspath(os.environ.get("OUT", os.path.join(ROOT, "target/bench-control")))
 CHANGES = int(os.environ.get("CHANGES", "30"))
 TOKEN = "bench-token-0123456789"
-procs = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn(args, cpu, log, **kw):
-    p = subprocess.Popen(["taskset", "-c", str(cpu)] + args, stdout=subprocess.DEVNULL,
-                         stderr=open(log, "ab"), **kw)
-    procs.append(p)
-    return p
 
 
 def wait_until(check, limit, what):
@@ -142,9 +129,7 @@ endpoints = ["127.0.0.1:{upstream}"]
         wait_until(lambda: self.status()["control"]["etcd"]["connected"], limit, "gateway connected")
 
     def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def stop(self):
         self.proc.terminate()
@@ -331,14 +316,7 @@ def main():
         if "matchers" in which:
             matchers(workdir, certs, upstream)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

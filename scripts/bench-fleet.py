@@ -23,25 +23,13 @@ import sys
 import tempfile
 import time
 
+from bench_procs import cpu_seconds, free_port, spawn, stop_all
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.abspath(os.environ.get("BIN", os.path.join(ROOT, "target/release/rampart")))
 OUT = os.path.abspath(os.environ.get("OUT", os.path.join(ROOT, "target/bench-fleet")))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = os.environ.get("DURATION", "5s")
-procs = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn(args, cpu, log, **kw):
-    p = subprocess.Popen(["taskset", "-c", str(cpu)] + args, stdout=open(log, "w"),
-                         stderr=subprocess.STDOUT, **kw)
-    procs.append(p)
-    return p
 
 
 def wait_port(port, limit=30):
@@ -53,12 +41,6 @@ def wait_port(port, limit=30):
         except OSError:
             time.sleep(0.1)
     sys.exit(f"port {port} never opened")
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def gateway(workdir, name, scope, redis_port, upstream, certs, quic=False, fleet=True):
@@ -149,14 +131,7 @@ def main():
                 g.terminate()
                 g.wait(timeout=30)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all()
     if handshakes["on"]:
         print("round\twithout_us\twith_us\tadded_us\trecords_in_redis")
         for i, (off, on) in enumerate(zip(handshakes["off"], handshakes["on"])):
