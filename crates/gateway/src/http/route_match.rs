@@ -141,32 +141,29 @@ impl Conditions {
         if !self.methods.is_empty() && !self.methods.contains(req.method) {
             return false;
         }
-        let header_values = |name: &HeaderName| {
-            req.headers
-                .get_all(name)
-                .into_iter()
-                .filter_map(|v| v.to_str().ok())
-                .map(Cow::Borrowed)
-        };
-        if !self.headers.iter().all(|(n, t)| t.met(header_values(n))) {
+        let headers_met = self.headers.iter().all(|(n, t)| {
+            let values = req.headers.get_all(n).into_iter();
+            t.met(values.filter_map(|v| v.to_str().ok()).map(Cow::Borrowed))
+        });
+        if !headers_met {
             return false;
         }
-        let query_values = |name: &str| {
-            let name = name.to_string();
-            form_urlencoded::parse(req.query.unwrap_or("").as_bytes())
-                .filter(move |(k, _)| *k == name.as_str())
-                .map(|(_, v)| v)
-        };
-        if !self.query.iter().all(|(n, t)| t.met(query_values(n))) {
+        let query = req.query.unwrap_or("").as_bytes();
+        let query_met = self.query.iter().all(|(n, t)| {
+            let params = form_urlencoded::parse(query);
+            t.met(params.filter(|(k, _)| k == n).map(|(_, v)| v))
+        });
+        if !query_met {
             return false;
         }
-        let cookie_values = |name: &str| {
-            let name = name.to_string();
-            crate::http::headers::cookies(req.headers)
-                .filter(move |(k, _)| *k == name)
-                .map(|(_, v)| Cow::Borrowed(v))
-        };
-        self.cookies.iter().all(|(n, t)| t.met(cookie_values(n)))
+        self.cookies.iter().all(|(n, t)| {
+            let cookies = crate::http::headers::cookies(req.headers);
+            t.met(
+                cookies
+                    .filter(|(k, _)| k == n)
+                    .map(|(_, v)| Cow::Borrowed(v)),
+            )
+        })
     }
 }
 
