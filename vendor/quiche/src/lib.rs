@@ -9136,6 +9136,18 @@ impl<F: BufFactory> Connection<F> {
                         &self.trace_id,
                     )?;
 
+                    // rampart: what this path sent before the ACK's largest,
+                    // when that was sent on another path (a migrated peer).
+                    let (lost_elsewhere, lost_bytes_elsewhere) =
+                        p.recovery.on_ack_on_other_path(
+                            epoch,
+                            largest_acked,
+                            now,
+                            &self.trace_id,
+                        );
+                    self.lost_count += lost_elsewhere;
+                    self.lost_bytes += lost_bytes_elsewhere as u64;
+
                     let skip_pn = self.pkt_num_manager.skip_pn();
                     let largest_acked =
                         p.recovery.get_largest_acked_on_epoch(epoch);

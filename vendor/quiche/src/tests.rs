@@ -12351,6 +12351,71 @@ fn connection_migration_reordered_non_probing(
     );
 }
 
+/// rampart: stream data in flight on the path a client left (its packets
+/// never arrive) is declared lost once packets sent later on the new path are
+/// acknowledged, and retransmitted there; before, the old path's recovery saw
+/// no ACK of its own and the stream kept a hole for good.
+#[rstest]
+fn data_in_flight_on_a_path_the_client_left_is_retransmitted(
+    #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,
+) {
+    let mut config = Config::new(PROTOCOL_VERSION).unwrap();
+    assert_eq!(config.set_cc_algorithm_name(cc_algorithm_name), Ok(()));
+    config
+        .load_cert_chain_from_pem_file("examples/cert.crt")
+        .unwrap();
+    config
+        .load_priv_key_from_pem_file("examples/cert.key")
+        .unwrap();
+    config
+        .set_application_protos(&[b"proto1", b"proto2"])
+        .unwrap();
+    config.verify_peer(false);
+    config.set_active_connection_id_limit(2);
+    config.set_initial_max_data(1_000_000);
+    config.set_initial_max_stream_data_bidi_local(1_000_000);
+    config.set_initial_max_stream_data_bidi_remote(1_000_000);
+    config.set_initial_max_streams_bidi(3);
+
+    let mut pipe = pipe_with_exchanged_cids(&mut config, 16, 16, 1);
+    let server_addr = test_utils::Pipe::server_addr();
+    let client_addr_2 = "127.0.0.1:5678".parse().unwrap();
+    assert_eq!(pipe.client.probe_path(client_addr_2, server_addr), Ok(1));
+    assert_eq!(pipe.advance(), Ok(()));
+
+    // A request; the response's first part is lost with the old path.
+    assert_eq!(pipe.client.stream_send(0, b"GET", true), Ok(3));
+    assert_eq!(pipe.advance(), Ok(()));
+    assert_eq!(pipe.server.stream_send(0, &[1; 8000], false), Ok(8000));
+    let lost = test_utils::emit_flight(&mut pipe.server).unwrap();
+    assert!(!lost.is_empty());
+
+    // The client moves: its next packet comes from the new address.
+    assert_eq!(pipe.client.stream_send(4, b"GET", true), Ok(3));
+    let mut moved = test_utils::emit_flight(&mut pipe.client).unwrap();
+    moved.iter_mut().for_each(|(_, si)| si.from = client_addr_2);
+    assert_eq!(test_utils::process_flight(&mut pipe.server, moved), Ok(()));
+    assert_eq!(
+        pipe.server.paths.get_active().unwrap().peer_addr(),
+        client_addr_2
+    );
+
+    // The rest of the response goes on the new path and is acknowledged.
+    assert_eq!(pipe.server.stream_send(0, &[2; 8000], true), Ok(8000));
+    for _ in 0..10 {
+        assert_eq!(pipe.advance(), Ok(()));
+    }
+
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    while let Ok((n, _)) = pipe.client.stream_recv(0, &mut buf) {
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got.len(), 16000, "the part in flight on the old path");
+    assert!(got[..8000].iter().all(|&b| b == 1));
+    assert!(pipe.server.stats().lost > 0);
+}
+
 #[rstest]
 fn resilience_against_migration_attack(
     #[values("cubic", "bbr2_gcongestion")] cc_algorithm_name: &str,

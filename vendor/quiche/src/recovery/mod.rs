@@ -250,6 +250,18 @@ pub trait RecoveryOps {
     fn on_path_change(
         &mut self, epoch: packet::Epoch, now: Instant, _trace_id: &str,
     ) -> (usize, usize);
+
+    /// rampart: an ACK whose largest acknowledged packet (`largest_acked`)
+    /// was sent on another path. One packet number space serves every path,
+    /// so the packet and time thresholds apply to this path's packets as if
+    /// it had been acknowledged here: after a peer migrates, what was in
+    /// flight on the path it left is declared lost and retransmitted, instead
+    /// of waiting for ACKs that never come on that path (its PTO probes go to
+    /// an address the peer left). Returns (lost packets, lost bytes).
+    fn on_ack_on_other_path(
+        &mut self, epoch: packet::Epoch, largest_acked: u64, now: Instant,
+        trace_id: &str,
+    ) -> (usize, usize);
     fn loss_detection_timer(&self) -> Option<Instant>;
     fn cwnd(&self) -> usize;
     fn cwnd_available(&self) -> usize;

@@ -1012,6 +1012,20 @@ impl RecoveryOps for LegacyRecovery {
         self.detect_lost_packets(epoch, now, trace_id)
     }
 
+    fn on_ack_on_other_path(
+        &mut self, epoch: Epoch, largest_acked: u64, now: Instant,
+        trace_id: &str,
+    ) -> (usize, usize) {
+        let e = &mut self.epochs[epoch];
+        if e.in_flight_count == 0 ||
+            e.largest_acked_packet.is_some_and(|l| l >= largest_acked)
+        {
+            return (0, 0);
+        }
+        e.largest_acked_packet = Some(largest_acked);
+        self.detect_lost_packets(epoch, now, trace_id)
+    }
+
     fn loss_detection_timer(&self) -> Option<Instant> {
         self.loss_timer.time
     }

@@ -1061,6 +1061,23 @@ impl RecoveryOps for GRecovery {
         (lost_packets, lost_bytes)
     }
 
+    fn on_ack_on_other_path(
+        &mut self, epoch: packet::Epoch, largest_acked: u64, now: Instant,
+        _trace_id: &str,
+    ) -> (usize, usize) {
+        let e = &mut self.epochs[epoch];
+        if e.sent_packets.is_empty() ||
+            e.largest_acked_packet.is_some_and(|l| l >= largest_acked)
+        {
+            return (0, 0);
+        }
+        e.largest_acked_packet = Some(largest_acked);
+        let (lost_bytes, lost_packets) =
+            self.detect_and_remove_lost_packets(epoch, now);
+
+        (lost_packets, lost_bytes)
+    }
+
     fn loss_detection_timer(&self) -> Option<Instant> {
         self.loss_timer.time
     }
