@@ -42,6 +42,11 @@ class Client(QuicConnectionProtocol):
         self.stopped = set()
         # The error code of the connection's close, once it has closed.
         self.closed_code = None
+        # With --migrate-after-bytes: body bytes after which the client moves to
+        # `migrate_to` (host, port), and how many had arrived when it did.
+        self.migrate_at = None
+        self.migrate_to = ("::", 0)
+        self.migrated_at = None
 
     def datagram_received(self, data, addr):
         self.largest_datagram = max(self.largest_datagram, len(data))
@@ -51,7 +56,7 @@ class Client(QuicConnectionProtocol):
         if isinstance(event, ConnectionTerminated):
             self.closed_code = event.error_code
             # The server's reason for closing, for tests to check (e.g. 0x2 CONNECTION_REFUSED).
-            print(f"connection closed: error_code={event.error_code:#x}", file=sys.stderr, flush=True)
+            print(f"connection closed: error_code={event.error_code:#x} reason={event.reason_phrase!r}", file=sys.stderr, flush=True)
             # Requests still waiting will get no answer.
             for w in self.waiters.values():
                 if not w.done():
@@ -74,6 +79,11 @@ class Client(QuicConnectionProtocol):
                     r["headers"] += ev.headers
                 else:
                     r["body"] += ev.data
+                if (self.migrate_at is not None and self.migrated_at is None
+                        and len(r["body"]) >= self.migrate_at):
+                    # Mid-transfer, as a phone moving from 4G to Wi-Fi does.
+                    self.migrated_at = len(r["body"])
+                    asyncio.ensure_future(rebind(self, *self.migrate_to))
                 limit = self.stop_after.get(ev.stream_id)
                 if limit is not None and len(r["body"]) >= limit and not ev.stream_ended:
                     # Stop reading, as a browser does when a tab closes mid-download.
@@ -127,6 +137,28 @@ class Client(QuicConnectionProtocol):
         return await asyncio.wait_for(fut, 120)
 
 
+async def rebind(client, host="::", port=0):
+    """Moves the connection to a new socket bound to (host, port): the next packets leave
+    from the new address, as after a NAT rebinding or a network change."""
+    loop = asyncio.get_running_loop()
+    old = client._transport
+    # Same socket family as aioquic's own (dual-stack IPv6).
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    if ":" not in host:
+        host = "::ffff:" + host
+    sock.bind((host, port, 0, 0))
+    await loop.create_datagram_endpoint(lambda: client, sock=sock)
+    old.close()
+    client._quic.change_connection_id()
+    client.transmit()
+
+
+def local_addr(client):
+    host, port = client._transport.get_extra_info("sockname")[:2]
+    return f"{host.removeprefix('::ffff:')}:{port}"
+
+
 async def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -153,9 +185,19 @@ async def main():
                    help="send this many bytes of the first request's body, then reset the stream")
     p.add_argument("--migrate-after", type=int, default=-1,
                    help="after this many requests, move to a new UDP source port (path migration)")
+    p.add_argument("--server", default="127.0.0.1", help="the server's address")
+    p.add_argument("--local-port", type=int, default=0, help="the client's first UDP port")
+    p.add_argument("--migrate-after-bytes", type=int,
+                   help="move to --migrate-bind once this many bytes of the first response arrived")
+    p.add_argument("--migrate-bind", default="::",
+                   help="HOST[:PORT] the client moves to (default: any address, a new port)")
+    p.add_argument("--idle-timeout", type=float, help="QUIC idle timeout (seconds)")
+    p.add_argument("--timeout", type=float, default=120, help="seconds a response may take")
     args = p.parse_args()
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args.host)
     config.verify_mode = ssl.CERT_NONE
+    if args.idle_timeout:
+        config.idle_timeout = args.idle_timeout
     if args.zero_rtt:
         with open(args.session_file, "rb") as f:
             config.session_ticket = pickle.load(f)
@@ -165,22 +207,19 @@ async def main():
             with open(args.session_file, "wb") as f:
                 pickle.dump(ticket, f)
 
-    async with connect("127.0.0.1", args.port, configuration=config, create_protocol=Client,
-                       session_ticket_handler=save_ticket,
+    async with connect(args.server, args.port, configuration=config, create_protocol=Client,
+                       session_ticket_handler=save_ticket, local_port=args.local_port,
                        wait_connected=not args.zero_rtt) as client:
+        if args.migrate_after_bytes is not None:
+            host, _, port = args.migrate_bind.rpartition(":") if "." in args.migrate_bind \
+                else (args.migrate_bind, "", "0")
+            client.migrate_at = args.migrate_after_bytes
+            client.migrate_to = (host, int(port or 0))
         for i, path in enumerate([] if args.no_request else (args.path or ["/"])):
             if i == args.migrate_after:
                 # A new socket (new source port) for the same connection, as a phone moving
                 # from 4G to Wi-Fi would; the next packets arrive from the new address.
-                loop = asyncio.get_running_loop()
-                old = client._transport
-                # Same socket family as aioquic's own (dual-stack IPv6).
-                sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                sock.bind(("::", 0, 0, 0))
-                await loop.create_datagram_endpoint(lambda: client, sock=sock)
-                old.close()
-                client._quic.change_connection_id()
+                await rebind(client)
             body = None
             if args.body_size is not None:
                 body = random.Random(args.body_size).randbytes(args.body_size)
@@ -189,9 +228,18 @@ async def main():
             trailers = [t.split(":", 1) for t in args.trailer]
             trailers = [(k.strip().lower(), v.strip()) for k, v in trailers]
             first = i == 0
-            r = await client.request(args.method, args.host, path, body, headers, trailers,
-                                     args.stop_after if first else None,
-                                     args.reset_upload_after if first else None)
+            try:
+                r = await asyncio.wait_for(
+                    client.request(args.method, args.host, path, body, headers, trailers,
+                                   args.stop_after if first else None,
+                                   args.reset_upload_after if first else None),
+                    args.timeout)
+            except (asyncio.TimeoutError, ConnectionError) as e:
+                # No answer: say how far the response got, and fail.
+                got = sum(len(x["body"]) for x in client.responses.values())
+                print(json.dumps({"error": type(e).__name__, "body_len": got,
+                                  "migrated_at": client.migrated_at}), flush=True)
+                sys.exit(1)
             hdrs = {k.decode(): v.decode() for k, v in r["headers"]}
             out = {"status": int(hdrs.get(":status", "0")), "headers": hdrs, "body_len": len(r["body"]),
                    "body_sha256": hashlib.sha256(r["body"]).hexdigest()}
@@ -206,6 +254,9 @@ async def main():
             if len(r["body"]) <= 4096:
                 out["body"] = r["body"].decode("utf-8", "replace")
             out["local_port"] = client._transport.get_extra_info("sockname")[1]
+            out["local_addr"] = local_addr(client)
+            if client.migrated_at is not None:
+                out["migrated_at"] = client.migrated_at
             tls = client._quic.tls
             out["resumed"] = bool(getattr(tls, "session_resumed", False))
             out["early_data_accepted"] = bool(getattr(tls, "early_data_accepted", False))

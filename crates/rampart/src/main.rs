@@ -61,6 +61,12 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// The layer-4 QUIC balancer: routes datagrams to gateways by QUIC-LB server ID, direct
+    /// server return.
+    L4 {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Load generator: handshakes and requests against a gateway.
     Bench(Box<bench::BenchArgs>),
     /// The operator's tool over a gateway's admin API: get, apply, delete, diff, status, watch.
@@ -274,6 +280,10 @@ fn main() -> anyhow::Result<()> {
                 running.shutdown().await;
                 Ok(())
             })
+        }
+        Command::L4 { config } => {
+            let cfg = l4::L4Config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+            l4::process::run(cfg)
         }
         Command::Bench(args) => bench::run(*args),
         Command::Ctl(args) => {

@@ -432,3 +432,30 @@ fn sighup_reloads_renewed_certificates() {
     );
     assert_eq!(presented_ecdsa_certificate(gw), renewed);
 }
+
+/// `rampart l4` refuses a bad file before binding anything, naming the file and the field; the
+/// example file parses.
+#[test]
+fn l4_config_errors_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/l4.example.toml");
+    let text = std::fs::read_to_string(&example).unwrap();
+    l4::L4Config::parse(&text, "l4.example.toml").unwrap();
+    let bad = dir.path().join("l4.toml");
+    std::fs::write(
+        &bad,
+        text.replace("server_id = \"02\"", "server_id = \"xyz\""),
+    )
+    .unwrap();
+    let out = rampart()
+        .args(["l4", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("l4.toml") && err.contains("l4.backends[1].server_id") && err.contains("hex"),
+        "{err}"
+    );
+}

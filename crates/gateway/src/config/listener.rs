@@ -78,6 +78,10 @@ pub struct QuicConfig {
     pub max_pending_handshakes: usize,
     /// Routable connection IDs (QUIC-LB); absent: random 20-byte IDs.
     pub lb: Option<QuicLbConfig>,
+    /// Answer each datagram from the address it was sent to (`IP_FREEBIND`, so tokio-quiche
+    /// sends with `IP_PKTINFO`): behind `rampart l4`'s direct server return, a listener on
+    /// `0.0.0.0` answers clients from the VIP it owns on `lo`.
+    pub direct_server_return: bool,
     /// Accept 0-RTT early data on resumed connections: safe methods (GET, HEAD, OPTIONS) are
     /// forwarded with `Early-Data: 1`; any other method in early data gets 425 Too Early.
     pub early_data: bool,
@@ -128,6 +132,7 @@ impl Default for QuicConfig {
             retry_pending_above: 256,
             max_pending_handshakes: 1024,
             lb: None,
+            direct_server_return: false,
             early_data: false,
             fleet_retry_keys: false,
             pacing: true,

@@ -147,6 +147,17 @@ pub fn retry_gate(cfg: &QuicConfig) -> Option<Arc<RetryGate>> {
 /// (about 35 µs of server CPU each, docs/benchmarks-history.md) and longer ones are probed early on.
 const PMTUD_MIN_SENT_BYTES: u64 = 32 * 1024;
 
+/// `IP_FREEBIND` on a QUIC socket: tokio-quiche then receives each datagram's destination
+/// address and sends every reply from it (`IP_PKTINFO`), which a listener on `0.0.0.0`
+/// behind a direct-server-return balancer needs to answer from the VIP.
+fn allow_nonlocal_source(socket: &std::net::UdpSocket) -> std::io::Result<()> {
+    let s = socket2::SockRef::from(socket);
+    match socket.local_addr()? {
+        std::net::SocketAddr::V4(_) => s.set_freebind_v4(true),
+        std::net::SocketAddr::V6(_) => s.set_freebind_v6(true),
+    }
+}
+
 /// Serves HTTP/3 on one worker's socket of a listener until `stop` turns true. Runs on the
 /// calling runtime. On `stop` the open connections drain (see [`serve_connection`]) for up to
 /// `grace`; returns false when some were still open then and had to be closed.
@@ -190,6 +201,12 @@ pub async fn serve(
     settings.initial_max_streams_bidi = cfg.max_concurrent_streams;
     settings.disable_client_ip_validation = cfg.retry == RetryPolicy::Never;
     settings.enable_early_data = cfg.early_data;
+    if cfg.direct_server_return {
+        if let Err(e) = allow_nonlocal_source(&socket) {
+            tracing::error!(error = %e, "QUIC socket: direct_server_return (IP_FREEBIND)");
+            return true;
+        }
+    }
     let socket = match tokio::net::UdpSocket::from_std(socket) {
         Ok(s) => s,
         Err(e) => {
