@@ -12,6 +12,7 @@ mod quic_send;
 pub mod sign;
 mod sign_load;
 mod stats;
+mod udp;
 
 use anyhow::{anyhow, bail, Context as _};
 use boring::ssl::{SslConnector, SslMethod, SslSessionCacheMode, SslVerifyMode, SslVersion};
@@ -71,6 +72,14 @@ pub enum Mode {
     /// Sealing one QUIC packet, BoringSSL's AEAD against packetseal, and a 16 KB TLS record
     /// as the per-byte reference (in process; --url unused).
     PacketSeal,
+    /// Datagrams for a layer-4 balancer (`--url udp://VIP:PORT`): QUIC short-header packets of
+    /// `--datagram-bytes`, their connection IDs QUIC-LB encoded (`--lb-*`) across
+    /// `--connections` connections, sent with sendmmsg as fast as one thread can.
+    UdpFlood,
+    /// The anchor `rampart l4` is measured against: a plain userspace UDP forwarder
+    /// (`recv_from`, then `send_to` `--forward-to`, one datagram at a time) on `--url`'s
+    /// address; prints datagrams forwarded and its CPU seconds.
+    UdpForward,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -186,6 +195,20 @@ pub struct BenchArgs {
     /// https-requests: a header sent with every request, `name: value` (repeatable).
     #[arg(long = "header", short = 'H')]
     pub headers: Vec<String>,
+    /// udp-flood: UDP payload bytes per datagram.
+    #[arg(long, default_value_t = 1200)]
+    pub datagram_bytes: usize,
+    /// udp-flood: the gateways' QUIC-LB server IDs (hex, comma-separated), nonce length and
+    /// key (32 hex digits; none: plaintext IDs).
+    #[arg(long, default_value = "01")]
+    pub lb_server_ids: String,
+    #[arg(long, default_value_t = 8)]
+    pub lb_nonce_len: usize,
+    #[arg(long)]
+    pub lb_key: Option<String>,
+    /// udp-forward: where each datagram goes.
+    #[arg(long)]
+    pub forward_to: Option<SocketAddr>,
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -417,6 +440,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.mode == Mode::PacketSeal {
         return packet_seal::run(&args);
     }
+    if args.mode == Mode::UdpFlood {
+        return udp::flood(&args);
+    }
+    if args.mode == Mode::UdpForward {
+        return udp::forward(&args);
+    }
     if args.mode == Mode::Sign {
         let rates = sign::measure(args.duration)?;
         for r in &rates {
@@ -546,7 +575,9 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                 | Mode::Engine
                 | Mode::CtRsa
                 | Mode::QuicSend
-                | Mode::PacketSeal => {
+                | Mode::PacketSeal
+                | Mode::UdpFlood
+                | Mode::UdpForward => {
                     unreachable!("handled in run")
                 }
             }

@@ -1,7 +1,7 @@
 //! The balancer's configuration file (`rampart l4 --config FILE`): typed, and checked once at
 //! load so that every error names the file, the field path and what was expected.
 
-use gateway::config::file::{duration, load_file, parse_toml};
+use gateway::config::file::{duration, hex, load_file, parse_toml};
 use gateway::config::{AdminConfig, ConfigError};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -252,16 +252,6 @@ impl L4Config {
         }
         self.build().map(|_| ())
     }
-}
-
-fn hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

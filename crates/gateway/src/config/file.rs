@@ -30,6 +30,17 @@ pub mod duration_text {
     }
 }
 
+/// Hex digits as bytes (server IDs, keys); `None` for an odd count or a non-hex digit.
+pub fn hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// Reads `path` and hands its text to `parse` with the file name and directory.
 pub fn load_file<T>(
     path: &Path,

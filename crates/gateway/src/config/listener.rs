@@ -1,5 +1,6 @@
 //! `[[listeners]]`: addresses, certificates, TLS, HTTP/3 and the per-listener limits.
 
+use super::file::hex;
 use super::{
     duration, valid_server_name, At, EngineKind, Invalid, KeyEngineConfig, RateLimitConfig,
 };
@@ -190,16 +191,6 @@ impl QuicLbConfig {
         cfg.validate().map_err(|e| e.to_string())?;
         Ok((cfg, sid))
     }
-}
-
-fn hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
