@@ -1550,3 +1550,147 @@ async fn a_retry_from_one_gateway_is_accepted_by_another_with_fleet_retry_keys()
     );
     assert_eq!(accepted(&c), 0.0);
 }
+
+/// Connects a quiche client to `first` through a relay, then turns the relay to `then` (as an
+/// L4 balancer does when `first` stops) and sends a PING: whether the client was reset within
+/// 2 s. Its idle timeout is 30 s, so a close sooner is the reset.
+async fn reset_after_move(first: std::net::SocketAddr, then: std::net::SocketAddr) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::net::UdpSocket;
+    use tokio_quiche::quiche;
+    let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let relay = front.local_addr().unwrap();
+    let back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let moved = std::sync::Arc::new(AtomicBool::new(false));
+    let relay_task = tokio::spawn({
+        let moved = moved.clone();
+        async move {
+            let (mut client, mut a, mut b) = (None, [0u8; 2048], [0u8; 2048]);
+            loop {
+                tokio::select! {
+                    r = front.recv_from(&mut a) => {
+                        let (n, from) = r.unwrap();
+                        client = Some(from);
+                        let to = if moved.load(Ordering::Relaxed) { then } else { first };
+                        let _ = back.send_to(&a[..n], to).await;
+                    }
+                    r = back.recv_from(&mut b) => {
+                        let (n, _) = r.unwrap();
+                        if let Some(c) = client {
+                            let _ = front.send_to(&b[..n], c).await;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let mut cfg = quiche::Config::new(quiche::PROTOCOL_VERSION).unwrap();
+    cfg.verify_peer(false);
+    cfg.set_application_protos(&[b"h3"]).unwrap();
+    cfg.set_initial_max_data(1 << 20);
+    cfg.set_initial_max_stream_data_bidi_local(1 << 16);
+    cfg.set_initial_max_streams_bidi(10);
+    cfg.set_initial_max_streams_uni(10);
+    cfg.set_initial_max_stream_data_uni(1 << 16);
+    cfg.set_max_idle_timeout(30_000);
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let local = sock.local_addr().unwrap();
+    let mut scid = [0u8; 16];
+    fastrand::fill(&mut scid);
+    let scid = quiche::ConnectionId::from_ref(&scid);
+    let mut conn = quiche::connect(Some("localhost"), &scid, local, relay, &mut cfg).unwrap();
+    let mut h3 = None;
+    let (mut out, mut buf) = ([0u8; 1500], [0u8; 65535]);
+    let start = std::time::Instant::now();
+    let mut pinged = None;
+    let reset = loop {
+        while let Ok((n, info)) = conn.send(&mut out) {
+            sock.send_to(&out[..n], info.to).await.unwrap();
+        }
+        if conn.is_closed() {
+            // A stateless reset closes without a CONNECTION_CLOSE from the peer.
+            assert!(conn.peer_error().is_none(), "{:?}", conn.peer_error());
+            break pinged.is_some() && !conn.is_timed_out();
+        }
+        match pinged {
+            None if conn.is_established() && h3.is_none() => {
+                // An HTTP/3 client's control streams, as the server expects.
+                let h3_cfg = quiche::h3::Config::new().unwrap();
+                h3 = Some(quiche::h3::Connection::with_transport(&mut conn, &h3_cfg).unwrap());
+                continue;
+            }
+            None if conn.is_established() => {
+                // Let the handshake's last packets land before the move.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                moved.store(true, std::sync::atomic::Ordering::Relaxed);
+                conn.send_ack_eliciting().unwrap();
+                pinged = Some(std::time::Instant::now());
+                continue;
+            }
+            None => assert!(start.elapsed() < Duration::from_secs(10), "no handshake"),
+            Some(t) if t.elapsed() > Duration::from_secs(2) => break false,
+            Some(_) => {}
+        }
+        let wait = conn
+            .timeout()
+            .unwrap_or(Duration::from_millis(50))
+            .min(Duration::from_millis(50));
+        tokio::select! {
+            r = sock.recv_from(&mut buf) => {
+                let (n, from) = r.unwrap();
+                let _ = conn.recv(&mut buf[..n], quiche::RecvInfo { from, to: local });
+            }
+            _ = tokio::time::sleep(wait) => conn.on_timeout(),
+        }
+    };
+    relay_task.abort();
+    reset
+}
+
+/// Stateless resets: a client whose packets an L4 balancer moves to a gateway that does not
+/// know its connection (its own gateway stopped) is reset at once when the gateways share the
+/// reset key, here through the fleet's Redis (`quic.fleet_stateless_reset_key`); the reset of
+/// a gateway with a key of its own is not one the client accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_resets_another_ones_connection_with_the_fleet_reset_key() {
+    let redis = common::redis::Redis::start();
+    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
+    let gateway = |shared: bool| {
+        let fleet = fleet.clone();
+        let listener = format!(
+            "{QUIC}\nretry = \"never\"{}",
+            if shared {
+                "\nfleet_stateless_reset_key = true"
+            } else {
+                ""
+            }
+        );
+        async move {
+            start_edited(&listener, move |t, _| {
+                t.replacen("[[listeners]]\n", &fleet, 1)
+            })
+            .await
+        }
+    };
+    let a = gateway(true).await;
+    for _ in 0..50 {
+        if !redis.cli(&["GET", "rampart:reset:https"]).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (b, c) = (gateway(true).await, gateway(false).await);
+    // b's first read of the fleet's key (a made it) is at once; leave it time on a busy machine.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let addr = |fx: &Fixture| std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(fx)));
+    assert!(
+        reset_after_move(addr(&a), addr(&b)).await,
+        "b's reset did not close a connection a made"
+    );
+    assert!(
+        !reset_after_move(addr(&a), addr(&c)).await,
+        "a reset from a gateway with a key of its own was accepted"
+    );
+    // Either way round between the two that share the key.
+    assert!(reset_after_move(addr(&b), addr(&a)).await);
+}

@@ -287,24 +287,40 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 )),
                 _ => None,
             };
+            let reset_key = match (&l.quic.stateless_reset_key_file, &fleet) {
+                (Some(path), _) => quic::reset::ResetKey::from_file(path)
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| format!("listeners[{i}].quic.stateless_reset_key_file"))?,
+                (None, Some(store)) if l.quic.fleet_stateless_reset_key => {
+                    quic::reset::ResetKey::fleet(store.clone(), &l.name)
+                }
+                _ => quic::reset::ResetKey::local(),
+            };
             if let Some(gate) = &retry_gate {
                 metrics.watch_retry_gate(&l.name, gate.clone());
                 overload.watch_retry_gate(gate.clone());
             }
-            Some((udp, qtls, retry_gate, retry_keys, udp_addr.port()))
+            Some((
+                udp,
+                qtls,
+                retry_gate,
+                retry_keys,
+                reset_key,
+                udp_addr.port(),
+            ))
         } else {
             None
         };
         certs.push(tls::ListenerCerts::new(
             &tls.tickets,
             &tls.certs,
-            quic.as_ref().map(|(_, qtls, _, _, _)| qtls),
+            quic.as_ref().map(|(_, qtls, _, _, _, _)| qtls),
         ));
         // One access list for every worker's copy of the listener, TCP and QUIC.
         let listener_access =
             access::SharedAccessList::new(access::AccessList::new(&l.allow, &l.deny));
         access_lists.push(listener_access.clone());
-        let alt_svc = quic.as_ref().and_then(|(_, _, _, _, port)| {
+        let alt_svc = quic.as_ref().and_then(|(_, _, _, _, _, port)| {
             http::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok()
         });
         if l.limits.max_connections > budget {
@@ -346,7 +362,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 acceptor.clone(),
                 l.tls.handshake_timeout,
             ));
-            if let Some((udp, qtls, retry_gate, retry_keys, _)) = quic.as_mut() {
+            if let Some((udp, qtls, retry_gate, retry_keys, reset_key, _)) = quic.as_mut() {
                 let workers = udp.len();
                 // Worker w takes socket w (index w of the reuseport group).
                 if let Some(socket) = udp.get_mut(w).and_then(Option::take) {
@@ -359,6 +375,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                         handshake_timeout: l.tls.handshake_timeout,
                         retry_gate: retry_gate.clone(),
                         retry_keys: retry_keys.clone(),
+                        reset_key: reset_key.clone(),
                     };
                     plan.quic.push((q, shared));
                 }

@@ -90,6 +90,13 @@ pub struct QuicConfig {
     /// `tls.ticket_key_rotation` by one gateway, read by all), so that a Retry one gateway
     /// issues is accepted by another.
     pub fleet_retry_keys: bool,
+    /// The key stateless-reset tokens are derived from (a file whose first line is 64 hex
+    /// digits), shared by the fleet so any gateway can reset another's connections. Unset: a
+    /// key of the listener's own (or the fleet's, with `fleet_stateless_reset_key`).
+    pub stateless_reset_key_file: Option<PathBuf>,
+    /// The stateless-reset key shared through `[fleet] redis`: made by the first gateway that
+    /// asks, read by the others.
+    pub fleet_stateless_reset_key: bool,
     /// Pace outgoing packets (spread over the RTT instead of bursts): each GSO send gets a
     /// release time (`SO_TXTIME`, honoured by the `fq` qdisc) and spans at most 1 ms of them.
     /// bbr2 paces by its own model; cubic and reno by Linux TCP's rule (quiche patch 20).
@@ -136,6 +143,8 @@ impl Default for QuicConfig {
             direct_server_return: false,
             early_data: false,
             fleet_retry_keys: false,
+            stateless_reset_key_file: None,
+            fleet_stateless_reset_key: false,
             pacing: true,
             initial_congestion_window: 10,
             pmtu_discovery: true,
@@ -417,6 +426,7 @@ impl ListenerConfig {
     pub(super) fn resolve_paths(&mut self, base: &Path) {
         for f in [
             &mut self.tls.ticket_key_file,
+            &mut self.quic.stateless_reset_key_file,
             &mut self.tls.client_ca,
             &mut self.tls.client_crl,
         ]
@@ -532,6 +542,11 @@ impl TlsConfig {
 impl QuicConfig {
     /// An enabled QUIC listener's fields; `tls` is its listener's TLS section.
     fn validate(&self, at: &At, tls: &TlsConfig) -> Result<(), Invalid> {
+        if self.fleet_stateless_reset_key && self.stateless_reset_key_file.is_some() {
+            return at
+                .field("fleet_stateless_reset_key")
+                .fail("the key from the fleet or from stateless_reset_key_file, not both");
+        }
         if !["cubic", "reno", "bbr2"].contains(&self.congestion_control.as_str()) {
             return at.field("congestion_control").fail(format!(
                 "{:?}: expected \"cubic\", \"reno\" or \"bbr2\"",

@@ -141,6 +141,12 @@ impl Config {
                     .field("fleet_ticket_keys")
                     .fail("a [fleet] redis to share the keys through");
             }
+            if l.quic.fleet_stateless_reset_key && self.fleet.redis.is_none() {
+                return at
+                    .field("quic")
+                    .field("fleet_stateless_reset_key")
+                    .fail("a [fleet] redis to share the key through");
+            }
             if l.quic.fleet_retry_keys && self.fleet.redis.is_none() {
                 return at
                     .field("quic")
@@ -568,6 +574,30 @@ mirror = { cluster = "shadow", percent = 10 }"#;
         assert_eq!(e.path, "clusters[0].protocol");
         let e = parse(&with(&format!("{tls}\nclient_cert = \"c.pem\""))).unwrap_err();
         assert_eq!(e.path, "clusters[0].tls");
+    }
+
+    #[test]
+    fn a_shared_stateless_reset_key_comes_from_one_place() {
+        let quic = |extra: &str| {
+            MINIMAL.replace(
+                "[[listeners.certificates]]",
+                &format!("[listeners.quic]\nenabled = true\n{extra}\n[[listeners.certificates]]"),
+            )
+        };
+        let e = parse(&quic("fleet_stateless_reset_key = true")).unwrap_err();
+        assert_eq!(e.path, "listeners[0].quic.fleet_stateless_reset_key");
+        assert!(e.message.contains("[fleet] redis"), "{e}");
+        let both = quic("fleet_stateless_reset_key = true\nstateless_reset_key_file = \"r.key\"");
+        let e = parse(&format!("[fleet]\nredis = \"redis://127.0.0.1\"\n{both}")).unwrap_err();
+        assert_eq!(e.path, "listeners[0].quic.fleet_stateless_reset_key");
+        assert!(e.message.contains("not both"), "{e}");
+        let c = parse(&quic("stateless_reset_key_file = \"r.key\"")).unwrap();
+        assert!(c.listeners[0]
+            .quic
+            .stateless_reset_key_file
+            .as_ref()
+            .unwrap()
+            .ends_with("r.key"));
     }
 
     #[test]

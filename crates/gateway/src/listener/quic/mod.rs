@@ -12,6 +12,7 @@
 
 mod bridge;
 mod connection;
+pub mod reset;
 pub(crate) mod workers;
 
 use bridge::H3_REQUEST_BODY_CHUNK;
@@ -108,6 +109,8 @@ pub struct QuicWorker {
     pub retry_gate: Option<Arc<RetryGate>>,
     /// With `fleet_retry_keys`: the fleet's keys Retry tokens are signed with.
     pub retry_keys: Option<tokio_quiche::quic::AddressTokenKeys>,
+    /// The key the listener's stateless-reset tokens are derived from.
+    pub reset_key: reset::ResetKey,
 }
 
 /// Retry-token keys shared through the fleet's Redis for listener `listener`, kept in step
@@ -176,6 +179,7 @@ pub async fn serve(
         handshake_timeout,
         retry_gate,
         retry_keys,
+        reset_key,
     } = q;
     use futures_util::StreamExt;
     let mut settings = QuicSettings::default();
@@ -223,6 +227,11 @@ pub async fn serve(
     } else {
         cid_generator(&cfg)
     };
+    // Outermost, so the tokens it derives reach tokio-quiche.
+    let cid_generator: Arc<dyn ConnectionIdGenerator<'static>> = Arc::new(reset::ResettingIds {
+        inner: cid_generator,
+        key: reset_key,
+    });
     let worker = worker.to_string();
     let mut listener = QuicListener {
         socket,

@@ -384,9 +384,12 @@ where
 
         let current_cid = qconn.source_id().into_owned();
         for _ in 0..qconn.scids_left() {
-            // We don't emit stateless resets, so any unguessable value is fine
-            let reset_token = random_u128();
             let new_cid = cid_generator.new_connection_id();
+            // rampart: the generator's token when it derives them (stateless
+            // resets are then sent), else any unguessable value.
+            let reset_token = cid_generator
+                .stateless_reset_token(&new_cid)
+                .unwrap_or_else(random_u128);
 
             if self
                 .conn_map_cmd_tx

@@ -59,6 +59,52 @@ pub(crate) struct ConnectionAcceptor<S, M> {
     token_manager: AddrValidationTokenManager,
     cid_generator: SharedConnectionIdGenerator,
     metrics: M,
+    /// rampart: stateless resets sent in the current second, at most.
+    reset_budget: ResetBudget,
+}
+
+/// rampart: stateless resets one acceptor sends per second, at most, so a flood
+/// of packets with unknown IDs costs a bounded number of replies.
+const STATELESS_RESETS_PER_SECOND: u32 = 1000;
+
+/// rampart: a fixed window of `STATELESS_RESETS_PER_SECOND`.
+struct ResetBudget {
+    window_start: Instant,
+    sent: u32,
+}
+
+impl ResetBudget {
+    fn take(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.window_start) >= std::time::Duration::from_secs(1) {
+            self.window_start = now;
+            self.sent = 0;
+        }
+        if self.sent >= STATELESS_RESETS_PER_SECOND {
+            return false;
+        }
+        self.sent += 1;
+        true
+    }
+}
+
+/// rampart: how long a stateless reset answering a packet of `received` bytes
+/// is: shorter than that packet, so two endpoints cannot keep resetting each
+/// other (RFC 9000 §10.3.3), and at most 43 bytes; `None` when the packet is
+/// too short to answer with the 22 bytes a reset needs at least (a fixed bit,
+/// unpredictable bits, the 16-byte token).
+fn stateless_reset_len(received: usize) -> Option<usize> {
+    let len = received.checked_sub(1)?.min(43);
+    (len >= 22).then_some(len)
+}
+
+/// rampart: a stateless reset of `len` bytes into `buf`: a short header's first
+/// octet (fixed bit set), unpredictable bytes, then `token`.
+fn write_stateless_reset(token: u128, len: usize, buf: &mut [u8]) -> usize {
+    let out = &mut buf[..len];
+    boring::rand::rand_bytes(out).expect("random bytes");
+    out[0] = 0x40 | (out[0] & 0x3f);
+    out[len - 16..].copy_from_slice(&token.to_be_bytes());
+    len
 }
 
 pub(crate) struct ConnectionAcceptorConfig {
@@ -91,6 +137,10 @@ where
             token_manager,
             cid_generator,
             metrics,
+            reset_budget: ResetBudget {
+                window_start: Instant::now(),
+                sent: 0,
+            },
         }
     }
 
@@ -100,6 +150,9 @@ where
     ) -> io::Result<Option<NewConnection>> {
         let handshake_start_time = Instant::now();
         let scid = self.cid_generator.new_connection_id();
+        // rampart: the first ID's token goes in the transport parameters.
+        quiche_config
+            .set_stateless_reset_token(self.cid_generator.stateless_reset_token(&scid));
 
         let mut conn = if let Some(retry_cids) = retry_cids {
             quiche::accept_with_retry(
@@ -233,6 +286,21 @@ where
                 self.metrics.invalid_cid_packet_count(e).inc();
             }
 
+            // rampart: a short-header packet for an ID no connection here has:
+            // a stateless reset, when the generator derives reset tokens.
+            if hdr.ty == PacketType::Short {
+                if let Some(token) = self.cid_generator.stateless_reset_token(&hdr.dcid) {
+                    let received = incoming.buf.len();
+                    if let Some(len) = stateless_reset_len(received) {
+                        if self.reset_budget.take(Instant::now()) {
+                            return self.handshake_reply(incoming, |buf| {
+                                Ok(write_stateless_reset(token, len, buf))
+                            });
+                        }
+                    }
+                }
+            }
+
             Err(labels::QuicInvalidInitialPacketError::WrongType(hdr.ty))?;
         }
 
@@ -302,6 +370,34 @@ mod tests {
     use nix::sys::socket::setsockopt;
     use nix::sys::socket::sockopt;
     use tokio::net::UdpSocket;
+
+    /// rampart: a stateless reset is shorter than the packet it answers (no
+    /// reset loops), at least 22 bytes, a short header ending in the token; at
+    /// most STATELESS_RESETS_PER_SECOND go out a second.
+    #[test]
+    fn stateless_resets_are_shorter_than_what_they_answer_and_bounded() {
+        assert_eq!(stateless_reset_len(0), None);
+        assert_eq!(stateless_reset_len(22), None);
+        assert_eq!(stateless_reset_len(23), Some(22));
+        assert_eq!(stateless_reset_len(30), Some(29));
+        assert_eq!(stateless_reset_len(1200), Some(43));
+        let token = 0x0011_2233_4455_6677_8899_aabb_ccdd_eeffu128;
+        let mut buf = [0u8; 64];
+        assert_eq!(write_stateless_reset(token, 29, &mut buf), 29);
+        assert_eq!(buf[0] & 0xc0, 0x40, "short header, fixed bit set");
+        assert_eq!(&buf[13..29], &token.to_be_bytes());
+
+        let t0 = Instant::now();
+        let mut budget = ResetBudget {
+            window_start: t0,
+            sent: 0,
+        };
+        for _ in 0..STATELESS_RESETS_PER_SECOND {
+            assert!(budget.take(t0));
+        }
+        assert!(!budget.take(t0 + std::time::Duration::from_millis(999)));
+        assert!(budget.take(t0 + std::time::Duration::from_secs(1)));
+    }
 
     async fn check_stateless_reply_inherits_socket_dscp(
         bind_addr: &str, dscp: u8,
