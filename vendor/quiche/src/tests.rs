@@ -12351,6 +12351,45 @@ fn connection_migration_reordered_non_probing(
     );
 }
 
+/// rampart: a server's transport parameters with every connection ID they can
+/// carry at 20 bytes (after a Retry: original, retry source, initial source),
+/// a stateless-reset token and large limits fit the encoder's buffer; they
+/// outgrew its 128 bytes, and `accept_with_retry` failed with BufferTooShort.
+#[test]
+fn server_transport_params_with_every_id_fit() {
+    let mut config = Config::new(PROTOCOL_VERSION).unwrap();
+    config
+        .load_cert_chain_from_pem_file("examples/cert.crt")
+        .unwrap();
+    config
+        .load_priv_key_from_pem_file("examples/cert.key")
+        .unwrap();
+    config.set_application_protos(&[b"h3"]).unwrap();
+    config.set_initial_max_data(10 << 20);
+    config.set_initial_max_stream_data_bidi_local(1 << 20);
+    config.set_initial_max_stream_data_bidi_remote(1 << 20);
+    config.set_initial_max_stream_data_uni(1 << 20);
+    config.set_initial_max_streams_bidi(100);
+    config.set_initial_max_streams_uni(100);
+    config.set_max_idle_timeout(30_000);
+    config.set_max_recv_udp_payload_size(1452);
+    config.set_active_connection_id_limit(8);
+    config.set_stateless_reset_token(Some(u128::MAX));
+    let id = |b: u8| ConnectionId::from_vec(vec![b; MAX_CONN_ID_LEN]);
+    let (scid, odcid, rscid) = (id(1), id(2), id(3));
+    let server = accept_with_retry::<DefaultBufFactory>(
+        &scid,
+        RetryConnectionIds {
+            original_destination_cid: &odcid,
+            retry_source_cid: &rscid,
+        },
+        test_utils::Pipe::server_addr(),
+        test_utils::Pipe::client_addr(),
+        &mut config,
+    );
+    assert!(server.is_ok(), "{:?}", server.err());
+}
+
 /// rampart: stream data in flight on the path a client left (its packets
 /// never arrive) is declared lost once packets sent later on the new path are
 /// acknowledged, and retransmitted there; before, the old path's recovery saw

@@ -383,7 +383,13 @@ async fn quic_connect(
             return Ok((start.elapsed(), conn.peer_cert().map(<[u8]>::to_vec)));
         }
         if conn.is_closed() || start.elapsed() > std::time::Duration::from_secs(10) {
-            return Err(format!("handshake failed: {:?}", conn.peer_error()));
+            return Err(format!(
+                "handshake failed: {:?} local {:?} timed out {} stats {:?}",
+                conn.peer_error(),
+                conn.local_error(),
+                conn.is_timed_out(),
+                conn.stats()
+            ));
         }
         let wait = conn
             .timeout()

@@ -474,7 +474,10 @@ impl Handshake {
     pub fn set_quic_transport_params(
         &mut self, params: &crate::TransportParams, is_server: bool,
     ) -> Result<()> {
-        let mut raw_params = [0; 128];
+        // rampart: room for every parameter a server sends at its largest: three
+        // 20-byte connection IDs after a Retry, a stateless-reset token, the
+        // limits (128 bytes did not hold them; see quiche patch 35).
+        let mut raw_params = [0; 512];
 
         let raw_params =
             crate::TransportParams::encode(params, is_server, &mut raw_params)?;
