@@ -1694,3 +1694,96 @@ async fn a_gateway_resets_another_ones_connection_with_the_fleet_reset_key() {
     // Either way round between the two that share the key.
     assert!(reset_after_move(addr(&b), addr(&a)).await);
 }
+
+/// `tls.client_auth` over HTTP/3: the QUIC handshake asks for the certificate too; one from
+/// the client CA passes, its subject, names and hash going upstream (the client's own copy
+/// of those headers dropped); a revoked one, one from another CA and none fail. With
+/// `optional`, a route with `client_cert = "required"` answers 403 to a client without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_verified_over_http3() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/client-certs.sh");
+    let made = std::process::Command::new("sh")
+        .arg(script)
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let listener = |auth: &str| {
+        format!(
+            "tls.client_auth = \"{auth}\"\ntls.client_ca = \"{}\"\ntls.client_crl = \"{}\"\n{QUIC}",
+            p("ca.pem"),
+            p("ca.crl")
+        )
+    };
+    let with = |who: &str| -> Vec<String> {
+        match who {
+            "" => vec![],
+            who => vec![
+                "--cert".into(),
+                p(&format!("{who}.pem")),
+                "--key".into(),
+                p(&format!("{who}.key")),
+            ],
+        }
+    };
+    let get = |fx: &Fixture, who: &str, path: &str| {
+        let mut args = with(who);
+        args.extend(
+            [
+                "--path",
+                path,
+                "--header",
+                "x-client-cert-subject: CN=root",
+                "--timeout",
+                "10",
+            ]
+            .map(String::from),
+        );
+        let refs: Vec<String> = args;
+        let mut c = h3(fx, &[]);
+        c.args(&refs);
+        run(c)
+    };
+    let required = start("", &listener("required")).await;
+    let r = json_lines(&get(&required, "alice", "/headers").await);
+    let seen: serde_json::Value = serde_json::from_str(r[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        seen["x-client-cert-subject"], "O=Example,CN=alice",
+        "{seen}"
+    );
+    assert_eq!(seen["x-client-cert-san"], "DNS:alice.example", "{seen}");
+    assert_eq!(
+        seen["x-client-cert-sha256"].as_str().unwrap().len(),
+        64,
+        "{seen}"
+    );
+    for (who, why) in [("bob", "revoked"), ("mallory", "another CA"), ("", "none")] {
+        let out = get(&required, who, "/headers").await;
+        assert!(
+            !out.status.success(),
+            "{who} ({why}) was served: {}",
+            stdout(&out)
+        );
+    }
+
+    let optional = start_edited(&listener("optional"), |text, _| {
+        text.replace(
+            "[[routes]]\ncluster = \"app\"",
+            "[[routes]]\ncluster = \"app\"\n\n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\nclient_cert = \"required\"",
+        )
+    })
+    .await;
+    let r = json_lines(&get(&optional, "", "/headers").await);
+    let seen: serde_json::Value = serde_json::from_str(r[0]["body"].as_str().unwrap()).unwrap();
+    assert!(seen.get("x-client-cert-subject").is_none(), "{seen}");
+    assert_eq!(
+        json_lines(&get(&optional, "", "/bytes/3").await)[0]["status"],
+        403
+    );
+    assert_eq!(
+        json_lines(&get(&optional, "alice", "/bytes/3").await)[0]["status"],
+        200
+    );
+}

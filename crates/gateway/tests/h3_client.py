@@ -185,6 +185,8 @@ async def main():
                    help="send this many bytes of the first request's body, then reset the stream")
     p.add_argument("--migrate-after", type=int, default=-1,
                    help="after this many requests, move to a new UDP source port (path migration)")
+    p.add_argument("--cert", help="a client certificate (PEM) to present, with --key")
+    p.add_argument("--key", help="the client certificate's private key (PEM)")
     p.add_argument("--server", default="127.0.0.1", help="the server's address")
     p.add_argument("--local-port", type=int, default=0, help="the client's first UDP port")
     p.add_argument("--migrate-after-bytes", type=int,
@@ -198,6 +200,8 @@ async def main():
     config.verify_mode = ssl.CERT_NONE
     if args.idle_timeout:
         config.idle_timeout = args.idle_timeout
+    if args.cert:
+        config.load_cert_chain(args.cert, args.key)
     if args.zero_rtt:
         with open(args.session_file, "rb") as f:
             config.session_ticket = pickle.load(f)

@@ -36,6 +36,16 @@ impl ClientCert {
     /// presented one that did not verify ended the handshake).
     pub fn of(ssl: &SslRef) -> Option<ClientCert> {
         let cert = ssl.peer_certificate()?;
+        Self::from_x509(&cert)
+    }
+
+    /// The same from the certificate's DER (QUIC: quiche hands it over as bytes).
+    pub fn from_der(der: &[u8]) -> Option<ClientCert> {
+        let cert = boring::x509::X509::from_der(der).ok()?;
+        Self::from_x509(&cert)
+    }
+
+    fn from_x509(cert: &boring::x509::X509Ref) -> Option<ClientCert> {
         let subject: Vec<String> = cert
             .subject_name()
             .entries()

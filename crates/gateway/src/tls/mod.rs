@@ -211,9 +211,9 @@ fn cert_context(
             if tls.early_data {
                 enable_early_data(&mut b);
             }
-            require_client_certs(&mut b, tls)?;
         }
     }
+    require_client_certs(&mut b, tls)?;
     // No set_private_key(): the key stays in the engine.
     b.set_async_private_key_method(EngineKeyMethod {
         engine: signer.engine.clone(),
@@ -310,7 +310,7 @@ fn install_selection(
     });
 }
 
-/// With `tls.client_auth`, asks TCP clients for a certificate (and with `required`, refuses
+/// With `tls.client_auth`, asks clients (TCP and QUIC) for a certificate (and with `required`, refuses
 /// those without one) that must chain to `tls.client_ca` and, with `tls.client_crl`, not be
 /// revoked; a presented certificate that fails is a failed handshake. Errors name the field.
 fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::Result<()> {
@@ -448,6 +448,8 @@ pub struct QuicTls {
     store: CertSlot,
     tickets: Arc<TicketKeys>,
     options: QuicContextOptions,
+    /// The listener's TLS section: its client-certificate settings apply to QUIC too.
+    tls: TlsConfig,
 }
 
 /// Called with a connection's SSL when its handshake completes (QUIC metrics).
@@ -503,6 +505,7 @@ impl QuicTls {
             store: CertSlot::new(store),
             tickets: tickets.clone(),
             options,
+            tls: listener.tls.clone(),
         })
     }
 
@@ -513,6 +516,7 @@ impl QuicTls {
         b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
         configure_common(&mut b, &self.tickets, ALPN_H3)?;
         self.options.apply(&mut b);
+        require_client_certs(&mut b, &self.tls)?;
         install_selection(&mut b, self.store.clone(), self.options.anti_replay.clone());
         Ok(b)
     }

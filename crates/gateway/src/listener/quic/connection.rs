@@ -6,6 +6,7 @@ use super::bridge::serve_request;
 use crate::http::pipeline::{ConnInfo, ProxyShared};
 use crate::listener::conn_timers::RECHECK;
 use crate::policy::admission::ConnectionCap;
+use crate::tls::handshake_info::ClientCert;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +42,7 @@ pub(super) async fn serve_connection(
 ) {
     // Replaced by the connection's TLS facts when the driver reports the handshake, which
     // it does before any request.
-    let mut info = quic_conn_info(client, None, false);
+    let mut info = quic_conn_info(client, None, false, None);
     let mut established = false;
     let mut requests = JoinSet::new();
     // Request streams are client-initiated bidirectional: 0, 4, 8, ... While draining,
@@ -81,7 +82,13 @@ pub(super) async fn serve_connection(
                                 if session_resumed { "true" } else { "false" },
                             ])
                             .observe(us as f64 / 1e6);
-                        info = quic_conn_info(client, server_name, session_resumed);
+                        // Where the listener asks for client certificates, the verified one
+                        // goes with every request of the connection.
+                        let client_cert = match shared.client_cert_headers {
+                            Some(_) => verified_client_cert(&controller).await,
+                            None => None,
+                        };
+                        info = quic_conn_info(client, server_name, session_resumed, client_cert);
                         quiet_since = tokio::time::Instant::now();
                         idle.as_mut().reset(next_wake(quiet_since, quiet_limit(shared, cap, served)));
                         // The client's address is validated now (it completed the
@@ -260,14 +267,31 @@ async fn first_undelivered(controller: &ServerH3Controller, from: u64, until: u6
 }
 
 /// What the access log and the proxy know of a QUIC connection (always TLS 1.3).
-fn quic_conn_info(client: SocketAddr, sni: Option<String>, resumed: bool) -> Arc<ConnInfo> {
+fn quic_conn_info(
+    client: SocketAddr,
+    sni: Option<String>,
+    resumed: bool,
+    client_cert: Option<Arc<ClientCert>>,
+) -> Arc<ConnInfo> {
     Arc::new(ConnInfo {
         client,
         sni,
         tls_version: "TLSv1.3",
         resumed,
-        client_cert: None,
+        client_cert,
     })
+}
+
+/// The certificate the client presented, asked of the connection once its handshake is done
+/// (a presented certificate that did not verify ended the handshake).
+async fn verified_client_cert(controller: &ServerH3Controller) -> Option<Arc<ClientCert>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let ask = QuicCommand::Custom(Box::new(move |conn| {
+        let _ = tx.send(conn.peer_cert().map(<[u8]>::to_vec));
+    }));
+    controller.cmd_sender().send(ask).ok()?;
+    let der = rx.await.ok()??;
+    ClientCert::from_der(&der).map(Arc::new)
 }
 
 /// Records a completed QUIC handshake (called from the SSL info callback): TLS facts in
