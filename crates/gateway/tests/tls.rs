@@ -453,7 +453,7 @@ async fn client_certificates_are_verified_and_passed_upstream() {
     let optional = start_edited(&listener("optional"), |text, _| {
         text.replace(
             "[[routes]]\ncluster = \"app\"",
-            "[[routes]]\ncluster = \"app\"\n\n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\nclient_cert = \"required\"",
+            "[[routes]]\ncluster = \"app\"\n\n[[routes]]\npath_prefix = \"/bytes/\"\ncluster = \"app\"\nclient_cert = \"required\"\n\n[[routes]]\npath_prefix = \"/text/\"\ncluster = \"app\"\nclient_cert_match = [{ name = \"subject\", exact = \"O=Example,CN=alice\" }]\nresponse_headers = { set = { \"x-route\" = \"alice-only\" } }",
         )
     })
     .await;
@@ -466,6 +466,16 @@ async fn client_certificates_are_verified_and_passed_upstream() {
     };
     assert_eq!(status(vec![]).await.1, "403");
     assert_eq!(status(with("alice")).await.1, "200");
+    // A route matched on the certificate's subject takes alice's requests only; others fall
+    // through to the catch-all route.
+    let route_of = |mut args: Vec<String>| {
+        args.extend(["-D", "-", "-o", "/dev/null"].map(String::from));
+        curl_args(&optional, args, "/text/3")
+    };
+    let (ok, head) = route_of(with("alice")).await;
+    assert!(ok && head.contains("x-route: alice-only"), "{head}");
+    let (ok, head) = route_of(vec![]).await;
+    assert!(ok && !head.contains("x-route"), "{head}");
 }
 
 /// curl with `args` (and a client's own `x-client-cert-subject`) to `path`: whether it

@@ -389,6 +389,16 @@ mirror = { cluster = "shadow", percent = 10 }"#;
         );
         fails("methods = [\"get\"]", "routes[0].methods[0]", "upper case");
         fails(
+            "client_cert_match = [{ name = \"issuer\", exact = \"x\" }]",
+            "routes[0].client_cert_match[0].name",
+            "subject, san or sha256",
+        );
+        fails(
+            "client_cert_match = [{ name = \"subject\", regex = \"(\" }]",
+            "routes[0].client_cert_match[0].regex",
+            "a regular expression",
+        );
+        fails(
             "path = \"/a\"\npath_prefix = \"/b\"",
             "routes[0].path",
             "not both",

@@ -72,6 +72,11 @@ pub struct RouteConfig {
     /// Cookies that must match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cookies: Vec<super::ValueMatchConfig>,
+    /// Tests of the verified client certificate (`tls.client_auth`): `name` is `subject`
+    /// (`O=Example,CN=alice`), `san` (`DNS:a.example, URI:spiffe://…`) or `sha256` (hex); a
+    /// request without a certificate fails every test but `present = false`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_cert_match: Vec<super::ValueMatchConfig>,
     /// Where two routes of a host match a request, the higher priority wins (default 0);
     /// among equals, the more specific path (exact, then the longer literal prefix), then the
     /// one with more conditions, then the last defined.
@@ -193,6 +198,7 @@ impl RouteConfig {
             headers: vec![],
             query: vec![],
             cookies: vec![],
+            client_cert_match: vec![],
             priority: 0,
             retry: None,
             mirror: None,

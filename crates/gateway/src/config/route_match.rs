@@ -98,6 +98,15 @@ impl RouteConfig {
         for (i, m) in self.cookies.iter().enumerate() {
             m.validate(&at.field("cookies").index(i), cookie_name)?;
         }
+        for (i, m) in self.client_cert_match.iter().enumerate() {
+            let at = at.field("client_cert_match").index(i);
+            if !["subject", "san", "sha256"].contains(&m.name.as_str()) {
+                return at
+                    .field("name")
+                    .fail(format!("subject, san or sha256, not {:?}", m.name));
+            }
+            m.validate(&at, |_| true)?;
+        }
         Ok(())
     }
 

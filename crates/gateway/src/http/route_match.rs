@@ -8,6 +8,7 @@
 
 use crate::config::{RouteConfig, ValueMatchConfig};
 use crate::http::pattern;
+use crate::tls::handshake_info::ClientCert;
 use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
 use std::borrow::Cow;
@@ -19,6 +20,34 @@ pub struct RequestFacts<'a> {
     pub headers: &'a HeaderMap,
     /// The raw query, without `?`.
     pub query: Option<&'a str>,
+    /// The connection's verified client certificate.
+    pub client_cert: Option<&'a ClientCert>,
+}
+
+/// Which part of a client certificate a `client_cert_match` test reads.
+#[derive(Debug, Clone, Copy)]
+enum CertField {
+    Subject,
+    San,
+    Sha256,
+}
+
+impl CertField {
+    fn of(name: &str) -> CertField {
+        match name {
+            "subject" => CertField::Subject,
+            "san" => CertField::San,
+            _ => CertField::Sha256,
+        }
+    }
+
+    fn value(self, cert: &ClientCert) -> Option<&str> {
+        match self {
+            CertField::Subject => cert.subject.to_str().ok(),
+            CertField::San => cert.san.as_ref()?.to_str().ok(),
+            CertField::Sha256 => cert.sha256.to_str().ok(),
+        }
+    }
 }
 
 /// A compiled pattern, with its case-insensitive twin made on first use (for listeners that
@@ -94,6 +123,7 @@ pub struct Conditions {
     headers: Vec<(HeaderName, ValueTest)>,
     query: Vec<(String, ValueTest)>,
     cookies: Vec<(String, ValueTest)>,
+    client_cert: Vec<(CertField, ValueTest)>,
 }
 
 impl Conditions {
@@ -115,6 +145,11 @@ impl Conditions {
             headers: cfg.headers.iter().map(header).collect(),
             query: cfg.query.iter().map(named).collect(),
             cookies: cfg.cookies.iter().map(named).collect(),
+            client_cert: cfg
+                .client_cert_match
+                .iter()
+                .map(|m| (CertField::of(&m.name), ValueTest::new(m)))
+                .collect(),
         }
     }
 
@@ -125,6 +160,7 @@ impl Conditions {
             + self.headers.len()
             + self.query.len()
             + self.cookies.len()
+            + self.client_cert.len()
     }
 
     pub fn has_path_regex(&self) -> bool {
@@ -156,14 +192,19 @@ impl Conditions {
         if !query_met {
             return false;
         }
-        self.cookies.iter().all(|(n, t)| {
+        let cookies_met = self.cookies.iter().all(|(n, t)| {
             let cookies = crate::http::headers::cookies(req.headers);
             t.met(
                 cookies
                     .filter(|(k, _)| k == n)
                     .map(|(_, v)| Cow::Borrowed(v)),
             )
-        })
+        });
+        cookies_met
+            && self.client_cert.iter().all(|(f, t)| {
+                let value = req.client_cert.and_then(|c| f.value(c));
+                t.met(value.into_iter().map(Cow::Borrowed))
+            })
     }
 }
 
@@ -189,8 +230,49 @@ mod tests {
             method: &method,
             headers: &h,
             query,
+            client_cert: None,
         };
         c.met("/users/42", false, &req)
+    }
+
+    #[test]
+    fn client_certificate_fields_are_tested_and_absence_fails_them() {
+        let cert = |cn: &str, san: Option<&str>| ClientCert {
+            subject: HeaderValue::from_str(&format!("O=Example,CN={cn}")).unwrap(),
+            san: san.map(|s| HeaderValue::from_str(s).unwrap()),
+            sha256: HeaderValue::from_static("ab12"),
+        };
+        let facts =
+            |method: &'static Method, h: &'static HeaderMap, c: Option<&'static ClientCert>| {
+                RequestFacts {
+                    method,
+                    headers: h,
+                    query: None,
+                    client_cert: c,
+                }
+            };
+        static H: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
+        let alice: &'static ClientCert =
+            Box::leak(Box::new(cert("alice", Some("DNS:alice.example"))));
+        let bob: &'static ClientCert = Box::leak(Box::new(cert("bob", None)));
+        let c = Conditions::new(&route(
+            r#"client_cert_match = [{ name = "subject", regex = "O=Example,CN=(alice|carol)" }, { name = "san", prefix = "DNS:" }]"#,
+        ));
+        assert_eq!(c.count(), 2);
+        assert!(c.met("/", false, &facts(&Method::GET, &H, Some(alice))));
+        assert!(
+            !c.met("/", false, &facts(&Method::GET, &H, Some(bob))),
+            "bob: subject and san"
+        );
+        assert!(
+            !c.met("/", false, &facts(&Method::GET, &H, None)),
+            "no certificate"
+        );
+        let none = Conditions::new(&route(
+            r#"client_cert_match = [{ name = "sha256", present = false }]"#,
+        ));
+        assert!(none.met("/", false, &facts(&Method::GET, &H, None)));
+        assert!(!none.met("/", false, &facts(&Method::GET, &H, Some(alice))));
     }
 
     #[test]
@@ -245,6 +327,7 @@ cookies = [{ name = "beta", regex = "yes|1" }]"#,
                 method: &Method::GET,
                 headers: &HeaderMap::new(),
                 query: Some("x=1"),
+                client_cert: None,
             }
         ));
         assert!(
@@ -261,6 +344,7 @@ cookies = [{ name = "beta", regex = "yes|1" }]"#,
             method: &Method::GET,
             headers: &h,
             query: None,
+            client_cert: None,
         };
         assert!(!c.met("/users/1", false, &req));
         assert!(c.met("/users/1", true, &req));

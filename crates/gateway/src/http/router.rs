@@ -402,6 +402,7 @@ mod tests {
             method: &http::Method::GET,
             headers: &headers,
             query: None,
+            client_cert: None,
         };
         router.route(host, path, ci, &facts)
     }
@@ -628,6 +629,7 @@ mod tests {
                 method: &method,
                 headers: &headers,
                 query: None,
+                client_cert: None,
             };
             assert_eq!(
                 router
@@ -670,6 +672,7 @@ mod tests {
                 method: &method,
                 headers: &headers,
                 query: None,
+                client_cert: None,
             };
             router
                 .route("h", "/api/x", false, &facts)

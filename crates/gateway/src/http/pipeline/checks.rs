@@ -157,6 +157,7 @@ pub(super) fn route<'a>(
         method: req.method(),
         headers: req.headers(),
         query: req.uri().query(),
+        client_cert: ctx.conn.client_cert.as_deref(),
     };
     let Some(route) = routing.router.route(
         &target.host,

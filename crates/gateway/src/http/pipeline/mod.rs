@@ -442,6 +442,7 @@ pub(crate) mod testing {
             method: &http::Method::GET,
             headers: &headers,
             query: None,
+            client_cert: None,
         };
         routing
             .router
