@@ -1491,9 +1491,7 @@ async fn switching_relay(first: std::net::SocketAddr, then: std::net::SocketAddr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_from_one_gateway_is_accepted_by_another_with_fleet_retry_keys() {
     let redis = common::redis::Redis::start();
-    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
     let gateway = |shared: bool| {
-        let fleet = fleet.clone();
         let listener = format!(
             "{QUIC}\nretry = \"always\"{}",
             if shared {
@@ -1502,12 +1500,8 @@ async fn a_retry_from_one_gateway_is_accepted_by_another_with_fleet_retry_keys()
                 ""
             }
         );
-        async move {
-            start_edited(&listener, move |t, _| {
-                t.replacen("[[listeners]]\n", &fleet, 1)
-            })
-            .await
-        }
+        let url = redis.url();
+        async move { fleet_gateway(&url, &listener).await }
     };
     let (a, b, c) = (
         gateway(true).await,
@@ -1654,9 +1648,7 @@ async fn reset_after_move(first: std::net::SocketAddr, then: std::net::SocketAdd
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_resets_another_ones_connection_with_the_fleet_reset_key() {
     let redis = common::redis::Redis::start();
-    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
     let gateway = |shared: bool| {
-        let fleet = fleet.clone();
         let listener = format!(
             "{QUIC}\nretry = \"never\"{}",
             if shared {
@@ -1665,12 +1657,8 @@ async fn a_gateway_resets_another_ones_connection_with_the_fleet_reset_key() {
                 ""
             }
         );
-        async move {
-            start_edited(&listener, move |t, _| {
-                t.replacen("[[listeners]]\n", &fleet, 1)
-            })
-            .await
-        }
+        let url = redis.url();
+        async move { fleet_gateway(&url, &listener).await }
     };
     let a = gateway(true).await;
     for _ in 0..50 {
@@ -1701,22 +1689,9 @@ async fn a_gateway_resets_another_ones_connection_with_the_fleet_reset_key() {
 /// `optional`, a route with `client_cert = "required"` answers 403 to a client without one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_verified_over_http3() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/client-certs.sh");
-    let made = std::process::Command::new("sh")
-        .arg(script)
-        .current_dir(dir.path())
-        .status()
-        .unwrap();
-    assert!(made.success());
+    let dir = client_certs();
     let p = |f: &str| dir.path().join(f).display().to_string();
-    let listener = |auth: &str| {
-        format!(
-            "tls.client_auth = \"{auth}\"\ntls.client_ca = \"{}\"\ntls.client_crl = \"{}\"\n{QUIC}",
-            p("ca.pem"),
-            p("ca.crl")
-        )
-    };
+    let listener = |auth: &str| format!("{}\n{QUIC}", client_auth_listener(dir.path(), auth));
     let with = |who: &str| -> Vec<String> {
         match who {
             "" => vec![],

@@ -401,22 +401,9 @@ async fn tls13_early_data_over_tcp_follows_rfc_8470() {
 /// without one are served, and a route with `client_cert = "required"` refuses them (403).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_verified_and_passed_upstream() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/client-certs.sh");
-    let made = std::process::Command::new("sh")
-        .arg(script)
-        .current_dir(dir.path())
-        .status()
-        .unwrap();
-    assert!(made.success());
+    let dir = client_certs();
     let p = |f: &str| dir.path().join(f).display().to_string();
-    let listener = |auth: &str| {
-        format!(
-            "tls.client_auth = \"{auth}\"\ntls.client_ca = \"{}\"\ntls.client_crl = \"{}\"",
-            p("ca.pem"),
-            p("ca.crl")
-        )
-    };
+    let listener = |auth: &str| client_auth_listener(dir.path(), auth);
     let required = start("", &listener("required")).await;
     let with = |who: &str| {
         vec![

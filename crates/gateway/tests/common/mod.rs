@@ -855,3 +855,37 @@ pub async fn assert_sessions_shared(a: &Fixture, b: &Fixture, c: &Fixture, sess:
         assert!(on_c.contains("New,"), "{tls} on c:\n{on_c}");
     }
 }
+
+/// The mTLS tests' certificates (`tests/data/client-certs.sh`): a client CA (`ca.pem`, its
+/// CRL `ca.crl`), alice (valid), bob (revoked) and mallory (from another CA), each as
+/// `NAME.pem` and `NAME.key`.
+pub fn client_certs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/client-certs.sh");
+    let made = Command::new("sh")
+        .arg(script)
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    dir
+}
+
+/// Listener lines asking clients for certificates from [`client_certs`]' CA (`auth`:
+/// "optional" or "required"), revoked ones refused.
+pub fn client_auth_listener(certs: &std::path::Path, auth: &str) -> String {
+    format!(
+        "tls.client_auth = \"{auth}\"\ntls.client_ca = \"{}\"\ntls.client_crl = \"{}\"",
+        certs.join("ca.pem").display(),
+        certs.join("ca.crl").display()
+    )
+}
+
+/// A gateway of a fleet sharing the Redis at `redis_url`, its listener with `listener` lines.
+pub async fn fleet_gateway(redis_url: &str, listener: &str) -> Fixture {
+    let fleet = format!("[fleet]\nredis = \"{redis_url}\"\n\n[[listeners]]\n");
+    start_edited(listener, move |t, _| {
+        t.replacen("[[listeners]]\n", &fleet, 1)
+    })
+    .await
+}
