@@ -78,10 +78,7 @@ impl Tally {
     }
 
     fn drop(&mut self, r: DropReason) {
-        self.dropped[DropReason::ALL
-            .iter()
-            .position(|&x| x == r)
-            .expect("listed")] += 1;
+        self.dropped[r.index()] += 1;
     }
 
     fn flush(&mut self, m: &Metrics) {
@@ -185,10 +182,7 @@ impl Worker {
                 {
                     Choice::Routed(b) => b,
                     Choice::Hashed(b, reason) => {
-                        tally.hashed[HashReason::ALL
-                            .iter()
-                            .position(|&r| r == reason)
-                            .expect("listed")] += 1;
+                        tally.hashed[reason.index()] += 1;
                         b
                     }
                     Choice::Drop(r) => {

@@ -24,21 +24,35 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T
     c
 }
 
+/// A registered counter family with `labels`.
+fn counters(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(
+        r,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// A registered counter.
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    register(r, IntCounter::new(name, help).expect("valid metric"))
+}
+
 impl Metrics {
     pub fn new(backends: &[Backend]) -> Metrics {
         let r = Registry::new();
-        let label = |b: &Backend| -> String {
-            let sid: String = b.server_id.iter().map(|x| format!("{x:02x}")).collect();
-            format!("{sid}@{}", b.address)
-        };
+        // `SERVER_ID@ADDRESS`, in the order of the configuration.
+        let labels: Vec<String> = backends
+            .iter()
+            .map(|b| {
+                let sid: String = b.server_id.iter().map(|x| format!("{x:02x}")).collect();
+                format!("{sid}@{}", b.address)
+            })
+            .collect();
         let per_backend = |name: &str, help: &str| {
-            let v = register(
-                &r,
-                IntCounterVec::new(Opts::new(name, help), &["backend"]).expect("valid metric"),
-            );
-            backends
+            let v = counters(&r, name, help, &["backend"]);
+            labels
                 .iter()
-                .map(|b| v.with_label_values(&[label(b).as_str()]))
+                .map(|l| v.with_label_values(&[l.as_str()]))
                 .collect::<Vec<_>>()
         };
         let datagrams = per_backend(
@@ -49,46 +63,32 @@ impl Metrics {
             "rampart_l4_forwarded_bytes_total",
             "UDP payload bytes forwarded, by gateway",
         );
-        let hashed_v = register(
+        let hashed_v = counters(
             &r,
-            IntCounterVec::new(
-                Opts::new(
-                    "rampart_l4_hashed_total",
-                    "Datagrams placed by hashing instead of by a server ID, by reason",
-                ),
-                &["reason"],
-            )
-            .expect("valid metric"),
+            "rampart_l4_hashed_total",
+            "Datagrams placed by hashing instead of by a server ID, by reason",
+            &["reason"],
         );
         let hashed = HashReason::ALL
             .iter()
             .map(|r| hashed_v.with_label_values(&[r.label()]))
             .collect();
-        let dropped_v = register(
+        let dropped_v = counters(
             &r,
-            IntCounterVec::new(
-                Opts::new("rampart_l4_dropped_total", "Datagrams dropped, by reason"),
-                &["reason"],
-            )
-            .expect("valid metric"),
+            "rampart_l4_dropped_total",
+            "Datagrams dropped, by reason",
+            &["reason"],
         );
         let dropped = DropReason::ALL
             .iter()
             .map(|r| dropped_v.with_label_values(&[r.label()]))
             .collect();
-        let batches = register(
+        let batches = counter(
             &r,
-            IntCounter::new(
-                "rampart_l4_receive_batches_total",
-                "recvmmsg calls that returned datagrams",
-            )
-            .expect("valid metric"),
+            "rampart_l4_receive_batches_total",
+            "recvmmsg calls that returned datagrams",
         );
-        let received = register(
-            &r,
-            IntCounter::new("rampart_l4_received_total", "Datagrams received")
-                .expect("valid metric"),
-        );
+        let received = counter(&r, "rampart_l4_received_total", "Datagrams received");
         let up_v = register(
             &r,
             IntGaugeVec::new(
@@ -100,25 +100,20 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
-        let up = backends
+        let up = labels
             .iter()
-            .map(|b| up_v.with_label_values(&[label(b).as_str()]))
+            .map(|l| up_v.with_label_values(&[l.as_str()]))
             .collect();
-        let checks_v = register(
+        let checks_v = counters(
             &r,
-            IntCounterVec::new(
-                Opts::new(
-                    "rampart_l4_health_checks_total",
-                    "Health probes, by gateway and result",
-                ),
-                &["backend", "result"],
-            )
-            .expect("valid metric"),
+            "rampart_l4_health_checks_total",
+            "Health probes, by gateway and result",
+            &["backend", "result"],
         );
         let checks = |result: &str| {
-            backends
+            labels
                 .iter()
-                .map(|b| checks_v.with_label_values(&[label(b).as_str(), result]))
+                .map(|l| checks_v.with_label_values(&[l.as_str(), result]))
                 .collect::<Vec<_>>()
         };
         Metrics {
@@ -136,19 +131,11 @@ impl Metrics {
     }
 
     pub fn hashed(&self, reason: HashReason, n: u64) {
-        let i = HashReason::ALL
-            .iter()
-            .position(|&r| r == reason)
-            .expect("listed");
-        self.hashed[i].inc_by(n);
+        self.hashed[reason.index()].inc_by(n);
     }
 
     pub fn dropped(&self, reason: DropReason, n: u64) {
-        let i = DropReason::ALL
-            .iter()
-            .position(|&r| r == reason)
-            .expect("listed");
-        self.dropped[i].inc_by(n);
+        self.dropped[reason.index()].inc_by(n);
     }
 
     pub fn set_up(&self, backend: usize, up: bool) {

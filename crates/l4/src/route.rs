@@ -70,6 +70,11 @@ impl HashReason {
         HashReason::FourTuple,
     ];
 
+    /// Its place in [`HashReason::ALL`] (the declaration order), for per-reason counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             HashReason::ClientChosen => "client_chosen_id",
@@ -103,6 +108,11 @@ impl DropReason {
         DropReason::TooBig,
         DropReason::SendError,
     ];
+
+    /// Its place in [`DropReason::ALL`] (the declaration order), for per-reason counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn label(self) -> &'static str {
         match self {
@@ -385,6 +395,16 @@ mod tests {
                 Choice::Drop(DropReason::Malformed) => assert!(packet::dcid(&d).is_none()),
                 Choice::Drop(other) => panic!("the router does not decide {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn reasons_are_listed_in_index_order() {
+        for (i, r) in HashReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
         }
     }
 
