@@ -197,33 +197,18 @@ async fn a_gateway_starts_and_serves_while_redis_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateways_sharing_fleet_ticket_keys_resume_each_others_sessions() {
     let redis = Redis::start();
-    let fleet = format!("[fleet]\nredis = \"{}\"\n\n[[listeners]]\n", redis.url());
-    let start_one = |shared: bool| {
-        let fleet = fleet.clone();
-        let listener = if shared {
-            "tls.fleet_ticket_keys = true\ntls.ticket_key_rotation = \"2s\""
-        } else {
-            ""
-        };
-        start_edited(listener, move |text, _| {
-            text.replacen("[[listeners]]\n", &fleet, 1)
-        })
-    };
+    let fleet = redis.fleet_section();
+    let shared = "tls.fleet_ticket_keys = true\ntls.ticket_key_rotation = \"2s\"";
     let (a, b, c) = (
-        start_one(true).await,
-        start_one(true).await,
-        start_one(false).await,
+        fleet_gateway(&fleet, shared).await,
+        fleet_gateway(&fleet, shared).await,
+        fleet_gateway(&fleet, "").await,
     );
     // The list is made by whichever gateway comes first; both read it within a quarter
     // period.
     let list = |redis: &Redis| redis.cli(&["GET", "rampart:tickets:https"]);
-    for _ in 0..50 {
-        if !list(&redis).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(list(&redis).lines().count(), 2, "sealing and next keys");
+    let first = redis.wait_for_key("rampart:tickets:https").await;
+    assert_eq!(first.lines().count(), 2, "sealing and next keys");
     tokio::time::sleep(Duration::from_millis(800)).await;
     let dir = tempfile::tempdir().unwrap();
     let sess = dir.path().join("sess.pem");
@@ -270,15 +255,11 @@ async fn a_replayed_tcp_0rtt_attempt_has_its_early_data_rejected_on_another_gate
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let redis = Redis::start();
     // A deadline a busy test machine meets (past it the early data would be refused).
-    let fleet = format!(
-        "[fleet]\nredis = \"{}\"\ndeadline = \"100ms\"\n\n[[listeners]]\n",
-        redis.url()
-    );
+    let fleet = format!("{}\ndeadline = \"100ms\"", redis.fleet_section());
     let gateway = || {
-        let fleet = fleet.clone();
-        start_edited(
+        fleet_gateway(
+            &fleet,
             "tls.fleet_ticket_keys = true\ntls.early_data = true",
-            move |t, _| t.replacen("[[listeners]]\n", &fleet, 1),
         )
     };
     let (a, b) = (gateway().await, gateway().await);

@@ -12,6 +12,11 @@ fn quic_port(fx: &Fixture) -> u16 {
     fx.gw().quic_listeners[0].1.port()
 }
 
+/// The fixture's QUIC listener, on loopback.
+fn quic_addr(fx: &Fixture) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(fx)))
+}
+
 /// The HTTP/3 test client against a QUIC port (for when the fixture's gateway is shutting down).
 fn h3_at(port: u16, args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new("python3");
@@ -1377,17 +1382,9 @@ async fn a_replayed_0rtt_attempt_has_its_early_data_rejected_on_another_gateway(
     let mut redis = common::redis::Redis::start();
     // A deadline a busy test machine meets (past it the early data would be refused as
     // unanswered: the safe side, but not what this test looks at until Redis is gone).
-    let fleet = format!(
-        "[fleet]\nredis = \"{}\"\ndeadline = \"100ms\"\n\n[[listeners]]\n",
-        redis.url()
-    );
+    let fleet = format!("{}\ndeadline = \"100ms\"", redis.fleet_section());
     let listener = format!("tls.fleet_ticket_keys = true\n{QUIC}\nearly_data = true");
-    let gateway = || {
-        let fleet = fleet.clone();
-        start_edited(&listener, move |t, _| {
-            t.replacen("[[listeners]]\n", &fleet, 1)
-        })
-    };
+    let gateway = || fleet_gateway(&fleet, &listener);
     let (a, b) = (gateway().await, gateway().await);
     // Both read the fleet's ticket keys.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -1404,9 +1401,7 @@ async fn a_replayed_0rtt_attempt_has_its_early_data_rejected_on_another_gateway(
             &[&format!("result=\"{result}\"")],
         )
     };
-    let b_addr = std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(&b)));
-    let a_addr = std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(&a)));
-    let relay = replaying_relay(a_addr, b_addr).await;
+    let relay = replaying_relay(quic_addr(&a), quic_addr(&b)).await;
     let r = json_lines(
         &run(h3_at(
             relay,
@@ -1491,34 +1486,18 @@ async fn switching_relay(first: std::net::SocketAddr, then: std::net::SocketAddr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_from_one_gateway_is_accepted_by_another_with_fleet_retry_keys() {
     let redis = common::redis::Redis::start();
-    let gateway = |shared: bool| {
-        let listener = format!(
-            "{QUIC}\nretry = \"always\"{}",
-            if shared {
-                "\nfleet_retry_keys = true"
-            } else {
-                ""
-            }
-        );
-        let url = redis.url();
-        async move { fleet_gateway(&url, &listener).await }
-    };
+    let (fleet, retry) = (redis.fleet_section(), format!("{QUIC}\nretry = \"always\""));
+    let shared = format!("{retry}\nfleet_retry_keys = true");
     let (a, b, c) = (
-        gateway(true).await,
-        gateway(true).await,
-        gateway(false).await,
+        fleet_gateway(&fleet, &shared).await,
+        fleet_gateway(&fleet, &shared).await,
+        fleet_gateway(&fleet, &retry).await,
     );
     // Both shared-key gateways read the fleet's keys.
-    for _ in 0..50 {
-        if !redis.cli(&["GET", "rampart:retry:https"]).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    redis.wait_for_key("rampart:retry:https").await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let addr = |fx: &Fixture| std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(fx)));
 
-    let relay = switching_relay(addr(&a), addr(&b)).await;
+    let relay = switching_relay(quic_addr(&a), quic_addr(&b)).await;
     let r = json_lines(&run(h3_at(relay, &["--path", "/headers"])).await);
     assert_eq!(r[0]["status"], 200, "{}", r[0]);
     let accepted = |fx: &Fixture| {
@@ -1532,7 +1511,7 @@ async fn a_retry_from_one_gateway_is_accepted_by_another_with_fleet_retry_keys()
     assert!(accepted(&b) >= 1.0, "b completed the handshake");
 
     // To a gateway with a key of its own, the token is not valid: no connection.
-    let relay = switching_relay(addr(&a), addr(&c)).await;
+    let relay = switching_relay(quic_addr(&a), quic_addr(&c)).await;
     let mut cmd = std::process::Command::new("timeout");
     cmd.arg("5").arg("python3");
     cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py"))
@@ -1648,39 +1627,26 @@ async fn reset_after_move(first: std::net::SocketAddr, then: std::net::SocketAdd
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_resets_another_ones_connection_with_the_fleet_reset_key() {
     let redis = common::redis::Redis::start();
-    let gateway = |shared: bool| {
-        let listener = format!(
-            "{QUIC}\nretry = \"never\"{}",
-            if shared {
-                "\nfleet_stateless_reset_key = true"
-            } else {
-                ""
-            }
-        );
-        let url = redis.url();
-        async move { fleet_gateway(&url, &listener).await }
-    };
-    let a = gateway(true).await;
-    for _ in 0..50 {
-        if !redis.cli(&["GET", "rampart:reset:https"]).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (b, c) = (gateway(true).await, gateway(false).await);
+    let (fleet, own) = (redis.fleet_section(), format!("{QUIC}\nretry = \"never\""));
+    let shared = format!("{own}\nfleet_stateless_reset_key = true");
+    let a = fleet_gateway(&fleet, &shared).await;
+    redis.wait_for_key("rampart:reset:https").await;
+    let (b, c) = (
+        fleet_gateway(&fleet, &shared).await,
+        fleet_gateway(&fleet, &own).await,
+    );
     // b's first read of the fleet's key (a made it) is at once; leave it time on a busy machine.
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let addr = |fx: &Fixture| std::net::SocketAddr::from(([127, 0, 0, 1], quic_port(fx)));
     assert!(
-        reset_after_move(addr(&a), addr(&b)).await,
+        reset_after_move(quic_addr(&a), quic_addr(&b)).await,
         "b's reset did not close a connection a made"
     );
     assert!(
-        !reset_after_move(addr(&a), addr(&c)).await,
+        !reset_after_move(quic_addr(&a), quic_addr(&c)).await,
         "a reset from a gateway with a key of its own was accepted"
     );
     // Either way round between the two that share the key.
-    assert!(reset_after_move(addr(&b), addr(&a)).await);
+    assert!(reset_after_move(quic_addr(&b), quic_addr(&a)).await);
 }
 
 /// `tls.client_auth` over HTTP/3: the QUIC handshake asks for the certificate too; one from

@@ -881,9 +881,10 @@ pub fn client_auth_listener(certs: &std::path::Path, auth: &str) -> String {
     )
 }
 
-/// A gateway of a fleet sharing the Redis at `redis_url`, its listener with `listener` lines.
-pub async fn fleet_gateway(redis_url: &str, listener: &str) -> Fixture {
-    let fleet = format!("[fleet]\nredis = \"{redis_url}\"\n\n[[listeners]]\n");
+/// A gateway of a fleet: `fleet` is its `[fleet]` section's lines (see
+/// [`redis::Redis::fleet_section`]), `listener` its listener's.
+pub async fn fleet_gateway(fleet: &str, listener: &str) -> Fixture {
+    let fleet = format!("[fleet]\n{fleet}\n\n[[listeners]]\n");
     start_edited(listener, move |t, _| {
         t.replacen("[[listeners]]\n", &fleet, 1)
     })

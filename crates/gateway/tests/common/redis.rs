@@ -45,6 +45,23 @@ impl Redis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A `[fleet]` section's line for gateways sharing this Redis.
+    pub fn fleet_section(&self) -> String {
+        format!("redis = \"{}\"", self.url())
+    }
+
+    /// The value at `key` once a gateway has written it (at most 5 s).
+    pub async fn wait_for_key(&self, key: &str) -> String {
+        for _ in 0..50 {
+            let value = self.cli(&["GET", key]);
+            if !value.is_empty() {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no gateway wrote {key}");
+    }
+
     /// A command through `redis-cli`; its output, trimmed.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
