@@ -121,9 +121,9 @@ pub fn bench_batch(
 }
 
 /// The CPU's share of one GPU signature, measured without a device: encoding and blinding
-/// (`prepare`), then unblinding and verifying with the public key (`finish`, in chunks of 64 as
-/// the engine's CPU threads take a batch), each averaged over `count` requests with `alg` on
-/// one thread. Returns (prepare, finish).
+/// (`prepare`), then unblinding and verifying with the public key (`finish`), each in chunks of
+/// 64 as the engine's CPU threads take a batch, averaged over `count` requests (rounded up to
+/// whole chunks) with `alg` on one thread. Returns (prepare, finish).
 pub fn bench_cpu_side(
     key: &GpuKey,
     alg: keyengine::SignatureAlgorithm,
@@ -132,9 +132,18 @@ pub fn bench_cpu_side(
     let count = count.max(1);
     let digest = alg.hash().digest(b"rampart bench cpu side");
     let t = Instant::now();
-    let prepared: Vec<_> = (0..count)
-        .map(|_| key.prepare(alg, &digest).expect("encodes"))
+    let items: Vec<crate::key::PrepareItem> = (0..64)
+        .map(|_| crate::key::PrepareItem {
+            key,
+            alg,
+            digest: &digest,
+        })
         .collect();
+    let prepared: Vec<_> = (0..count.div_ceil(64))
+        .flat_map(|_| crate::key::prepare_batch(&items))
+        .map(|p| p.expect("encodes"))
+        .collect();
+    let count = prepared.len();
     let prepare = t.elapsed() / count as u32;
     // What the device would return, computed here (not timed).
     let raw: Vec<Vec<u32>> = prepared.iter().map(|p| key.crt().crt(&p.input)).collect();

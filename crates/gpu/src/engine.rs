@@ -27,7 +27,7 @@ use crate::backend::{BackendError, BatchBackend, StreamRunner};
 use crate::batch_size::BatchSizer;
 use crate::error::GpuError;
 use crate::host_core::KeyLayout;
-use crate::key::{finish_batch, Finish, GpuKey, Prepared};
+use crate::key::{finish_batch, prepare_batch, Finish, GpuKey, PrepareItem, Prepared};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use keyengine::metrics::{Families, Kind};
 use keyengine::{Engine, KeyId, SignError, SignFuture, SignRequest};
@@ -956,9 +956,23 @@ fn par_map<T: Sync, R: Send>(
 fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: Vec<Job>) {
     let c = &shared.counters;
     let threads = shared.config.cpu_threads.max(1);
-    let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, 32, &jobs, |j| {
-        j.key.prepare(j.request.algorithm, &j.request.digest)
-    });
+    // Chunks of whole lane groups, about one per CPU thread.
+    let size = jobs.len().div_ceil(threads).next_multiple_of(8).max(32);
+    let chunks: Vec<&[Job]> = jobs.chunks(size).collect();
+    let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, 1, &chunks, |chunk| {
+        let items: Vec<PrepareItem> = chunk
+            .iter()
+            .map(|j| PrepareItem {
+                key: &j.key,
+                alg: j.request.algorithm,
+                digest: &j.request.digest,
+            })
+            .collect();
+        prepare_batch(&items)
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     let mut ready: Vec<(Job, Prepared)> = Vec::with_capacity(jobs.len());
     for (job, p) in jobs.into_iter().zip(prepared) {
         match p {

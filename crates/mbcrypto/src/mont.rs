@@ -437,6 +437,52 @@ unsafe fn public_op<V: Lanes, const L: usize, const L2: usize>(
     }
 }
 
+/// Blinding for a private-key operation run elsewhere (a GPU): `out` = msg·r^e mod n, fully
+/// reduced, from the pair (r^e·R, r⁻¹·R); then both halves of the pair are squared in place for
+/// the next use. Constant time. `L` limbs of n, `L2` = 2·L.
+#[inline(always)]
+unsafe fn blind_op<V: Lanes, const L: usize, const L2: usize>(
+    msg: &[u64],
+    n: &[u64],
+    n_k0: &[u64],
+    blind: &mut [u64],
+    unblind: &mut [u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe {
+        let n: [V; L] = load(n);
+        let k0 = V::load(n_k0.as_ptr());
+        let m: [V; L] = load(msg);
+        let b: [V; L] = load(blind);
+        let u: [V; L] = load(unblind);
+        let mut c = amm(&m, &b, &n, k0);
+        cond_sub(&mut c, &n);
+        store(&c, out);
+        store(&ams::<V, L, L2>(&b, &n, k0), blind);
+        store(&ams::<V, L, L2>(&u, &n, k0), unblind);
+    }
+}
+
+/// `out` = a·b·R⁻¹ mod n, fully reduced (a, b below 2n). Constant time.
+#[inline(always)]
+unsafe fn mul_op<V: Lanes, const L: usize>(
+    a: &[u64],
+    b: &[u64],
+    n: &[u64],
+    n_k0: &[u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe {
+        let n: [V; L] = load(n);
+        let k0 = V::load(n_k0.as_ptr());
+        let mut c = amm(&load::<V, L>(a), &load::<V, L>(b), &n, k0);
+        cond_sub(&mut c, &n);
+        store(&c, out);
+    }
+}
+
 /// Generic single-modulus helpers for key preparation (portable lane, called rarely).
 pub(crate) mod prep {
     use super::*;
@@ -472,6 +518,8 @@ macro_rules! dispatch {
 
 type CrtFn = unsafe fn(&mut CrtInputs, &mut [u64]);
 type PublicFn = unsafe fn(&[u64], &[u64], &[u64], &[u64], &[u64], &mut [u64]);
+type BlindFn = unsafe fn(&[u64], &[u64], &[u64], &mut [u64], &mut [u64], &mut [u64]);
+type MulFn = unsafe fn(&[u64], &[u64], &[u64], &[u64], &mut [u64]);
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
@@ -532,6 +580,83 @@ unsafe fn pub_scalar<const L: usize, const L2: usize>(
     unsafe { public_op::<Scalar, L, L2>(s, n, k0, rr, e, out) }
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
+unsafe fn blind_zmm<const L: usize, const L2: usize>(
+    msg: &[u64],
+    n: &[u64],
+    k0: &[u64],
+    blind: &mut [u64],
+    unblind: &mut [u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe { blind_op::<crate::lanes::Zmm, L, L2>(msg, n, k0, blind, unblind, out) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
+unsafe fn blind_ymm<const L: usize, const L2: usize>(
+    msg: &[u64],
+    n: &[u64],
+    k0: &[u64],
+    blind: &mut [u64],
+    unblind: &mut [u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe { blind_op::<crate::lanes::Ymm, L, L2>(msg, n, k0, blind, unblind, out) }
+}
+
+unsafe fn blind_scalar<const L: usize, const L2: usize>(
+    msg: &[u64],
+    n: &[u64],
+    k0: &[u64],
+    blind: &mut [u64],
+    unblind: &mut [u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe { blind_op::<Scalar, L, L2>(msg, n, k0, blind, unblind, out) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
+unsafe fn mul_zmm<const L: usize, const L2: usize>(
+    a: &[u64],
+    b: &[u64],
+    n: &[u64],
+    k0: &[u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe { mul_op::<crate::lanes::Zmm, L>(a, b, n, k0, out) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
+unsafe fn mul_ymm<const L: usize, const L2: usize>(
+    a: &[u64],
+    b: &[u64],
+    n: &[u64],
+    k0: &[u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe { mul_op::<crate::lanes::Ymm, L>(a, b, n, k0, out) }
+}
+
+unsafe fn mul_scalar<const L: usize, const L2: usize>(
+    a: &[u64],
+    b: &[u64],
+    n: &[u64],
+    k0: &[u64],
+    out: &mut [u64],
+) {
+    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+    unsafe { mul_op::<Scalar, L>(a, b, n, k0, out) }
+}
+
 /// The CRT signing pass for a prime size of `half_limbs` limbs (20, 30 or 40).
 pub(crate) fn crt_fn(backend: crate::Backend, half_limbs: usize) -> CrtFn {
     match half_limbs {
@@ -549,6 +674,47 @@ pub(crate) fn public_fn(backend: crate::Backend, half_limbs: usize) -> PublicFn 
         20 => dispatch!(backend, 40, 80, pub_scalar::<40, 80>, pub_zmm, pub_ymm),
         30 => dispatch!(backend, 60, 120, pub_scalar::<60, 120>, pub_zmm, pub_ymm),
         40 => dispatch!(backend, 80, 160, pub_scalar::<80, 160>, pub_zmm, pub_ymm),
+        _ => unreachable!("prime sizes are checked at key load"),
+    }
+}
+
+/// The blinding pass (msg·r^e, then the pair squared) for a modulus of `2 * half_limbs` limbs.
+pub(crate) fn blind_fn(backend: crate::Backend, half_limbs: usize) -> BlindFn {
+    match half_limbs {
+        20 => dispatch!(
+            backend,
+            40,
+            80,
+            blind_scalar::<40, 80>,
+            blind_zmm,
+            blind_ymm
+        ),
+        30 => dispatch!(
+            backend,
+            60,
+            120,
+            blind_scalar::<60, 120>,
+            blind_zmm,
+            blind_ymm
+        ),
+        40 => dispatch!(
+            backend,
+            80,
+            160,
+            blind_scalar::<80, 160>,
+            blind_zmm,
+            blind_ymm
+        ),
+        _ => unreachable!("prime sizes are checked at key load"),
+    }
+}
+
+/// The Montgomery multiplication pass for a modulus of `2 * half_limbs` limbs.
+pub(crate) fn mul_fn(backend: crate::Backend, half_limbs: usize) -> MulFn {
+    match half_limbs {
+        20 => dispatch!(backend, 40, 80, mul_scalar::<40, 80>, mul_zmm, mul_ymm),
+        30 => dispatch!(backend, 60, 120, mul_scalar::<60, 120>, mul_zmm, mul_ymm),
+        40 => dispatch!(backend, 80, 160, mul_scalar::<80, 160>, mul_zmm, mul_ymm),
         _ => unreachable!("prime sizes are checked at key load"),
     }
 }

@@ -18,6 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use zeroize::Zeroize;
 
+mod blinding;
+pub use blinding::{
+    blind_batch, unblind_verify_batch, BlindJob, Blinded, Blinding, UnblindJob, Unblinder,
+};
+
 /// Blinding pairs per key. A pass holds one per lane; more slots than
 /// `crypto threads × lanes` means a pass never waits for another to release one.
 const BLINDING_SLOTS: usize = 64;
@@ -33,6 +38,10 @@ pub enum RsaError {
     Padding(#[from] PaddingError),
     #[error("signature failed verification with the public key (fault detected)")]
     FaultDetected,
+    #[error("the blinding factor and its inverse do not multiply to one mod n")]
+    Blinding,
+    #[error("the input is not a number below the modulus of the modulus's length")]
+    OutOfRange,
 }
 
 /// The signature encoding.
@@ -193,7 +202,9 @@ impl RsaKey {
     }
 
     /// The blinding slots, set up on first use: r random, r^e by the public operation, r⁻¹ by
-    /// the CRT kernel itself with exponents p-2 and q-2 (Fermat), then slot i holds r^(i+1).
+    /// the CRT kernel itself with exponents p-2 and q-2 (Fermat), then slot i holds r^(2i+1).
+    /// A slot is squared after each use, so its factors are r^((2i+1)·2^k): odd starts keep
+    /// every slot's factors apart (with r^(i+1), slot 1's r² was slot 0's second factor).
     fn blinding(&self) -> &[Mutex<BlindPair>] {
         self.blinding.get_or_init(|| {
             let wide = 2 * self.public.half;
@@ -243,19 +254,16 @@ impl RsaKey {
             };
             r_inv.zeroize();
             let mut slots = Vec::with_capacity(BLINDING_SLOTS);
-            let mut cur = BlindPair {
-                blind: base.blind.clone(),
-                unblind: base.unblind.clone(),
+            let (n, k0) = (&self.public.n, self.public.n_k0);
+            let step = BlindPair {
+                blind: mont_mul(&base.blind, &base.blind, n, k0),
+                unblind: mont_mul(&base.unblind, &base.unblind, n, k0),
             };
+            let mut cur = base;
             for _ in 0..BLINDING_SLOTS {
                 let next = BlindPair {
-                    blind: mont_mul(&cur.blind, &base.blind, &self.public.n, self.public.n_k0),
-                    unblind: mont_mul(
-                        &cur.unblind,
-                        &base.unblind,
-                        &self.public.n,
-                        self.public.n_k0,
-                    ),
+                    blind: mont_mul(&cur.blind, &step.blind, n, k0),
+                    unblind: mont_mul(&cur.unblind, &step.unblind, n, k0),
                 };
                 slots.push(Mutex::new(cur));
                 cur = next;
@@ -275,18 +283,12 @@ impl RsaKey {
         }
     }
 
-    /// A free blinding slot (one per lane in flight).
-    fn take_slot(&self) -> MutexGuard<'_, BlindPair> {
-        let slots = self.blinding();
-        let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        for i in 0..slots.len() {
-            if let Ok(g) = slots[(start + i) % slots.len()].try_lock() {
-                return g;
-            }
+    /// The blinding slots and where the next search for a free one starts.
+    fn slots(&self) -> Slots<'_> {
+        Slots {
+            pairs: self.blinding(),
+            next: &self.next_slot,
         }
-        slots[start % slots.len()]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn encode(&self, scheme: Scheme, digest: &[u8]) -> Result<Vec<u8>, RsaError> {
@@ -295,6 +297,38 @@ impl RsaKey {
             Scheme::Pss(h) => padding::pss(h, digest, self.bits)?,
         })
     }
+}
+
+/// One key's blinding slots, as [`take_slots`] searches them.
+#[derive(Clone, Copy)]
+struct Slots<'a> {
+    pairs: &'a [Mutex<BlindPair>],
+    next: &'a AtomicUsize,
+}
+
+impl<'a> Slots<'a> {
+    /// A free slot, if there is one.
+    fn try_take(self) -> Option<MutexGuard<'a, BlindPair>> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let len = self.pairs.len();
+        (0..len).find_map(|i| self.pairs[(start + i) % len].try_lock().ok())
+    }
+}
+
+/// Free slots for the first of `from` (one per lane of a pass; entries may name the same key):
+/// as many as are free in order, and at least one. It waits only while holding none: waiting
+/// for the next slot while holding some let passes on more threads than the slots cover wait
+/// on each other in a cycle, and a pass wanting more slots of one key than it has wait forever.
+fn take_slots<'a>(from: &[Slots<'a>]) -> Vec<MutexGuard<'a, BlindPair>> {
+    let taken: Vec<_> = from.iter().map_while(|s| s.try_take()).collect();
+    if !taken.is_empty() || from.is_empty() {
+        return taken;
+    }
+    let first = from[0];
+    let start = first.next.fetch_add(1, Ordering::Relaxed);
+    vec![first.pairs[start % first.pairs.len()]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())]
 }
 
 /// One request: sign `digest` with `key` under `scheme`.
@@ -340,11 +374,19 @@ pub fn sign_batch(backend: Backend, jobs: &[SignJob]) -> Vec<Result<Vec<u8>, Rsa
             .iter()
             .filter(|(i, _)| jobs[*i].key.public.half == half)
             .collect();
-        for chunk in same.chunks(backend.lanes()) {
-            let out = sign_pass(backend, jobs, chunk, None);
-            for ((i, _), r) in chunk.iter().zip(out) {
-                results[*i] = Some(r);
+        let mut rest = &same[..];
+        while !rest.is_empty() {
+            // A pass may take fewer than it was offered (blinding slots all busy).
+            let out = sign_pass(
+                backend,
+                jobs,
+                &rest[..rest.len().min(backend.lanes())],
+                None,
+            );
+            for ((i, _), r) in rest.iter().zip(&out) {
+                results[*i] = Some(r.clone());
             }
+            rest = &rest[out.len()..];
         }
     }
     results
@@ -353,8 +395,9 @@ pub fn sign_batch(backend: Backend, jobs: &[SignJob]) -> Vec<Result<Vec<u8>, Rsa
         .collect()
 }
 
-/// One kernel pass over up to `lanes` encoded jobs of the same size; spare lanes repeat lane 0
-/// and their results are dropped.
+/// One kernel pass over the first of up to `lanes` encoded jobs of the same size: as many as
+/// blinding slots could be taken for (at least one); their results, in order. Spare lanes
+/// repeat lane 0 and their results are dropped.
 fn sign_pass(
     backend: Backend,
     jobs: &[SignJob],
@@ -362,6 +405,9 @@ fn sign_pass(
     exponents: Option<(&[u64], &[u64])>,
 ) -> Vec<Result<Vec<u8>, RsaError>> {
     let lanes = backend.lanes();
+    let wanted: Vec<Slots> = chunk.iter().map(|(i, _)| jobs[*i].key.slots()).collect();
+    let mut slots = take_slots(&wanted);
+    let chunk = &chunk[..slots.len()];
     let keys: Vec<&RsaKey> = (0..lanes)
         .map(|l| jobs[chunk[l.min(chunk.len() - 1)].0].key)
         .collect();
@@ -374,8 +420,6 @@ fn sign_pass(
     let msg_refs: Vec<&[u64]> = (0..lanes)
         .map(|l| msgs[l.min(chunk.len() - 1)].as_slice())
         .collect();
-    let mut slots: Vec<MutexGuard<BlindPair>> =
-        keys[..chunk.len()].iter().map(|k| k.take_slot()).collect();
     let mut blind = {
         let v: Vec<&[u64]> = (0..lanes)
             .map(|l| slots[l.min(chunk.len() - 1)].blind.as_slice())
