@@ -10,7 +10,9 @@
 # Settings: SECS per batch size (1), DURATION per end-to-end row (8s), VSIZES for the variant
 # rows (1,256,4096,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows,
 # SKIP_E2E=1 the end-to-end handshake runs, LEVELS the gpu engine's `bench engine` concurrencies,
-# ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead.
+# ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead;
+# ONLY=engine skips the kernel sweep: CPU side (against $D/device_bench_old if carried), the engine
+# over a worker process whose device faults, the engine in and out of process, end to end.
 # With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the kernel shapes are
 # measured side by side instead of the built-in kernel's sweep, the fastest at RSA-2048 whose
 # p99 stays within P99_MS (10) is picked (`best`), and the device-fault probe, the cached start,
@@ -150,7 +152,20 @@ fi
 C=$D/cubins
 P99_MS=${P99_MS:-10}
 best=; best_flags=
-if [ -d "$C" ]; then
+if [ "${ONLY:-}" = engine ]; then
+  # ONLY=engine: no kernel sweep. The CPU side of this build against an older one's
+  # ($D/device_bench_old, if carried; alternating), then the engine over a worker process whose
+  # device faults, then the engine rows and the end-to-end rows with the default shape.
+  say "the CPU's share of a GPU signature: this build and the old one, alternating"
+  for i in 1 2 3; do
+    echo "new: $(timeout 60 $D/device_bench cpu-side | sed -n 1p)"
+    [ -x $D/device_bench_old ] && echo "old: $(timeout 60 $D/device_bench_old cpu-side | sed -n 1p)"
+  done
+  say "the engine over a worker process whose device faults on its fifth batch"
+  timeout 120 $D/device_bench engine-fault
+  say "rampart bench engine: the device's work in this process (gpu:16shccw4) and in a worker (…p)"
+  timeout 150 $D/rampart bench engine --engines gpu:16shccw4,gpu:16shccw4p --levels "${LEVELS:-1,1024,16384,65536}" -d 2s
+elif [ -d "$C" ]; then
   # Prebuilt modules (--prepare): shapes measured side by side, no JIT on the device.
   say "kernel shapes, RSA-2048 (prebuilt cubins; registers and spills as ptxas reported them)"
   best_rate=0
@@ -205,6 +220,7 @@ if [ -n "$best" ]; then
     shape=${shape}b$block; gpu_settings="$gpu_settings, threads_per_block = $block";; esac
 fi
 say "the CPU's share of a GPU signature (device_bench cpu-side)"
+if [ "${ONLY:-}" != engine ]; then
 timeout 60 $D/device_bench cpu-side
 GPU_ENGINE=gpu${shape:+:$shape}
 say "the gpu engine as configured: $GPU_ENGINE [key_engine.gpu] ${gpu_settings:-defaults}"
@@ -212,6 +228,7 @@ cache_start "${gpu_settings}"
 say "rampart bench engine (RSA-2048 and P-256; gpu takes RSA only)"
 [ -n "${SKIP_CPU_ENGINES:-}" ] || timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
 timeout 150 $D/rampart bench engine --engines "$GPU_ENGINE" --levels "${LEVELS:-1,64,1024,16384,65536}" -d 2s
+fi
 
 [ -n "${SKIP_E2E:-}" ] && { say done; exit 0; }
 say "end to end: RSA-2048 handshakes, gateway on CPUs 0-7, client on 8-15"
@@ -219,18 +236,20 @@ UP=18080; GW=18443
 $D/rampart upstream --listen 127.0.0.1:$UP >"$OUT/upstream.log" 2>&1 &
 up=$!
 trap 'kill $up 2>/dev/null; rm -rf "$TMPD"' EXIT
-for run in '"batch"|512' '"gpu"|512' '"batch", "gpu"|512' '"gpu"|2048'; do
-  engines=${run%|*}; conc=${run#*|}
+# engines|connections|more [key_engine.gpu] settings (the default isolation is a worker process)
+for run in '"batch"|512|' '"gpu"|512|' '"gpu"|512|isolation = "none"' '"batch", "gpu"|512|' '"gpu"|2048|'; do
+  IFS='|' read -r engines conc extra <<<"$run"
+  settings=$gpu_settings${extra:+${gpu_settings:+, }$extra}
   gw_config 8 "engines = [$engines]
 batch = { threads = 8 }
-gpu = { kernel_cache = \"$TMPD/kernel-cache\"${gpu_settings:+, $gpu_settings} }"
+gpu = { kernel_cache = \"$TMPD/kernel-cache\"${settings:+, $settings} }"
   taskset -c 0-7 $D/rampart run --config "$OUT/gw.toml" >"$OUT/gw.log" 2>&1 &
   gw=$!
   wait_port $GW
   # The gateway listens at once; the gpu engine joins once its kernel is built (tens of
   # seconds): measure from then, not the CPU engines standing in.
   case $engines in *gpu*) wait_gpu_started 300 0.5 || true;; esac
-  echo "engines [$engines], $conc connections:"
+  echo "engines [$engines], $conc connections${extra:+, $extra}:"
   timeout 60 taskset -c 8-15 $D/rampart bench https-handshake --url "https://localhost:$GW/bytes/100" \
     -c "$conc" --threads 8 -d "$DURATION" --server-pid $gw --sigalgs rsa_pss_rsae_sha256 --json | cut -c1-600
   metrics | grep -E '^rampart_(gpu_|keyengine_operations|keyengine_failovers|batch_operations)' | grep -v ' 0$' | head -24

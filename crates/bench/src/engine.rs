@@ -81,9 +81,10 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
 }
 
 /// The gpu engine's settings for `gpu:SHAPE`: threads per request, then `sh` (window table in
-/// shared memory), `cc` (carry chains), `w4`/`w6` (window width) and `bN` (N threads per block)
-/// in any order, e.g. `16shccb64`; empty for the defaults. Settings not named keep the
-/// defaults' values, except `sh` and `cc`, which are off unless named.
+/// shared memory), `cc` (carry chains), `w4`/`w6` (window width), `bN` (N threads per block)
+/// and `p` (the device's work in a `rampart gpu-worker` process, as the gateway runs it) in any
+/// order, e.g. `16shccb64`; empty for the defaults. Settings not named keep the defaults'
+/// values, except `sh` and `cc`, which are off unless named.
 fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
     let mut config = gpu_engine::GpuConfig::default();
     if shape.is_empty() {
@@ -110,6 +111,14 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
         } else if let Some(r) = rest.strip_prefix("w4").or(rest.strip_prefix("w6")) {
             config.window = if rest.starts_with("w4") { 4 } else { 6 };
             rest = r;
+        } else if let Some(r) = rest.strip_prefix('p') {
+            let program = std::env::current_exe()
+                .map_err(|e| format!("gpu:{shape}: p needs this executable's path: {e}"))?;
+            config.worker = Some(gpu_engine::process::WorkerCommand {
+                program,
+                args: vec!["gpu-worker".into()],
+            });
+            rest = r;
         } else if let Some(r) = rest.strip_prefix('b') {
             let (block, r) = number(r);
             config.threads_per_block = block
@@ -117,7 +126,7 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
             rest = r;
         } else {
             return Err(format!(
-                "gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6, bN)"
+                "gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6, bN, p)"
             ));
         }
     }

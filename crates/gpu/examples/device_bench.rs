@@ -9,6 +9,8 @@
 //!     [--kernel-dir DIR | --cubin FILE]
 //! device_bench cpu-side    # the CPU's share of a GPU signature (needs no device)
 //! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after
+//! device_bench engine-fault [--split S ...]   # the engine over a worker process whose device
+//!                                             # faults: CPU re-runs, a new worker, back on the GPU
 //! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
 //! ```
 //! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_group.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
@@ -31,6 +33,11 @@ fn rsa_key(bits: u32) -> GpuKey {
 }
 
 fn main() {
+    // This program as the engine's worker process (`engine-fault` starts it so).
+    if std::env::args().nth(1).as_deref() == Some("gpu-worker") {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        std::process::exit(gpu_engine::process::worker::run(&args));
+    }
     let mut positional = Vec::new();
     let mut config = GpuConfig::default();
     let mut sizes: Option<Vec<usize>> = None;
@@ -88,6 +95,10 @@ fn main() {
         let ptx =
             gpu_engine::cuda::compile_kernel_source(source, (9, 0), config.shape()).expect("NVRTC");
         std::fs::write(&file, ptx.to_src()).expect("write PTX");
+        return;
+    }
+    if positional.first().map(String::as_str) == Some("engine-fault") {
+        engine_fault(config);
         return;
     }
     let bits: u32 = positional
@@ -195,6 +206,88 @@ fn fault(
         Err(e) => println!("backend built afresh: failed: {e}"),
     }
     println!("recovery attempt took {:?}", t.elapsed());
+}
+
+/// The engine over a worker process (this program as `gpu-worker`) whose device faults on its
+/// fifth batch (an illegal address): rounds of 2,048 RSA-2048 requests, each round's GPU
+/// signatures, CPU re-runs, health and workers started, until the engine is back on the GPU
+/// for two rounds (at most 40 rounds).
+fn engine_fault(mut config: GpuConfig) {
+    use gpu_engine::process::{ProcessBackend, WorkerCommand};
+    use keyengine::{Engine, PrivateKey, SignRequest, SignatureAlgorithm, ThreadsEngine};
+    let cache = std::env::temp_dir().join(format!("rampart-engine-fault-{}", std::process::id()));
+    config.kernel_cache = Some(cache.clone());
+    config.backoff_initial = Duration::from_millis(200);
+    let command = WorkerCommand {
+        program: std::env::current_exe().expect("own path"),
+        args: vec!["gpu-worker".into()],
+    };
+    let t = Instant::now();
+    let backend = match ProcessBackend::start_with_fault(command, &config, Some(5)) {
+        Ok(b) => std::sync::Arc::new(b),
+        Err(e) => {
+            println!("gpu engine unavailable: {e}");
+            return;
+        }
+    };
+    println!(
+        "worker ready after {:?}: {}",
+        t.elapsed(),
+        gpu_engine::BatchBackend::describe(&*backend)
+    );
+    let der = boring::rsa::Rsa::generate(2048)
+        .unwrap()
+        .private_key_to_der()
+        .unwrap();
+    let key = std::sync::Arc::new(PrivateKey::from_der("RSA PRIVATE KEY", &der).unwrap());
+    let engine = gpu_engine::GpuEngine::with_backend(backend.clone(), config);
+    engine.add_key(&der).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    engine.set_fallback(std::sync::Arc::new(ThreadsEngine::new(cores, 1 << 20)));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let alg = SignatureAlgorithm::RsaPssSha256;
+    let mut back_rounds = 0;
+    for round in 1..=40 {
+        let (gpu0, cpu0) = (engine.gpu_signed(), engine.cpu_reruns());
+        let t = Instant::now();
+        let failed = rt.block_on(async {
+            let futs: Vec<_> = (0..2048)
+                .map(|i| {
+                    let digest = alg.hash().digest(format!("{round}/{i}").as_bytes());
+                    engine.submit(SignRequest {
+                        key: key.id(),
+                        kind: key.kind(),
+                        private: Some(key.clone()),
+                        algorithm: alg,
+                        digest,
+                    })
+                })
+                .collect();
+            let mut failed = 0;
+            for f in futs {
+                if f.await.is_err() {
+                    failed += 1;
+                }
+            }
+            failed
+        });
+        println!(
+            "round {round:>2}: {:>7.1?}  gpu {:>5}  cpu re-runs {:>5}  failed {failed}  healthy {}  workers started {}",
+            t.elapsed(),
+            engine.gpu_signed() - gpu0,
+            engine.cpu_reruns() - cpu0,
+            engine.healthy(),
+            backend.workers_started()
+        );
+        if backend.workers_started() > 1 && engine.gpu_signed() - gpu0 == 2048 {
+            back_rounds += 1;
+            if back_rounds == 2 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(cache);
 }
 
 /// The module to load: the prebuilt cubin, else the built-in kernel compiled by NVRTC.

@@ -83,6 +83,9 @@ pub struct GpuConfig {
     /// The group kernels' multiply-accumulate rows as PTX carry chains; ignored with 1 or 2
     /// threads per request.
     pub carry_chains: bool,
+    /// Run the device's work in this worker process ([`crate::process`]: a device fault then
+    /// costs a worker, which the next probe starts again), or in this process (`None`).
+    pub worker: Option<crate::process::WorkerCommand>,
 }
 
 impl GpuConfig {
@@ -119,6 +122,7 @@ impl Default for GpuConfig {
             table_shared: true,
             carry_chains: true,
             kernel_cache: None,
+            worker: None,
         }
     }
 }
@@ -214,7 +218,13 @@ impl GpuEngine {
             Ok(info) => {
                 tracing::info!(device = %info, "gpu engine: device found; building the kernel");
                 let build_config = config.clone();
-                Self::starting(config, move || crate::cuda_backend(&build_config))
+                Self::starting(config, move || match &build_config.worker {
+                    Some(cmd) => Ok(Arc::new(crate::process::ProcessBackend::start(
+                        cmd.clone(),
+                        &build_config,
+                    )?) as Arc<dyn BatchBackend>),
+                    None => crate::cuda_backend(&build_config),
+                })
             }
             Err(e) => {
                 tracing::warn!(reason = %e, "gpu engine unavailable; requests go to the CPU engines");

@@ -23,4 +23,6 @@ pub enum GpuError {
     KeyLoad(String),
     #[error("the GPU result did not match the CPU build of the core (self-test failed)")]
     SelfTest,
+    #[error("gpu worker process: {0}")]
+    Worker(String),
 }

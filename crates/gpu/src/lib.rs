@@ -7,6 +7,8 @@
 //!   public key, and hands anything the device got wrong (or did not finish) back to the CPU.
 //! * [`BatchBackend`]: the device seam, with the CUDA implementation (feature `cuda`: libcuda
 //!   and NVRTC loaded at run time, nothing linked) and [`SimulatedGpu`] for tests.
+//! * [`process`]: the device's work in a worker process that a device fault can take down
+//!   and the engine starts again ([`process::ProcessBackend`], `rampart gpu-worker`).
 //! * [`probe`] and [`bench_batch`]: for `rampart bench engine`.
 
 mod backend;
@@ -21,6 +23,7 @@ pub mod host_core;
 mod kernel_cache;
 mod key;
 mod padding;
+pub mod process;
 
 pub use backend::{
     BackendError, BatchBackend, CostModel, SimControl, SimulatedGpu, Staging, StreamRunner,

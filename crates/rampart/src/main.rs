@@ -71,6 +71,12 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// The operator's tool over a gateway's admin API: get, apply, delete, diff, status, watch.
     Ctl(ctl::CtlArgs),
+    /// The gpu engine's worker process (started by the gateway, `[key_engine.gpu] isolation`).
+    #[command(hide = true)]
+    GpuWorker {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn init_logging() {
@@ -286,6 +292,7 @@ fn main() -> anyhow::Result<()> {
             l4::process::run(cfg)
         }
         Command::Bench(args) => bench::run(*args),
+        Command::GpuWorker { args } => std::process::exit(gpu_engine::process::worker::run(&args)),
         Command::Ctl(args) => {
             let ok = control_runtime()?.block_on(ctl::run(&args, &mut std::io::stdout()))?;
             if !ok {

@@ -136,6 +136,19 @@ pub struct GpuEngineConfig {
     pub cpu_threads: usize,
     /// Directory where the built kernel is kept between starts (created if missing).
     pub kernel_cache: Option<PathBuf>,
+    /// Where the device's work runs: `process` (a `rampart gpu-worker` child, started again
+    /// after a device fault) or `none` (in the gateway's process: a fault that leaves the CUDA
+    /// context failed keeps the engine on the CPU until a restart).
+    pub isolation: GpuIsolation,
+}
+
+/// `[key_engine.gpu] isolation`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuIsolation {
+    #[default]
+    Process,
+    None,
 }
 
 impl Default for GpuEngineConfig {
@@ -154,6 +167,7 @@ impl Default for GpuEngineConfig {
             batch_deadline: d.batch_deadline_base,
             cpu_threads: 0,
             kernel_cache: None,
+            isolation: GpuIsolation::Process,
         }
     }
 }
@@ -213,12 +227,31 @@ impl GpuEngineConfig {
             window: self.window,
             batch_deadline_base: self.batch_deadline,
             kernel_cache: self.kernel_cache.clone(),
+            worker: match self.isolation {
+                GpuIsolation::Process => worker_command(),
+                GpuIsolation::None => None,
+            },
             cpu_threads: if self.cpu_threads == 0 {
                 d.cpu_threads
             } else {
                 self.cpu_threads
             },
             ..d
+        }
+    }
+}
+
+/// This executable as the gpu engine's worker (`rampart gpu-worker`); `None` (the work stays
+/// in this process, with a warning) where the executable cannot be found.
+fn worker_command() -> Option<gpu_engine::process::WorkerCommand> {
+    match std::env::current_exe() {
+        Ok(program) => Some(gpu_engine::process::WorkerCommand {
+            program,
+            args: vec!["gpu-worker".into()],
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "gpu engine: own executable not found; the device's work runs in this process");
+            None
         }
     }
 }
