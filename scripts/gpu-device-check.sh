@@ -12,7 +12,9 @@
 # SKIP_E2E=1 the end-to-end handshake runs, LEVELS the gpu engine's `bench engine` concurrencies,
 # ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead;
 # ONLY=engine skips the kernel sweep: CPU side (against $D/device_bench_old if carried), the engine
-# over a worker process whose device faults, the engine in and out of process, end to end.
+# over a worker process whose device faults, the engine in and out of process, end to end;
+# ONLY=e2e runs the end-to-end rows only. E2E_RUNS ('engines|connections|gpu settings', ';'-separated)
+# replaces the end-to-end rows.
 # With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the kernel shapes are
 # measured side by side instead of the built-in kernel's sweep, the fastest at RSA-2048 whose
 # p99 stays within P99_MS (10) is picked (`best`), and the device-fault probe, the cached start,
@@ -152,7 +154,9 @@ fi
 C=$D/cubins
 P99_MS=${P99_MS:-10}
 best=; best_flags=
-if [ "${ONLY:-}" = engine ]; then
+if [ "${ONLY:-}" = e2e ]; then
+  : # ONLY=e2e: the end-to-end rows only (E2E_RUNS picks them).
+elif [ "${ONLY:-}" = engine ]; then
   # ONLY=engine: no kernel sweep. The CPU side of this build against an older one's
   # ($D/device_bench_old, if carried; alternating), then the engine over a worker process whose
   # device faults, then the engine rows and the end-to-end rows with the default shape.
@@ -220,7 +224,7 @@ if [ -n "$best" ]; then
     shape=${shape}b$block; gpu_settings="$gpu_settings, threads_per_block = $block";; esac
 fi
 say "the CPU's share of a GPU signature (device_bench cpu-side)"
-if [ "${ONLY:-}" != engine ]; then
+if [ "${ONLY:-}" != engine ] && [ "${ONLY:-}" != e2e ]; then
 timeout 60 $D/device_bench cpu-side
 GPU_ENGINE=gpu${shape:+:$shape}
 say "the gpu engine as configured: $GPU_ENGINE [key_engine.gpu] ${gpu_settings:-defaults}"
@@ -237,7 +241,9 @@ $D/rampart upstream --listen 127.0.0.1:$UP >"$OUT/upstream.log" 2>&1 &
 up=$!
 trap 'kill $up 2>/dev/null; rm -rf "$TMPD"' EXIT
 # engines|connections|more [key_engine.gpu] settings (the default isolation is a worker process)
-for run in '"batch"|512|' '"gpu"|512|' '"gpu"|512|isolation = "none"' '"batch", "gpu"|512|' '"gpu"|2048|'; do
+default_runs=('"batch"|512|' '"gpu"|512|' '"gpu"|512|isolation = "none"' '"batch", "gpu"|512|' '"gpu"|2048|')
+if [ -n "${E2E_RUNS:-}" ]; then IFS=';' read -r -a runs <<<"$E2E_RUNS"; else runs=("${default_runs[@]}"); fi
+for run in "${runs[@]}"; do
   IFS='|' read -r engines conc extra <<<"$run"
   settings=$gpu_settings${extra:+${gpu_settings:+, }$extra}
   gw_config 8 "engines = [$engines]

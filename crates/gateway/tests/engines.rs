@@ -119,6 +119,11 @@ fn gpu_settings_out_of_range_are_config_errors_naming_the_field() {
     }
     let err = config_error("engines = [\"gpu\"]\n[key_engine.gpu]\nblock = 128");
     assert!(err.contains("block"), "unknown fields are refused: {err}");
+    let err = config_error("engines = [\"gpu\"]\ncpu_offload_above = 1.5");
+    assert!(
+        err.contains("key_engine.cpu_offload_above") && err.contains("at most 1.0"),
+        "{err}"
+    );
     let err = config_error("engines = [\"gpu\"]\n[key_engine.gpu]\nisolation = \"container\"");
     assert!(
         err.contains("key_engine.gpu.isolation") && err.contains("process"),

@@ -66,6 +66,13 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Whether the engine's private-key work runs off this process's CPU (a GPU: the CPU only
+    /// pads, blinds and checks). While the CPU is saturated the scheduler prefers such engines
+    /// ([`crate::SchedulerPolicy::offload`]).
+    fn offloads_cpu(&self) -> bool {
+        false
+    }
+
     /// Whether the engine can sign at all here (false for a GPU engine without a device). The
     /// scheduler never routes to an unavailable engine; its metrics are still exported.
     fn available(&self) -> bool {

@@ -10,6 +10,7 @@
 
 mod algorithm;
 mod batch;
+mod cpu_load;
 mod engine;
 mod error;
 mod facade;
@@ -25,6 +26,7 @@ mod threads;
 
 pub use algorithm::{HashAlgorithm, KeyKind, SignatureAlgorithm};
 pub use batch::{BatchConfig, BatchEngine};
+pub use cpu_load::CpuLoad;
 pub use engine::{Engine, SignFuture, SignRequest};
 pub use error::SignError;
 pub use facade::KeyEngine;
@@ -35,5 +37,5 @@ pub use key_id::KeyId;
 pub use mbcrypto::Backend as KernelBackend;
 pub use metrics::EngineMetrics;
 pub use registry::{KeyEntry, KeyRegistry};
-pub use scheduler::{Scheduler, SchedulerPolicy, UnknownEngine};
+pub use scheduler::{CpuOffload, Scheduler, SchedulerPolicy, UnknownEngine};
 pub use threads::ThreadsEngine;

@@ -2,21 +2,37 @@
 //!
 //! The estimate for engine *e* is `(queue_depth(e) + 1) / parallelism(e) * service_time(e)`,
 //! where `service_time` is an exponentially weighted moving average of measured signing times
-//! per key kind. Configuration may pin a key kind to one engine. Pure logic: tests drive it
-//! with fake engines and fake durations.
+//! per key kind. Configuration may pin a key kind to one engine. While this process keeps its
+//! CPUs busy past a threshold ([`CpuOffload`]), engines that sign off the CPU (a GPU) are
+//! preferred even when a CPU engine would finish sooner: the CPU is then the bottleneck, and a
+//! signature a CPU engine makes costs handshakes. Pure logic: tests drive it with fake
+//! engines, fake durations and a fixed [`CpuLoad`].
 
 use crate::algorithm::KeyKind;
+use crate::cpu_load::CpuLoad;
 use crate::engine::Engine;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Static routing rules.
+/// Routing rules.
 #[derive(Debug, Clone, Default)]
 pub struct SchedulerPolicy {
     /// Key kinds that always go to the named engine.
     pub pins: HashMap<KeyKind, String>,
+    /// Prefer engines that sign off the CPU while the CPU is busy; `None`: never.
+    pub offload: Option<CpuOffload>,
+}
+
+/// When to prefer engines that sign off the CPU ([`Engine::offloads_cpu`]): from the moment
+/// `load` reaches `enter` until it falls below `leave` (a gap, so that the load the offload
+/// itself takes away does not flip the choice back at once).
+#[derive(Debug, Clone)]
+pub struct CpuOffload {
+    pub load: Arc<CpuLoad>,
+    pub enter: f64,
+    pub leave: f64,
 }
 
 const KINDS: [KeyKind; 3] = [KeyKind::Rsa, KeyKind::EcdsaP256, KeyKind::EcdsaP384];
@@ -43,6 +59,9 @@ pub(crate) fn ewma(cell: &AtomicU64, sample: Duration) {
 pub struct Scheduler {
     slots: Vec<Slot>,
     pins: HashMap<KeyKind, usize>,
+    offload: Option<CpuOffload>,
+    /// Whether the CPU is taken to be saturated now (between `enter` and `leave`).
+    offloading: AtomicBool,
 }
 
 /// The error when a policy names an engine that is not configured.
@@ -94,7 +113,12 @@ impl Scheduler {
                 service_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             })
             .collect();
-        Ok(Scheduler { slots, pins })
+        Ok(Scheduler {
+            slots,
+            pins,
+            offload: policy.offload.clone(),
+            offloading: AtomicBool::new(false),
+        })
     }
 
     /// Picks the engine for a request on a key of `kind`; `private_held` says whether this
@@ -122,10 +146,16 @@ impl Scheduler {
             }
         }
         let k = kind_index(kind);
+        let off_cpu = self.cpu_saturated()
+            && self
+                .slots
+                .iter()
+                .enumerate()
+                .any(|(i, s)| eligible(i, s) && s.engine.offloads_cpu());
         self.slots
             .iter()
             .enumerate()
-            .filter(|(i, s)| eligible(*i, s))
+            .filter(|(i, s)| eligible(*i, s) && (!off_cpu || s.engine.offloads_cpu()))
             .min_by_key(|(_, s)| {
                 if let Some(d) = s.engine.expected_completion(kind) {
                     return d.as_nanos().min(u64::MAX as u128) as u64;
@@ -135,6 +165,30 @@ impl Scheduler {
                 depth.div_ceil(par) * s.service_ns[k].load(Ordering::Relaxed)
             })
             .map(|(i, s)| (i, &s.engine))
+    }
+
+    /// Whether the CPU counts as saturated now: the load reached `enter` and has not yet
+    /// fallen below `leave`.
+    fn cpu_saturated(&self) -> bool {
+        let Some(o) = &self.offload else {
+            return false;
+        };
+        let busy = o.load.busy();
+        let was = self.offloading.load(Ordering::Relaxed);
+        let now = if was {
+            busy >= o.leave
+        } else {
+            busy >= o.enter
+        };
+        if now != was {
+            self.offloading.store(now, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// Whether requests are being sent off the CPU because it is saturated (for metrics).
+    pub fn offloading(&self) -> bool {
+        self.offloading.load(Ordering::Relaxed)
     }
 
     /// Feeds a measured service time back into the estimate.
@@ -160,6 +214,7 @@ mod tests {
         /// The engine's own completion estimate (µs), as a batching engine gives.
         estimate_us: AtomicUsize,
         available: bool,
+        offloads: bool,
     }
     impl Engine for Fake {
         fn name(&self) -> &'static str {
@@ -183,6 +238,9 @@ mod tests {
         fn available(&self) -> bool {
             self.available
         }
+        fn offloads_cpu(&self) -> bool {
+            self.offloads
+        }
     }
 
     fn fake(name: &'static str, depth: usize, par: usize) -> Arc<Fake> {
@@ -192,6 +250,7 @@ mod tests {
             par,
             estimate_us: AtomicUsize::new(0),
             available: true,
+            offloads: false,
         })
     }
 
@@ -248,6 +307,7 @@ mod tests {
             par: 65536,
             estimate_us: AtomicUsize::new(1),
             available: false,
+            offloads: true,
         });
         let s = Scheduler::new(vec![gpu, inline], &SchedulerPolicy::default()).unwrap();
         assert_eq!(
@@ -255,5 +315,51 @@ mod tests {
             1,
             "no device: never picked"
         );
+    }
+
+    #[test]
+    fn a_saturated_cpu_sends_requests_off_the_cpu_until_it_has_room_again() {
+        let batch = fake("batch", 0, 8);
+        batch.estimate_us.store(300, Ordering::Relaxed);
+        let gpu = Arc::new(Fake {
+            name: "gpu",
+            depth: AtomicUsize::new(0),
+            par: 65536,
+            estimate_us: AtomicUsize::new(5_000),
+            available: true,
+            offloads: true,
+        });
+        let load = CpuLoad::fixed(0.5);
+        let policy = SchedulerPolicy {
+            offload: Some(CpuOffload {
+                load: load.clone(),
+                enter: 0.9,
+                leave: 0.7,
+            }),
+            ..SchedulerPolicy::default()
+        };
+        let s = Scheduler::new(vec![batch.clone(), gpu.clone()], &policy).unwrap();
+        // Room on the CPU: the sooner finish wins (the batch engine).
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 0);
+        assert!(!s.offloading());
+        // Saturated: off the CPU although the GPU finishes later.
+        load.set(0.95);
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 1);
+        assert!(s.offloading());
+        // Between leave and enter it stays off the CPU; below leave it comes back.
+        load.set(0.8);
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 1);
+        load.set(0.6);
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 0);
+        assert!(!s.offloading());
+        // A pin still wins, and failing over from the GPU still reaches the CPU.
+        load.set(0.95);
+        assert_eq!(s.pick_except(KeyKind::Rsa, true, Some(1)).unwrap().0, 0);
+        let pinned = SchedulerPolicy {
+            pins: [(KeyKind::Rsa, "batch".to_string())].into(),
+            ..policy.clone()
+        };
+        let s = Scheduler::new(vec![batch, gpu], &pinned).unwrap();
+        assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 0);
     }
 }

@@ -113,6 +113,14 @@ pub fn assemble_key_engine(
         policy.pins.insert(KeyKind::EcdsaP256, e.as_str().into());
         policy.pins.insert(KeyKind::EcdsaP384, e.as_str().into());
     }
+    if engines.iter().any(|e| e.offloads_cpu()) {
+        policy.offload = Some(keyengine::CpuOffload {
+            load: keyengine::CpuLoad::sampled(std::time::Duration::from_millis(100))
+                .context("starting the CPU load sampler")?,
+            enter: cfg.cpu_offload_above,
+            leave: cfg.cpu_offload_above - 0.15,
+        });
+    }
     let scheduler = Scheduler::new(engines, &policy)?;
     let em = EngineMetrics::new(&metrics.registry)?;
     Ok(KeyEngine::new(registry, scheduler, em))

@@ -39,6 +39,10 @@ pub struct KeyEngineConfig {
     pub queue_capacity: usize,
     /// Pin a key kind to an engine: `rsa`, `ecdsa` → engine name.
     pub pin: PinConfig,
+    /// From this share of the CPUs this process may use kept busy (sampled every 100 ms),
+    /// requests go to engines that sign off the CPU (`gpu`) even where a CPU engine would
+    /// finish sooner, until the share falls 0.15 below it. Only with such an engine listed.
+    pub cpu_offload_above: f64,
     /// The `batch` engine: the multi-buffer kernel.
     pub batch: BatchEngineConfig,
     /// The `gpu` engine: batched RSA on a CUDA device.
@@ -315,6 +319,7 @@ impl Default for KeyEngineConfig {
             threads: 1,
             queue_capacity: 1024,
             pin: PinConfig::default(),
+            cpu_offload_above: 0.85,
             batch: BatchEngineConfig::default(),
             gpu: GpuEngineConfig::default(),
             remote: None,
@@ -338,6 +343,11 @@ impl KeyEngineConfig {
                     ));
                 }
             }
+        }
+        if !(self.cpu_offload_above > 0.15 && self.cpu_offload_above <= 1.0) {
+            return at
+                .field("cpu_offload_above")
+                .fail("a share of the CPUs above 0.15 and at most 1.0");
         }
         let remote = at.field("remote");
         match (&self.remote, self.engines.contains(&EngineKind::Remote)) {
