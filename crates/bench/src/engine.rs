@@ -112,10 +112,8 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
             config.window = if rest.starts_with("w4") { 4 } else { 6 };
             rest = r;
         } else if let Some(r) = rest.strip_prefix('p') {
-            let program = std::env::current_exe()
-                .map_err(|e| format!("gpu:{shape}: p needs this executable's path: {e}"))?;
             config.worker = Some(gpu_engine::process::WorkerCommand {
-                program,
+                program: "/proc/self/exe".into(),
                 args: vec!["gpu-worker".into()],
             });
             rest = r;

@@ -170,6 +170,23 @@ fn open_context() -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
     Ok((ctx, info))
 }
 
+/// Whether a driver, NVRTC and a device are there, without making a CUDA context (for an
+/// engine whose device work runs in a worker process: this process then holds no context).
+pub fn device_present() -> Result<(), GpuError> {
+    // SAFETY: as in `open_context`: only tries to dlopen the libraries.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    if CudaContext::device_count().map_err(driver)? < 1 {
+        return Err(GpuError::NoDevice);
+    }
+    Ok(())
+}
+
 /// Looks for a CUDA device: `Ok` with what was found, or why there is none.
 pub fn probe() -> Result<DeviceInfo, GpuError> {
     open_context().map(|(_, info)| info)

@@ -214,7 +214,13 @@ impl GpuEngine {
     /// where there is no driver, no NVRTC or no device. With a device, the kernel is built on a
     /// thread of its own ([`GpuStatus::Starting`] until it is loaded).
     pub fn new(config: GpuConfig) -> Self {
-        match crate::probe() {
+        // With a worker process, this process makes no CUDA context: the worker describes the
+        // device once it has started.
+        let found = match config.worker {
+            Some(_) => crate::device_present().map(|()| "in a worker process".to_string()),
+            None => crate::probe().map(|info| info.to_string()),
+        };
+        match found {
             Ok(info) => {
                 tracing::info!(device = %info, "gpu engine: device found; building the kernel");
                 let build_config = config.clone();
@@ -457,9 +463,24 @@ impl Shared {
         Admission::ProbeThenGo
     }
 
+    /// Marks the device unhealthy and sets when to probe it again. Failures of other batches
+    /// while it is already unhealthy (the other streams' batches of one incident) leave the
+    /// backoff alone; a failed probe doubles it.
     fn mark_unhealthy(&self, reason: String) {
+        self.unhealthy(reason, false)
+    }
+
+    fn probe_failed(&self, reason: String) {
+        self.unhealthy(reason, true)
+    }
+
+    fn unhealthy(&self, reason: String, probe: bool) {
         let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
         let first = self.healthy.swap(false, Ordering::SeqCst);
+        if !first && !probe {
+            h.reason = reason;
+            return;
+        }
         h.failures = if first {
             1
         } else {
@@ -829,14 +850,15 @@ fn batch_loop(shared: &Arc<Shared>, index: usize, rx: &Receiver<Msg>, max_batch:
                 Err(_) => break,
             }
         }
+        // While unhealthy, what was collected goes to the CPU before a probe that may take a
+        // while (a new worker process loading its kernel).
+        if !shared.healthy.load(Ordering::SeqCst) && !jobs.is_empty() {
+            shared.rerun_all(std::mem::take(&mut jobs), "GPU unhealthy");
+        }
         if probe {
             run_probe(shared, &*backend, index, &mut runner);
         }
         if jobs.is_empty() {
-            continue;
-        }
-        if !shared.healthy.load(Ordering::SeqCst) {
-            shared.rerun_all(std::mem::take(&mut jobs), "GPU unhealthy");
             continue;
         }
         if runner.is_none() {
@@ -901,7 +923,7 @@ fn run_probe(
                 .counters
                 .probe_failures
                 .fetch_add(1, Ordering::Relaxed);
-            shared.mark_unhealthy(format!("re-probe failed: {e}"));
+            shared.probe_failed(format!("re-probe failed: {e}"));
         }
     }
 }

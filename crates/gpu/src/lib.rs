@@ -66,6 +66,14 @@ pub fn probe() -> Result<DeviceInfo, GpuError> {
     Err(GpuError::NotBuilt)
 }
 
+/// Whether a CUDA driver, NVRTC and a device are there, without making a CUDA context.
+pub fn device_present() -> Result<(), GpuError> {
+    #[cfg(feature = "cuda")]
+    return cuda::device_present();
+    #[cfg(not(feature = "cuda"))]
+    Err(GpuError::NotBuilt)
+}
+
 /// The CUDA backend for `config`, or why there is none.
 pub fn cuda_backend(config: &GpuConfig) -> Result<Arc<dyn BatchBackend>, GpuError> {
     #[cfg(feature = "cuda")]

@@ -232,7 +232,7 @@ impl GpuEngineConfig {
             batch_deadline_base: self.batch_deadline,
             kernel_cache: self.kernel_cache.clone(),
             worker: match self.isolation {
-                GpuIsolation::Process => worker_command(),
+                GpuIsolation::Process => Some(worker_command()),
                 GpuIsolation::None => None,
             },
             cpu_threads: if self.cpu_threads == 0 {
@@ -245,18 +245,13 @@ impl GpuEngineConfig {
     }
 }
 
-/// This executable as the gpu engine's worker (`rampart gpu-worker`); `None` (the work stays
-/// in this process, with a warning) where the executable cannot be found.
-fn worker_command() -> Option<gpu_engine::process::WorkerCommand> {
-    match std::env::current_exe() {
-        Ok(program) => Some(gpu_engine::process::WorkerCommand {
-            program,
-            args: vec!["gpu-worker".into()],
-        }),
-        Err(e) => {
-            tracing::warn!(error = %e, "gpu engine: own executable not found; the device's work runs in this process");
-            None
-        }
+/// This executable as the gpu engine's worker (`rampart gpu-worker`), by `/proc/self/exe`:
+/// the image running now, also after a package upgrade replaced the file (a worker of another
+/// version would not speak this one's protocol).
+fn worker_command() -> gpu_engine::process::WorkerCommand {
+    gpu_engine::process::WorkerCommand {
+        program: "/proc/self/exe".into(),
+        args: vec!["gpu-worker".into()],
     }
 }
 

@@ -21,12 +21,13 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use wire::{Reply, Run};
 
 /// The program that serves as the worker, and its first arguments (for the gateway: its own
-/// executable and `gpu-worker`). The engine appends the kernel settings and the channel count.
+/// executable and `gpu-worker`). The engine appends the kernel settings and the descriptors of
+/// the channels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerCommand {
     pub program: PathBuf,
@@ -37,18 +38,22 @@ pub struct WorkerCommand {
 /// cache took 37 s on an H200).
 const START_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The worker's channels start at this descriptor: channel i's socket at `FIRST_FD + 2i`, its
-/// shared region at `FIRST_FD + 2i + 1`.
-pub(crate) const FIRST_FD: i32 = 3;
-
 /// A [`BatchBackend`] that runs batches in a worker process (module docs).
 pub struct ProcessBackend {
+    inner: Arc<Inner>,
+}
+
+/// What the backend and its runners share: how to start a worker, and the current one.
+struct Inner {
     command: WorkerCommand,
     settings: Vec<String>,
     streams: usize,
     layout: Layout,
     describe: Mutex<String>,
     worker: Mutex<Option<Arc<Worker>>>,
+    /// A kernel cache of the backend's own when none is configured (removed on drop), so that
+    /// a worker started after a fault loads the kernel instead of building it again.
+    own_cache: Option<PathBuf>,
     /// Test hook: the first worker faults on this batch (`--fault-after`).
     first_fault: Option<u64>,
     started: AtomicU64,
@@ -56,7 +61,8 @@ pub struct ProcessBackend {
 
 /// One running worker and its channels (taken by the runners while open).
 struct Worker {
-    child: Mutex<Child>,
+    /// `None` once handed to a reaper.
+    child: Mutex<Option<Child>>,
     channels: Vec<Mutex<Option<Channel>>>,
     failed: AtomicBool,
 }
@@ -66,38 +72,67 @@ struct Channel {
     shm: Shm,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Worker {
-    /// Kills the worker (once): a failed device context, a dead process or a hung batch.
+    /// Kills the worker (once): a failed device context, a dead process or a hung batch. It
+    /// does not wait: a process stuck in the driver may take long to go, so it is reaped on a
+    /// thread of its own.
     fn fail(&self) {
         if !self.failed.swap(true, Ordering::SeqCst) {
-            let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = child.kill();
-            let _ = child.wait();
+            if let Some(mut child) = lock(&self.child).take() {
+                let _ = child.kill();
+                let _ = std::thread::Builder::new()
+                    .name("rampart-gpu-reap".into())
+                    .spawn(move || child.wait());
+            }
         }
+    }
+
+    /// Whether the worker is gone or failed (a worker that died while idle included).
+    fn dead(&self) -> bool {
+        if self.failed.load(Ordering::SeqCst) {
+            return true;
+        }
+        let exited = lock(&self.child)
+            .as_mut()
+            .is_none_or(|c| !matches!(c.try_wait(), Ok(None)));
+        if exited {
+            self.fail();
+        }
+        exited
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // Closing the sockets ends a healthy worker; a stuck one is killed.
+        // Closing the sockets ends a healthy worker; one still running a batch is killed.
         for ch in &self.channels {
-            ch.lock().unwrap_or_else(|e| e.into_inner()).take();
+            lock(ch).take();
         }
-        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..50 {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        let Some(mut child) = lock(&self.child).take() else {
+            return;
+        };
+        let _ = std::thread::Builder::new()
+            .name("rampart-gpu-reap".into())
+            .spawn(move || {
+                for _ in 0..100 {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            });
     }
 }
 
 impl ProcessBackend {
     /// Starts a worker with `config`'s kernel settings and waits until it is ready (its kernel
-    /// built or loaded): the backend, or why the worker could not start.
+    /// built or loaded, its streams open): the backend, or why the worker could not start.
     pub fn start(command: WorkerCommand, config: &crate::GpuConfig) -> Result<Self, GpuError> {
         Self::start_with_fault(command, config, None)
     }
@@ -110,8 +145,15 @@ impl ProcessBackend {
         config: &crate::GpuConfig,
         fault_after: Option<u64>,
     ) -> Result<Self, GpuError> {
-        let backend = ProcessBackend {
-            settings: worker::settings_args(config),
+        let mut config = config.clone();
+        let own_cache = config.kernel_cache.is_none().then(|| {
+            std::env::temp_dir().join(format!("rampart-gpu-kernels-{}", std::process::id()))
+        });
+        if own_cache.is_some() {
+            config.kernel_cache = own_cache.clone();
+        }
+        let inner = Arc::new(Inner {
+            settings: worker::settings_args(&config),
             command,
             streams: config.streams.max(2),
             layout: Layout {
@@ -120,22 +162,33 @@ impl ProcessBackend {
             },
             describe: Mutex::new(String::new()),
             worker: Mutex::new(None),
+            own_cache,
             first_fault: fault_after,
             started: AtomicU64::new(0),
-        };
-        backend.worker().map_err(GpuError::Worker)?;
-        Ok(backend)
+        });
+        inner.worker().map_err(GpuError::Worker)?;
+        Ok(ProcessBackend { inner })
     }
 
     /// Workers started so far (1 until the first one fails).
     pub fn workers_started(&self) -> u64 {
-        self.started.load(Ordering::SeqCst)
+        self.inner.started.load(Ordering::SeqCst)
     }
+}
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.own_cache {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Inner {
     /// The running worker, or a fresh one if there is none or it failed.
     fn worker(&self) -> Result<Arc<Worker>, String> {
-        let mut slot = self.worker.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(w) = slot.as_ref().filter(|w| !w.failed.load(Ordering::SeqCst)) {
+        let mut slot = lock(&self.worker);
+        if let Some(w) = slot.as_ref().filter(|w| !w.dead()) {
             return Ok(w.clone());
         }
         *slot = None;
@@ -144,41 +197,44 @@ impl ProcessBackend {
         Ok(w)
     }
 
+    /// The running worker if there is a healthy one; never starts one.
+    fn current(&self) -> Option<Arc<Worker>> {
+        lock(&self.worker).as_ref().filter(|w| !w.dead()).cloned()
+    }
+
     fn spawn(&self) -> Result<Worker, String> {
         let first = self.started.fetch_add(1, Ordering::SeqCst) == 0;
         let mut ours = Vec::with_capacity(self.streams);
-        let mut theirs = Vec::with_capacity(2 * self.streams);
+        let mut theirs = Vec::with_capacity(self.streams);
         for _ in 0..self.streams {
             let (a, b) = UnixStream::pair().map_err(|e| format!("socket pair: {e}"))?;
             let shm = Shm::create(self.layout).map_err(|e| format!("shared memory: {e}"))?;
-            theirs.push(b.as_raw_fd());
-            theirs.push(shm.fd().as_raw_fd());
-            ours.push((a, shm, b));
+            ours.push((a, shm));
+            theirs.push(b);
         }
+        // The child's ends keep their numbers; only close-on-exec is cleared, in the child.
+        let fds: Vec<i32> = theirs
+            .iter()
+            .zip(&ours)
+            .flat_map(|(b, (_, shm))| [b.as_raw_fd(), shm.fd().as_raw_fd()])
+            .collect();
+        let list = fds.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
         let mut cmd = Command::new(&self.command.program);
         cmd.args(&self.command.args)
             .args(&self.settings)
-            .arg("--channels")
-            .arg(self.streams.to_string());
+            .arg("--fds")
+            .arg(list);
         if let (true, Some(n)) = (first, self.first_fault) {
             cmd.arg("--fault-after").arg(n.to_string());
         }
-        let fds = theirs.clone();
-        // SAFETY: runs in the child between fork and exec, calling only fcntl and dup2
-        // (async-signal-safe) on descriptors this process holds: each is first moved above
-        // the target range, then placed at FIRST_FD + i without close-on-exec.
+        // SAFETY: runs in the child between fork and exec. It only calls fcntl
+        // (async-signal-safe) on descriptors this process holds (the child's ends, still open
+        // here until `spawn` returns) and reads `fds`, allocated before the fork; it neither
+        // allocates nor moves descriptors, so std's own exec-error pipe is left alone.
         unsafe {
             cmd.pre_exec(move || {
-                let mut high = Vec::with_capacity(fds.len());
                 for &fd in &fds {
-                    let h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100);
-                    if h < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    high.push(h);
-                }
-                for (i, &h) in high.iter().enumerate() {
-                    if libc::dup2(h, FIRST_FD + i as i32) < 0 {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -188,42 +244,31 @@ impl ProcessBackend {
         let child = cmd
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.command.program.display()))?;
+        drop(theirs);
         let worker = Worker {
-            child: Mutex::new(child),
-            channels: Vec::with_capacity(self.streams),
+            child: Mutex::new(Some(child)),
+            channels: ours
+                .into_iter()
+                .map(|(sock, shm)| Mutex::new(Some(Channel { sock, shm })))
+                .collect(),
             failed: AtomicBool::new(false),
         };
-        let mut worker = worker;
-        for (sock, shm, theirs) in ours {
-            drop(theirs);
-            worker
-                .channels
-                .push(Mutex::new(Some(Channel { sock, shm })));
-        }
         for ch in &worker.channels {
-            let mut guard = ch.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = lock(ch);
             let ch = guard.as_mut().expect("just made");
             let _ = ch.sock.set_read_timeout(Some(START_TIMEOUT));
-            match Reply::read(&mut ch.sock) {
+            let why = match Reply::read(&mut ch.sock) {
                 Ok(Reply::Ready(device)) => {
-                    *self.describe.lock().unwrap_or_else(|e| e.into_inner()) = device;
+                    *lock(&self.describe) = device;
+                    continue;
                 }
-                Ok(Reply::Failed(why)) => {
-                    drop(guard);
-                    worker.fail();
-                    return Err(why);
-                }
-                Ok(other) => {
-                    drop(guard);
-                    worker.fail();
-                    return Err(format!("gpu worker said {other:?} at start"));
-                }
-                Err(e) => {
-                    drop(guard);
-                    worker.fail();
-                    return Err(format!("gpu worker did not start: {e}"));
-                }
-            }
+                Ok(Reply::Failed(why)) => why,
+                Ok(other) => format!("gpu worker said {other:?} at start"),
+                Err(e) => format!("gpu worker did not start: {e}"),
+            };
+            drop(guard);
+            worker.fail();
+            return Err(why);
         }
         tracing::info!(
             workers = self.started.load(Ordering::SeqCst),
@@ -235,32 +280,26 @@ impl ProcessBackend {
 
 impl BatchBackend for ProcessBackend {
     fn describe(&self) -> String {
-        format!(
-            "{} (worker process)",
-            self.describe.lock().unwrap_or_else(|e| e.into_inner())
-        )
+        format!("{} (worker process)", lock(&self.inner.describe))
     }
 
     fn streams(&self) -> usize {
-        self.streams
+        self.inner.streams
     }
 
     fn max_batch(&self) -> usize {
-        self.layout.max_batch
+        self.inner.layout.max_batch
     }
 
     fn max_keys(&self) -> usize {
-        self.layout.max_keys
+        self.inner.layout.max_keys
     }
 
     fn open_stream(&self, index: usize) -> Result<Box<dyn StreamRunner>, BackendError> {
-        let worker = self.worker().map_err(BackendError::Device)?;
-        let channel = worker
-            .channels
-            .get(index)
-            .and_then(|c| c.lock().unwrap_or_else(|e| e.into_inner()).take())
-            .ok_or_else(|| BackendError::Device(format!("stream {index} is already open")))?;
+        let worker = self.inner.worker().map_err(BackendError::Device)?;
+        let channel = take_channel(&worker, index)?;
         Ok(Box::new(ProcessRunner {
+            inner: self.inner.clone(),
             worker,
             index,
             channel: Some(channel),
@@ -269,8 +308,17 @@ impl BatchBackend for ProcessBackend {
     }
 }
 
+fn take_channel(worker: &Worker, index: usize) -> Result<Channel, BackendError> {
+    worker
+        .channels
+        .get(index)
+        .and_then(|c| lock(c).take())
+        .ok_or_else(|| BackendError::Device(format!("stream {index} is already open")))
+}
+
 /// One stream of a worker: stages into the shared region, asks the worker to run it.
 struct ProcessRunner {
+    inner: Arc<Inner>,
     worker: Arc<Worker>,
     index: usize,
     channel: Option<Channel>,
@@ -278,9 +326,18 @@ struct ProcessRunner {
 }
 
 impl ProcessRunner {
+    /// This runner's channel. A runner whose worker was replaced (another stream's batch
+    /// failed and a probe started a new one) moves to the new worker's channel instead of
+    /// failing a batch of its own.
     fn channel(&mut self) -> Result<&mut Channel, BackendError> {
-        if self.worker.failed.load(Ordering::SeqCst) {
-            return Err(BackendError::Device("the gpu worker has stopped".into()));
+        if self.worker.dead() {
+            let fresh = self
+                .inner
+                .current()
+                .ok_or_else(|| BackendError::Device("the gpu worker has stopped".into()))?;
+            let channel = take_channel(&fresh, self.index)?;
+            self.channel = Some(channel);
+            self.worker = fresh;
         }
         self.channel
             .as_mut()
@@ -322,7 +379,10 @@ impl StreamRunner for ProcessRunner {
             .staged
             .take()
             .ok_or_else(|| BackendError::Device("nothing staged".into()))?;
-        let ch = self.channel()?;
+        let ch = self
+            .channel
+            .as_mut()
+            .ok_or_else(|| BackendError::Device("runner closed".into()))?;
         let sent = ch
             .sock
             .set_read_timeout(Some(deadline.max(Duration::from_millis(1))));
@@ -345,14 +405,7 @@ impl StreamRunner for ProcessRunner {
                 return Err(self.failed(BackendError::Deadline(deadline)));
             }
             Err(e) => {
-                let status = {
-                    let mut child = self.worker.child.lock().unwrap_or_else(|e| e.into_inner());
-                    child.try_wait().ok().flatten()
-                };
-                let why = match status {
-                    Some(s) => format!("the gpu worker exited ({s})"),
-                    None => format!("the gpu worker stopped answering: {e}"),
-                };
+                let why = format!("the gpu worker stopped answering: {e}");
                 return Err(self.failed(BackendError::Device(why)));
             }
         }
@@ -365,9 +418,9 @@ impl Drop for ProcessRunner {
     fn drop(&mut self) {
         // A runner closed with its worker healthy gives its channel back for the next open.
         if let Some(ch) = self.channel.take() {
-            if !self.worker.failed.load(Ordering::SeqCst) {
+            if !self.worker.dead() {
                 if let Some(slot) = self.worker.channels.get(self.index) {
-                    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(ch);
+                    *lock(slot) = Some(ch);
                 }
             }
         }

@@ -55,7 +55,12 @@ impl Shm {
     /// A new zero-filled region for `layout` (the engine's side).
     pub fn create(layout: Layout) -> std::io::Result<Shm> {
         // SAFETY: memfd_create takes a NUL-terminated name and flags; the result is checked.
-        let raw = unsafe { libc::memfd_create(c"rampart-gpu-batch".as_ptr(), libc::MFD_CLOEXEC) };
+        let raw = unsafe {
+            libc::memfd_create(
+                c"rampart-gpu-batch".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if raw < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -63,6 +68,13 @@ impl Shm {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: ftruncate on a descriptor we own; the result is checked.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), layout.bytes() as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The size is fixed for good: a worker that shrank the region would make this process's
+        // next access to it fault (SIGBUS).
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: adds seals to a memfd we own, made with MFD_ALLOW_SEALING; checked.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Self::map(fd, layout)

@@ -1,12 +1,13 @@
 //! The worker process's side (`rampart gpu-worker`): builds the CUDA backend from the settings
-//! on its command line, says `Ready` on every channel, then serves each channel on a thread of
-//! its own: copy the staged batch from the shared region into its stream's buffers, run it,
-//! copy the outputs back, answer. On a device error it answers `Error` and exits (the context
-//! is lost for the process); when the engine closes the sockets it exits.
+//! on its command line, opens its streams, says `Ready` on every channel, then serves each
+//! channel on a thread of its own: copy the staged batch from the shared region into its
+//! stream's buffers, run it, copy the outputs back, answer. On a device error it answers
+//! `Error` and exits (the context is lost for the process); when the engine closes the sockets,
+//! or the engine's process is gone, it exits. It ignores SIGINT, SIGTERM and SIGHUP: those are
+//! for the gateway, which keeps signing through a drain or a reload.
 
 use super::shm::{Layout, Shm};
 use super::wire::{Reply, Run};
-use super::FIRST_FD;
 use crate::backend::BatchBackend;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -40,7 +41,8 @@ pub(crate) fn settings_args(config: &crate::GpuConfig) -> Vec<String> {
 /// What the worker was told.
 struct Options {
     config: crate::GpuConfig,
-    channels: usize,
+    /// Per channel: its socket's and its shared region's descriptors.
+    fds: Vec<(i32, i32)>,
     /// `--simulated LAUNCH_US:PER_ITEM_NS`: the simulated device instead of CUDA (tests).
     simulated: Option<crate::CostModel>,
     fault_after: Option<u64>,
@@ -49,7 +51,7 @@ struct Options {
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         config: crate::GpuConfig::default(),
-        channels: 0,
+        fds: Vec::new(),
         simulated: None,
         fault_after: None,
     };
@@ -71,7 +73,19 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--table-shared" => o.config.table_shared = num(flag)? != 0,
             "--carry-chains" => o.config.carry_chains = num(flag)? != 0,
             "--kernel-cache" => o.config.kernel_cache = Some(value.into()),
-            "--channels" => o.channels = num(flag)? as usize,
+            "--fds" => {
+                let fds: Vec<i32> = value
+                    .split(',')
+                    .map(|f| f.parse::<i32>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("--fds: descriptors, got {value:?}"))?;
+                if fds.is_empty() || !fds.len().is_multiple_of(2) {
+                    return Err(format!(
+                        "--fds: a socket and a region per channel, got {value:?}"
+                    ));
+                }
+                o.fds = fds.chunks(2).map(|p| (p[0], p[1])).collect();
+            }
             "--fault-after" => o.fault_after = Some(num(flag)?),
             "--simulated" => {
                 let (l, p) = value
@@ -89,10 +103,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if o.channels == 0 {
-        return Err("--channels: at least one is expected".into());
+    if o.fds.is_empty() {
+        return Err("--fds: at least one channel is expected".into());
     }
-    o.config.streams = o.channels;
+    o.config.streams = o.fds.len();
     Ok(o)
 }
 
@@ -101,7 +115,7 @@ type Device = (Arc<dyn BatchBackend>, Box<dyn Fn() + Send + Sync>);
 
 fn device(o: &Options) -> Result<Device, String> {
     if let Some(cost) = o.simulated {
-        let sim = crate::SimulatedGpu::new(cost, o.channels, o.config.max_batch);
+        let sim = crate::SimulatedGpu::new(cost, o.fds.len(), o.config.max_batch);
         // A simulated fault is the process dying mid-batch, as a crashed driver would take it.
         return Ok((Arc::new(sim), Box::new(|| std::process::abort())));
     }
@@ -131,25 +145,24 @@ pub fn run(args: &[String]) -> i32 {
         max_batch: o.config.max_batch.max(1),
         max_keys: 256,
     };
-    let mut channels = Vec::with_capacity(o.channels);
-    for i in 0..o.channels {
-        let fd = FIRST_FD + 2 * i as i32;
-        // SAFETY: the engine placed channel i's socket and region at these descriptors (see
-        // `ProcessBackend::spawn`); nothing else in this process owns them.
-        let (sock, region) = unsafe {
-            (
-                UnixStream::from(OwnedFd::from_raw_fd(fd)),
-                OwnedFd::from_raw_fd(fd + 1),
-            )
-        };
-        match Shm::open(region, layout) {
-            Ok(shm) => channels.push((sock, shm)),
-            Err(e) => {
-                eprintln!("gpu-worker: channel {i}: {e}");
+    let mut channels = Vec::with_capacity(o.fds.len());
+    for (i, &(sock, region)) in o.fds.iter().enumerate() {
+        match (owned(sock, libc::S_IFSOCK), owned(region, libc::S_IFREG)) {
+            (Some(sock), Some(region)) => match Shm::open(region, layout) {
+                Ok(shm) => channels.push((UnixStream::from(sock), shm)),
+                Err(e) => {
+                    eprintln!("gpu-worker: channel {i}: {e}");
+                    return 2;
+                }
+            },
+            _ => {
+                eprintln!("gpu-worker: channel {i}: descriptors {sock} and {region} are not a socket and a shared region");
                 return 2;
             }
         }
     }
+    ignore_gateway_signals();
+    watch_parent();
     let (backend, fault) = match device(&o) {
         Ok(d) => d,
         Err(why) => {
@@ -159,6 +172,19 @@ pub fn run(args: &[String]) -> i32 {
             return 1;
         }
     };
+    // Every stream opened (its device buffers allocated) before saying ready.
+    let mut runners = Vec::with_capacity(channels.len());
+    for i in 0..channels.len() {
+        match backend.open_stream(i) {
+            Ok(r) => runners.push(r),
+            Err(e) => {
+                for (sock, _) in &mut channels {
+                    let _ = Reply::Failed(format!("opening stream {i}: {e}")).write(sock);
+                }
+                return 1;
+            }
+        }
+    }
     let describe = backend.describe();
     for (sock, _) in &mut channels {
         if Reply::Ready(describe.clone()).write(sock).is_err() {
@@ -167,30 +193,61 @@ pub fn run(args: &[String]) -> i32 {
     }
     let countdown = AtomicU64::new(o.fault_after.unwrap_or(u64::MAX));
     std::thread::scope(|s| {
-        for (i, (sock, shm)) in channels.into_iter().enumerate() {
-            let (backend, fault, countdown) = (&backend, &fault, &countdown);
-            s.spawn(move || serve(i, sock, shm, &**backend, &**fault, countdown));
+        for ((sock, shm), runner) in channels.into_iter().zip(runners) {
+            let (fault, countdown) = (&fault, &countdown);
+            s.spawn(move || serve(sock, shm, runner, &**fault, countdown));
         }
     });
     0
 }
 
+/// `fd` as an owned descriptor if it is open and of file type `kind` (checked before this
+/// process takes ownership of a number it was given).
+fn owned(fd: i32, kind: libc::mode_t) -> Option<OwnedFd> {
+    // SAFETY: fstat on a descriptor number into a zeroed struct; a closed or foreign number
+    // fails or shows another type, and nothing is taken over then.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if fd < 3 || unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != kind {
+        return None;
+    }
+    // SAFETY: the engine passed this descriptor down for this process to own (it is open and of
+    // the expected type); nothing else here uses the number.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// SIGINT, SIGTERM and SIGHUP are the gateway's (a terminal's Ctrl-C reaches the whole process
+/// group): the worker ends when the gateway closes its sockets.
+fn ignore_gateway_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: setting a signal's disposition to "ignore" installs no handler code.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
+/// Exits once the process that started this one is gone (this one re-parented), even while a
+/// batch is running and no socket is read.
+fn watch_parent() {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    let _ = std::thread::Builder::new()
+        .name("gpu-worker-parent".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            // SAFETY: as above.
+            if unsafe { libc::getppid() } != parent {
+                std::process::exit(3);
+            }
+        });
+}
+
 /// One channel: runs each batch the engine sends until it closes the socket.
 fn serve(
-    index: usize,
     mut sock: UnixStream,
     mut shm: Shm,
-    backend: &dyn BatchBackend,
+    mut runner: Box<dyn crate::StreamRunner>,
     fault: &(dyn Fn() + Send + Sync),
     countdown: &AtomicU64,
 ) {
-    let mut runner = match backend.open_stream(index) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = Reply::Error(e.to_string()).write(&mut sock);
-            std::process::exit(1);
-        }
-    };
     while let Ok(Some(run)) = Run::read(&mut sock) {
         let (half, keys, items) = (run.half as usize, run.keys as usize, run.items as usize);
         if !shm.layout().fits(half, keys, items) || ![32, 48, 64].contains(&half) {
@@ -223,5 +280,58 @@ fn serve(
                 std::process::exit(1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn settings_round_trip_and_bad_arguments_are_refused() {
+        let config = crate::GpuConfig {
+            max_batch: 1024,
+            window: 5,
+            kernel_cache: Some("/tmp/k".into()),
+            ..crate::GpuConfig::default()
+        };
+        let mut args = settings_args(&config);
+        args.extend(["--fds".into(), "7,8,9,10".into()]);
+        let o = parse(&args).unwrap();
+        assert_eq!(o.fds, vec![(7, 8), (9, 10)]);
+        assert_eq!(o.config.streams, 2);
+        assert_eq!(o.config.max_batch, 1024);
+        assert_eq!(o.config.window, 5);
+        assert_eq!(o.config.kernel_cache, config.kernel_cache);
+        for bad in [
+            &["--fds", "7"][..],
+            &["--fds", "a,b"],
+            &["--window"],
+            &["--nope", "1"],
+            &[],
+        ] {
+            let bad: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_open_descriptors_of_the_expected_kind_are_taken() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let file = tempfile_fd();
+        assert!(owned(0, libc::S_IFSOCK).is_none(), "stdin is never taken");
+        assert!(
+            owned(file.as_raw_fd(), libc::S_IFSOCK).is_none(),
+            "a file is not a socket"
+        );
+        assert!(owned(1 << 20, libc::S_IFSOCK).is_none(), "a closed number");
+        let raw = a.as_raw_fd();
+        std::mem::forget(a); // `owned` takes it over
+        assert!(owned(raw, libc::S_IFSOCK).is_some());
+    }
+
+    fn tempfile_fd() -> std::fs::File {
+        std::fs::File::open("/proc/self/stat").unwrap()
     }
 }

@@ -244,22 +244,27 @@ pub fn unblind_verify_batch(backend: Backend, jobs: &[UnblindJob]) -> Vec<Option
             .collect();
         for chunk in same.chunks(lanes) {
             let pick = |l: usize| &jobs[chunk[l.min(chunk.len() - 1)]];
-            let per_lane = |f: &dyn Fn(&UnblindJob) -> Vec<u64>| {
-                let v: Vec<Vec<u64>> = (0..lanes).map(|l| f(pick(l))).collect();
-                interleave(
-                    &v.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-                    lanes,
-                    wide,
-                )
+            let per_lane = |f: for<'r, 's> fn(&'r UnblindJob<'s>) -> &'r [u64]| {
+                let v: Vec<&[u64]> = (0..lanes).map(|l| f(pick(l))).collect();
+                interleave(&v, lanes, wide)
             };
-            let output = per_lane(&|j| bytes_to_limbs(j.output, wide));
-            let unblind = Zeroizing::new(per_lane(&|j| j.unblind.0.clone()));
-            let n = per_lane(&|j| j.key.n.clone());
-            let n_rr = per_lane(&|j| j.key.n_rr.clone());
+            let outputs: Vec<Vec<u64>> = (0..lanes)
+                .map(|l| bytes_to_limbs(pick(l).output, wide))
+                .collect();
+            let output = interleave(
+                &outputs.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+                lanes,
+                wide,
+            );
+            let unblind = Zeroizing::new(per_lane(|j| &j.unblind.0));
+            let n = per_lane(|j| &j.key.n);
+            let n_rr = per_lane(|j| &j.key.n_rr);
             let k0: Vec<u64> = (0..lanes).map(|l| pick(l).key.n_k0).collect();
             let e: Vec<u64> = (0..lanes).map(|l| pick(l).key.e).collect();
-            let mut sig = vec![0u64; wide * lanes];
-            let mut check = vec![0u64; wide * lanes];
+            // A lane that fails its check holds a faulty signature here, from which n could be
+            // factored: wiped on drop like the factors.
+            let mut sig = Zeroizing::new(vec![0u64; wide * lanes]);
+            let mut check = Zeroizing::new(vec![0u64; wide * lanes]);
             // SAFETY: the backend's availability was asserted above; every buffer holds
             // `lanes` lanes of `wide` limbs for this size; outputs are below their moduli, so
             // the signatures (fully reduced) are too.
