@@ -7,7 +7,7 @@
 //!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2|8|16|32]
 //!     [--table-shared] [--carry-chains]
 //!     [--kernel-dir DIR | --cubin FILE]
-//! device_bench cpu-side    # the CPU's share of a GPU signature (needs no device)
+//! device_bench cpu-side [BITS]   # the CPU's share of a GPU signature (needs no device)
 //! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after
 //! device_bench engine-fault [--split S ...]   # the engine over a worker process whose device
 //!                                             # faults: CPU re-runs, a new worker, back on the GPU
@@ -79,7 +79,13 @@ fn main() {
     };
     if positional.first().map(String::as_str) == Some("cpu-side") {
         // The CPU's share of a GPU signature (no device needed).
-        for bits in [2048u32, 3072, 4096] {
+        // `cpu-side BITS` for one size (the CPU build computing the outputs of the larger
+        // ones, untimed, takes most of a minute).
+        let only: Option<u32> = positional.get(1).map(|b| b.parse().expect("bits"));
+        for bits in [2048u32, 3072, 4096]
+            .into_iter()
+            .filter(|b| only.is_none_or(|o| o == *b))
+        {
             let key = rsa_key(bits);
             let alg = keyengine::SignatureAlgorithm::RsaPssSha256;
             let (prepare, finish) = gpu_engine::bench_cpu_side(&key, alg, 2000);
