@@ -465,6 +465,72 @@ async fn client_certificates_are_verified_and_passed_upstream() {
     assert!(ok && !head.contains("x-route"), "{head}");
 }
 
+/// A certificate entry's own `client_auth`: its names ask for client certificates while the
+/// listener's other names do not, and a session made on a name that asked for none does not
+/// resume on one that requires one (it would let a client in without a certificate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_per_server_name() {
+    let dir = client_certs();
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let entry = format!(
+        "server_names = [\"other.test\", \"*.other.test\"]\nclient_auth = \"required\"\nclient_ca = \"{}\"\nclient_crl = \"{}\"\n",
+        p("ca.pem"),
+        p("ca.crl")
+    );
+    let fx = start_edited("", move |text, _| {
+        text.replace(
+            "server_names = [\"other.test\", \"*.other.test\"]\n",
+            &entry,
+        )
+    })
+    .await;
+    let alice = vec![
+        "--cert".to_string(),
+        p("alice.pem"),
+        "--key".into(),
+        p("alice.key"),
+    ];
+    let (ok, body) = curl_args(&fx, vec![], "/headers").await;
+    assert!(ok, "localhost asks for no certificate: {body}");
+    assert!(!body.contains("x-client-cert-subject"), "{body}");
+    let other = |args: Vec<String>| {
+        let mut args = args;
+        args.extend([
+            "-H".into(),
+            "x-client-cert-subject: CN=root".into(),
+            format!("https://other.test:{}/headers", fx.port()),
+        ]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let cmd = curl(&fx, &refs);
+        async move {
+            let out = run(cmd).await;
+            (out.status.success(), stdout(&out))
+        }
+    };
+    let (ok, body) = other(vec![]).await;
+    assert!(!ok, "other.test requires a certificate: {body}");
+    let (ok, body) = other(alice).await;
+    assert!(ok, "{body}");
+    assert!(
+        body.contains("\"x-client-cert-subject\": \"O=Example,CN=alice\""),
+        "{body}"
+    );
+    // A session from localhost offered to other.test: not resumed.
+    let sess = dir.path().join("localhost.sess");
+    let sess = sess.to_str().unwrap();
+    let first = s_client_request(&fx, "localhost", &["-tls1_3", "-sess_out", sess]).await;
+    assert!(first.contains("New,"), "{first}");
+    let again = s_client_request(&fx, "other.test", &["-tls1_3", "-sess_in", sess]).await;
+    assert!(
+        !again.contains("Reused,"),
+        "resumed without a certificate: {again}"
+    );
+    assert!(
+        !again.contains("HTTP/1.1 200"),
+        "served without a certificate: {again}"
+    );
+}
+
 /// curl with `args` (and a client's own `x-client-cert-subject`) to `path`: whether it
 /// succeeded, and its output.
 async fn curl_args(fx: &Fixture, mut args: Vec<String>, path: &str) -> (bool, String) {
@@ -514,4 +580,15 @@ async fn a_client_ca_that_is_not_pem_is_refused_naming_field_and_file() {
     .unwrap();
     let e = gateway::config::Config::load(&path).unwrap_err();
     assert_eq!(e.path, "listeners[0].tls.client_ca", "{e}");
+    // A certificate entry's own client_auth needs a CA too (its own or the listener's).
+    std::fs::write(
+        &path,
+        config_text(&[upstream], "", "").replace(
+            "server_names = [\"other.test\", \"*.other.test\"]\n",
+            "server_names = [\"other.test\", \"*.other.test\"]\nclient_auth = \"required\"\n",
+        ),
+    )
+    .unwrap();
+    let e = gateway::config::Config::load(&path).unwrap_err();
+    assert_eq!(e.path, "listeners[0].certificates[1].client_ca", "{e}");
 }

@@ -351,7 +351,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 connection_rate: connection_rate.clone(),
                 proxy_protocol: l.proxy_protocol,
                 paths: l.paths.clone(),
-                client_cert_headers: (l.tls.client_auth != config::ClientAuth::None)
+                client_cert_headers: l
+                    .asks_client_certs()
                     .then(|| pipeline::ClientCertHeaders::new(&l.tls.client_cert_headers)),
                 overload: overload.clone(),
                 tunnels: plan.tunnels.clone(),

@@ -304,6 +304,15 @@ pub struct CertificateConfig {
     pub server_names: Vec<String>,
     pub rsa: Option<CertKeyPair>,
     pub ecdsa: Option<CertKeyPair>,
+    /// Client certificates for these names, instead of the listener's `tls.client_auth`.
+    #[serde(default)]
+    pub client_auth: Option<ClientAuth>,
+    /// The CAs client certificates for these names must chain to (else `tls.client_ca`).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Revoked client certificates for these names (else `tls.client_crl`).
+    #[serde(default)]
+    pub client_crl: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -392,10 +401,15 @@ impl ListenerConfig {
         if self.certificates.is_empty() {
             return certificates.fail("at least one certificate");
         }
-        for (j, c) in self.certificates.iter().enumerate() {
-            c.validate(&certificates.index(j), remote)?;
-        }
         self.tls.validate(&at.field("tls"))?;
+        for (j, c) in self.certificates.iter().enumerate() {
+            let at = certificates.index(j);
+            c.validate(&at, remote)?;
+            // The entry's own client-certificate settings, over the listener's.
+            if c.client_auth.is_some() || c.client_ca.is_some() || c.client_crl.is_some() {
+                c.effective_tls(&self.tls).validate_client_auth(&at)?;
+            }
+        }
         if self.quic.enabled {
             self.quic.validate(&at.field("quic"), &self.tls)?;
         }
@@ -422,6 +436,16 @@ impl ListenerConfig {
         Ok(())
     }
 
+    /// Whether any of the listener's names asks clients for certificates (`tls.client_auth`,
+    /// or a certificate entry's own).
+    pub fn asks_client_certs(&self) -> bool {
+        self.tls.client_auth != ClientAuth::None
+            || self
+                .certificates
+                .iter()
+                .any(|c| c.client_auth.is_some_and(|m| m != ClientAuth::None))
+    }
+
     /// Relative paths in the listener resolved against the config file's folder.
     pub(super) fn resolve_paths(&mut self, base: &Path) {
         for f in [
@@ -436,6 +460,9 @@ impl ListenerConfig {
             *f = base.join(&*f);
         }
         for c in &mut self.certificates {
+            for f in [&mut c.client_ca, &mut c.client_crl].into_iter().flatten() {
+                *f = base.join(&*f);
+            }
             for pair in [&mut c.rsa, &mut c.ecdsa].into_iter().flatten() {
                 pair.cert = base.join(&pair.cert);
                 pair.key = pair.key.as_ref().map(|k| base.join(k));
@@ -445,6 +472,22 @@ impl ListenerConfig {
 }
 
 impl CertificateConfig {
+    /// The listener's TLS settings with this entry's client-certificate settings in place of
+    /// the listener's where it has its own.
+    pub fn effective_tls(&self, tls: &TlsConfig) -> TlsConfig {
+        let mut t = tls.clone();
+        if let Some(mode) = self.client_auth {
+            t.client_auth = mode;
+        }
+        if self.client_ca.is_some() {
+            t.client_ca = self.client_ca.clone();
+        }
+        if self.client_crl.is_some() {
+            t.client_crl = self.client_crl.clone();
+        }
+        t
+    }
+
     fn validate(&self, at: &At, remote: bool) -> Result<(), Invalid> {
         let names = at.field("server_names");
         if self.server_names.is_empty() {
@@ -479,6 +522,13 @@ impl CertificateConfig {
 
 impl TlsConfig {
     fn validate(&self, at: &At) -> Result<(), Invalid> {
+        self.validate_client_auth(at)?;
+        self.validate_rest(at)
+    }
+
+    /// `client_auth`, `client_ca` and `client_crl` together (also for a certificate entry's
+    /// own, at `at`).
+    fn validate_client_auth(&self, at: &At) -> Result<(), Invalid> {
         match (&self.client_auth, &self.client_ca) {
             (ClientAuth::None, _) => {}
             (_, None) => {
@@ -496,6 +546,10 @@ impl TlsConfig {
             }
             at.field("client_crl").file_exists(crl)?;
         }
+        Ok(())
+    }
+
+    fn validate_rest(&self, at: &At) -> Result<(), Invalid> {
         let h = &self.client_cert_headers;
         for (name, v) in [
             ("subject", &h.subject),

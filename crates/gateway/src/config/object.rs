@@ -169,6 +169,9 @@ impl CertificateObject {
             server_names: self.server_names.clone(),
             rsa,
             ecdsa,
+            client_auth: None,
+            client_ca: None,
+            client_crl: None,
         }
     }
 }

@@ -241,6 +241,8 @@ fn build_store(
     };
     for (i, c) in listener.certificates.iter().enumerate() {
         let field = |k: &str| format!("listeners[{}].certificates[{i}].{k}", listener.name);
+        // The entry's own client-certificate settings, if any, over the listener's.
+        let tls = &c.effective_tls(tls);
         let rsa = c
             .rsa
             .as_ref()
@@ -293,6 +295,9 @@ fn install_selection(
                     .ssl_mut()
                     .set_ssl_context(&ctx)
                     .map_err(|_| AsyncSelectCertError)?;
+                // The name's client-certificate mode: switching contexts brings its verify
+                // store, CA list and session context, but the mode stays the listener's.
+                hello.ssl_mut().set_verify(ctx.verify_mode());
                 if !early_data_ok {
                     // SAFETY: the SSL is live for the callback; SSL_set_early_data_enabled
                     // only clears a flag on it, read when the server decides on early data
@@ -353,6 +358,15 @@ fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::R
     b.set_verify(mode);
     b.set_verify_cert_store(store.build())?;
     b.set_client_ca_list(names);
+    // Sessions resume only under the same client-certificate settings: a session made where
+    // none was asked for must not resume for a name that requires one.
+    let mut sid = boring::sha::Sha256::new();
+    sid.update(format!("{:?}", tls.client_auth).as_bytes());
+    sid.update(ca_path.as_os_str().as_encoded_bytes());
+    if let Some(crl) = &tls.client_crl {
+        sid.update(crl.as_os_str().as_encoded_bytes());
+    }
+    b.set_session_id_context(&sid.finish())?;
     Ok(())
 }
 
