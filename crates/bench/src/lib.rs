@@ -145,7 +145,8 @@ pub struct BenchArgs {
     /// sign-load --engine remote: the key servers' certificate name.
     #[arg(long, default_value = "keyserver.internal")]
     pub server_name: String,
-    /// sign-load --engine remote: CA, client certificate and key for mutual TLS.
+    /// sign-load --engine remote: CA, client certificate and key for mutual TLS. The HTTPS
+    /// modes present `--client-cert` (PEM chain) and `--client-key` when a gateway asks.
     #[arg(long)]
     pub ca: Option<std::path::PathBuf>,
     #[arg(long)]
@@ -251,6 +252,12 @@ fn connector(
     b.set_max_proto_version(Some(v))?;
     if let Some(s) = &args.sigalgs {
         b.set_verify_algorithm_prefs(&parse_sigalgs(s)?)?;
+    }
+    if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+        b.set_certificate_chain_file(cert)
+            .with_context(|| format!("--client-cert {}", cert.display()))?;
+        b.set_private_key_file(key, boring::ssl::SslFiletype::PEM)
+            .with_context(|| format!("--client-key {}", key.display()))?;
     }
     b.set_alpn_protos(alpn)?;
     b.set_session_cache_mode(SslSessionCacheMode::CLIENT);
