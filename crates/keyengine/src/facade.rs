@@ -71,7 +71,9 @@ impl KeyEngine {
 
     /// Every engine's own metrics (see [`crate::Engine::metrics`]).
     pub fn engines_metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
-        self.scheduler.engines().flat_map(|e| e.metrics()).collect()
+        let mut all: Vec<_> = self.scheduler.engines().flat_map(|e| e.metrics()).collect();
+        all.extend(self.scheduler.metrics());
+        all
     }
 
     /// [`KeyEngine::engines_metrics`] in Prometheus text format (tests, tools).

@@ -191,6 +191,28 @@ impl Scheduler {
         self.offloading.load(Ordering::Relaxed)
     }
 
+    /// The CPU-load offload's state for `/metrics` (none without [`CpuOffload`]).
+    pub fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        use crate::metrics::{Families, Kind};
+        let Some(o) = &self.offload else {
+            return Vec::new();
+        };
+        let mut f = Families::new();
+        f.single(
+            Kind::Gauge,
+            "rampart_keyengine_cpu_busy_ratio",
+            "Share of the CPUs this process may use that it kept busy over the last 100 ms.",
+            o.load.busy(),
+        )
+        .single(
+            Kind::Gauge,
+            "rampart_keyengine_cpu_offloading",
+            "1 while signatures go to engines off the CPU because the CPU is saturated.",
+            f64::from(u8::from(self.offloading())),
+        );
+        f.into_vec()
+    }
+
     /// Feeds a measured service time back into the estimate.
     pub fn record(&self, slot: usize, kind: KeyKind, took: Duration) {
         ewma(&self.slots[slot].service_ns[kind_index(kind)], took);
@@ -346,6 +368,15 @@ mod tests {
         load.set(0.95);
         assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 1);
         assert!(s.offloading());
+        let text = crate::metrics::encode(&s.metrics());
+        assert!(
+            text.contains("rampart_keyengine_cpu_busy_ratio 0.95"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rampart_keyengine_cpu_offloading 1"),
+            "{text}"
+        );
         // Between leave and enter it stays off the CPU; below leave it comes back.
         load.set(0.8);
         assert_eq!(s.pick(KeyKind::Rsa, true).unwrap().0, 1);
