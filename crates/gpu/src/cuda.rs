@@ -146,18 +146,7 @@ fn nvrtc_options(arch: String, shape: KernelShape) -> Result<Vec<String>, GpuErr
 
 /// Loads the driver and finds device 0, without compiling anything.
 fn open_context() -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
-    // SAFETY: only tries to dlopen the system's libcuda / libnvrtc (running their initializers,
-    // as any CUDA program does); no symbol is called.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(GpuError::NoDriver);
-    }
-    // SAFETY: as above.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(GpuError::NoNvrtc);
-    }
-    if CudaContext::device_count().map_err(driver)? < 1 {
-        return Err(GpuError::NoDevice);
-    }
+    device_present()?;
     let ctx = CudaContext::new(0).map_err(driver)?;
     let info = DeviceInfo {
         name: ctx.name().map_err(driver)?,
@@ -173,7 +162,8 @@ fn open_context() -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
 /// Whether a driver, NVRTC and a device are there, without making a CUDA context (for an
 /// engine whose device work runs in a worker process: this process then holds no context).
 pub fn device_present() -> Result<(), GpuError> {
-    // SAFETY: as in `open_context`: only tries to dlopen the libraries.
+    // SAFETY: only tries to dlopen the system's libcuda / libnvrtc (running their initializers,
+    // as any CUDA program does); no symbol is called.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(GpuError::NoDriver);
     }

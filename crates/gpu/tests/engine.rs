@@ -4,26 +4,14 @@
 use gpu_engine::{CostModel, GpuConfig, GpuEngine, SimControl, SimulatedGpu};
 use keyengine::{
     Engine, EngineMetrics, KeyEngine, KeyId, KeyKind, KeyRegistry, PrivateKey, Scheduler,
-    SchedulerPolicy, SignError, SignRequest, SignatureAlgorithm, ThreadsEngine,
+    SchedulerPolicy, SignError, SignatureAlgorithm, ThreadsEngine,
 };
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn key_der() -> Vec<u8> {
-    static DER: OnceLock<Vec<u8>> = OnceLock::new();
-    DER.get_or_init(|| {
-        boring::rsa::Rsa::generate(2048)
-            .unwrap()
-            .private_key_to_der()
-            .unwrap()
-    })
-    .clone()
-}
-
-fn private_key() -> Arc<PrivateKey> {
-    Arc::new(PrivateKey::from_der("RSA PRIVATE KEY", &key_der()).unwrap())
-}
+mod common;
+use common::{key_der, private_key, request, sign_many};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -53,38 +41,6 @@ fn sim_engine(launch: Duration, cfg: GpuConfig) -> (Arc<GpuEngine>, Arc<SimContr
     let id = engine.add_key(&key_der()).unwrap();
     assert_eq!(id, private_key().id(), "same key id as the key registry");
     (Arc::new(engine), control)
-}
-
-fn request(key: &Arc<PrivateKey>, alg: SignatureAlgorithm, msg: &[u8]) -> SignRequest {
-    SignRequest {
-        key: key.id(),
-        kind: key.kind(),
-        private: Some(key.clone()),
-        algorithm: alg,
-        digest: alg.hash().digest(msg),
-    }
-}
-
-const ALGS: [SignatureAlgorithm; 3] = [
-    SignatureAlgorithm::RsaPssSha256,
-    SignatureAlgorithm::RsaPkcs1Sha384,
-    SignatureAlgorithm::RsaPssSha512,
-];
-
-/// Submits `n` requests at once and checks every signature with the public key.
-async fn sign_many(engine: &dyn Engine, key: &Arc<PrivateKey>, n: usize) {
-    let futs: Vec<_> = (0..n)
-        .map(|i| {
-            let alg = ALGS[i % ALGS.len()];
-            let req = request(key, alg, format!("m{i}").as_bytes());
-            let digest = req.digest.clone();
-            (alg, digest, engine.submit(req))
-        })
-        .collect();
-    for (alg, digest, f) in futs {
-        let sig = f.await.expect("signed");
-        assert!(key.verify_digest(alg, &digest, &sig), "{alg}");
-    }
 }
 
 fn metric(engine: &GpuEngine, name: &str) -> u64 {

@@ -5,20 +5,12 @@
 
 use gpu_engine::process::{ProcessBackend, WorkerCommand};
 use gpu_engine::{BatchBackend, GpuConfig, GpuEngine};
-use keyengine::{Engine, PrivateKey, SignRequest, SignatureAlgorithm, ThreadsEngine};
-use std::sync::{Arc, OnceLock};
+use keyengine::{PrivateKey, ThreadsEngine};
+use std::sync::Arc;
 use std::time::Duration;
 
-fn key_der() -> Vec<u8> {
-    static DER: OnceLock<Vec<u8>> = OnceLock::new();
-    DER.get_or_init(|| {
-        boring::rsa::Rsa::generate(2048)
-            .unwrap()
-            .private_key_to_der()
-            .unwrap()
-    })
-    .clone()
-}
+mod common;
+use common::{key_der, sign_many};
 
 fn worker(extra: &[&str]) -> WorkerCommand {
     WorkerCommand {
@@ -34,28 +26,6 @@ fn config() -> GpuConfig {
         cpu_threads: 2,
         max_batch: 4096,
         ..GpuConfig::default()
-    }
-}
-
-/// Signs `n` requests at once; every signature is checked with the public key.
-async fn sign_many(engine: &dyn Engine, key: &Arc<PrivateKey>, n: usize) {
-    let alg = SignatureAlgorithm::RsaPssSha256;
-    let futs: Vec<_> = (0..n)
-        .map(|i| {
-            let digest = alg.hash().digest(format!("m{i}").as_bytes());
-            let req = SignRequest {
-                key: key.id(),
-                kind: key.kind(),
-                private: Some(key.clone()),
-                algorithm: alg,
-                digest: digest.clone(),
-            };
-            (digest, engine.submit(req))
-        })
-        .collect();
-    for (digest, f) in futs {
-        let sig = f.await.expect("signed");
-        assert!(key.verify_digest(alg, &digest, &sig));
     }
 }
 

@@ -466,7 +466,7 @@ unsafe fn blind_op<V: Lanes, const L: usize, const L2: usize>(
 
 /// `out` = a·b·R⁻¹ mod n, fully reduced (a, b below 2n). Constant time.
 #[inline(always)]
-unsafe fn mul_op<V: Lanes, const L: usize>(
+unsafe fn mul_op<V: Lanes, const L: usize, const L2: usize>(
     a: &[u64],
     b: &[u64],
     n: &[u64],
@@ -521,141 +521,41 @@ type PublicFn = unsafe fn(&[u64], &[u64], &[u64], &[u64], &[u64], &mut [u64]);
 type BlindFn = unsafe fn(&[u64], &[u64], &[u64], &mut [u64], &mut [u64], &mut [u64]);
 type MulFn = unsafe fn(&[u64], &[u64], &[u64], &[u64], &mut [u64]);
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn crt_zmm<const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { crt_sign::<crate::lanes::Zmm, L, L2>(io, out) }
+/// The entry points of one lane pass `$op::<V, L, L2>`: `$zmm` (8 lanes) and `$ymm` (4), compiled
+/// with the IFMA lanes' CPU features so their intrinsics inline, and `$scalar` (portable).
+macro_rules! lane_entries {
+    ($op:ident: $zmm:ident, $ymm:ident, $scalar:ident ($($arg:ident: $ty:ty),*)) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
+        unsafe fn $zmm<const L: usize, const L2: usize>($($arg: $ty),*) {
+            // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
+            unsafe { $op::<crate::lanes::Zmm, L, L2>($($arg),*) }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
+        unsafe fn $ymm<const L: usize, const L2: usize>($($arg: $ty),*) {
+            // SAFETY: as above.
+            unsafe { $op::<crate::lanes::Ymm, L, L2>($($arg),*) }
+        }
+
+        unsafe fn $scalar<const L: usize, const L2: usize>($($arg: $ty),*) {
+            // SAFETY: as above (the portable lane needs no CPU feature).
+            unsafe { $op::<Scalar, L, L2>($($arg),*) }
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn crt_ymm<const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { crt_sign::<crate::lanes::Ymm, L, L2>(io, out) }
-}
-
-unsafe fn crt_scalar<const L: usize, const L2: usize>(io: &mut CrtInputs, out: &mut [u64]) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { crt_sign::<Scalar, L, L2>(io, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn pub_zmm<const L: usize, const L2: usize>(
-    s: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    rr: &[u64],
-    e: &[u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { public_op::<crate::lanes::Zmm, L, L2>(s, n, k0, rr, e, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn pub_ymm<const L: usize, const L2: usize>(
-    s: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    rr: &[u64],
-    e: &[u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { public_op::<crate::lanes::Ymm, L, L2>(s, n, k0, rr, e, out) }
-}
-
-unsafe fn pub_scalar<const L: usize, const L2: usize>(
-    s: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    rr: &[u64],
-    e: &[u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { public_op::<Scalar, L, L2>(s, n, k0, rr, e, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn blind_zmm<const L: usize, const L2: usize>(
-    msg: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    blind: &mut [u64],
-    unblind: &mut [u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { blind_op::<crate::lanes::Zmm, L, L2>(msg, n, k0, blind, unblind, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn blind_ymm<const L: usize, const L2: usize>(
-    msg: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    blind: &mut [u64],
-    unblind: &mut [u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { blind_op::<crate::lanes::Ymm, L, L2>(msg, n, k0, blind, unblind, out) }
-}
-
-unsafe fn blind_scalar<const L: usize, const L2: usize>(
-    msg: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    blind: &mut [u64],
-    unblind: &mut [u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { blind_op::<Scalar, L, L2>(msg, n, k0, blind, unblind, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn mul_zmm<const L: usize, const L2: usize>(
-    a: &[u64],
-    b: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { mul_op::<crate::lanes::Zmm, L>(a, b, n, k0, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma,avx512vl")]
-unsafe fn mul_ymm<const L: usize, const L2: usize>(
-    a: &[u64],
-    b: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { mul_op::<crate::lanes::Ymm, L>(a, b, n, k0, out) }
-}
-
-unsafe fn mul_scalar<const L: usize, const L2: usize>(
-    a: &[u64],
-    b: &[u64],
-    n: &[u64],
-    k0: &[u64],
-    out: &mut [u64],
-) {
-    // SAFETY: this `unsafe fn`'s contract holds (lane CPU features; sizes asserted).
-    unsafe { mul_op::<Scalar, L>(a, b, n, k0, out) }
-}
+lane_entries!(crt_sign: crt_zmm, crt_ymm, crt_scalar (io: &mut CrtInputs, out: &mut [u64]));
+lane_entries!(public_op: pub_zmm, pub_ymm, pub_scalar (
+    s: &[u64], n: &[u64], k0: &[u64], rr: &[u64], e: &[u64], out: &mut [u64]
+));
+lane_entries!(blind_op: blind_zmm, blind_ymm, blind_scalar (
+    msg: &[u64], n: &[u64], k0: &[u64], blind: &mut [u64], unblind: &mut [u64], out: &mut [u64]
+));
+lane_entries!(mul_op: mul_zmm, mul_ymm, mul_scalar (
+    a: &[u64], b: &[u64], n: &[u64], k0: &[u64], out: &mut [u64]
+));
 
 /// The CRT signing pass for a prime size of `half_limbs` limbs (20, 30 or 40).
 pub(crate) fn crt_fn(backend: crate::Backend, half_limbs: usize) -> CrtFn {

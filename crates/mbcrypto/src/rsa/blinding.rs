@@ -156,29 +156,16 @@ pub fn blind_batch(backend: Backend, jobs: &[BlindJob]) -> Vec<Result<Blinded, R
                 lanes,
                 wide,
             ));
-            let n = interleave(
-                &(0..lanes)
-                    .map(|l| pick(l).key.n.as_slice())
-                    .collect::<Vec<_>>(),
-                lanes,
-                wide,
-            );
+            let n = interleave_lanes(lanes, wide, |l| pick(l).key.n.as_slice());
             let k0: Vec<u64> = (0..lanes).map(|l| pick(l).key.n_k0).collect();
+            // Spare lanes repeat the last job's pair (their results are not kept).
             let lane_slot = |l: usize| l.min(chunk.len() - 1);
-            let mut blind = Zeroizing::new(interleave(
-                &(0..lanes)
-                    .map(|l| slots[lane_slot(l)].blind.as_slice())
-                    .collect::<Vec<_>>(),
-                lanes,
-                wide,
-            ));
-            let mut unblind = Zeroizing::new(interleave(
-                &(0..lanes)
-                    .map(|l| slots[lane_slot(l)].unblind.as_slice())
-                    .collect::<Vec<_>>(),
-                lanes,
-                wide,
-            ));
+            let mut blind = Zeroizing::new(interleave_lanes(lanes, wide, |l| {
+                slots[lane_slot(l)].blind.as_slice()
+            }));
+            let mut unblind = Zeroizing::new(interleave_lanes(lanes, wide, |l| {
+                slots[lane_slot(l)].unblind.as_slice()
+            }));
             let factors: Vec<Unblinder> = (0..chunk.len())
                 .map(|l| Unblinder(lane_of(&unblind, lanes, l)))
                 .collect();
@@ -208,6 +195,11 @@ pub fn blind_batch(backend: Backend, jobs: &[BlindJob]) -> Vec<Result<Blinded, R
         .into_iter()
         .map(|r| r.expect("every job answered"))
         .collect()
+}
+
+/// Lane l's number `f(l)` for each of `lanes` lanes, interleaved limb-major.
+fn interleave_lanes<'a>(lanes: usize, wide: usize, f: impl Fn(usize) -> &'a [u64]) -> Vec<u64> {
+    interleave(&(0..lanes).map(f).collect::<Vec<_>>(), lanes, wide)
 }
 
 /// One result to unblind and check: `output` (big-endian, the modulus's length) is what the
@@ -244,21 +236,13 @@ pub fn unblind_verify_batch(backend: Backend, jobs: &[UnblindJob]) -> Vec<Option
             .collect();
         for chunk in same.chunks(lanes) {
             let pick = |l: usize| &jobs[chunk[l.min(chunk.len() - 1)]];
-            let per_lane = |f: for<'r, 's> fn(&'r UnblindJob<'s>) -> &'r [u64]| {
-                let v: Vec<&[u64]> = (0..lanes).map(|l| f(pick(l))).collect();
-                interleave(&v, lanes, wide)
-            };
             let outputs: Vec<Vec<u64>> = (0..lanes)
                 .map(|l| bytes_to_limbs(pick(l).output, wide))
                 .collect();
-            let output = interleave(
-                &outputs.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-                lanes,
-                wide,
-            );
-            let unblind = Zeroizing::new(per_lane(|j| &j.unblind.0));
-            let n = per_lane(|j| &j.key.n);
-            let n_rr = per_lane(|j| &j.key.n_rr);
+            let output = interleave_lanes(lanes, wide, |l| outputs[l].as_slice());
+            let unblind = Zeroizing::new(interleave_lanes(lanes, wide, |l| &pick(l).unblind.0));
+            let n = interleave_lanes(lanes, wide, |l| &pick(l).key.n);
+            let n_rr = interleave_lanes(lanes, wide, |l| &pick(l).key.n_rr);
             let k0: Vec<u64> = (0..lanes).map(|l| pick(l).key.n_k0).collect();
             let e: Vec<u64> = (0..lanes).map(|l| pick(l).key.e).collect();
             // A lane that fails its check holds a faulty signature here, from which n could be
