@@ -459,3 +459,38 @@ fn l4_config_errors_name_the_field() {
         "{err}"
     );
 }
+
+/// `rampart gpu-worker` as the gpu engine starts it (the gateway's `isolation = "process"`):
+/// with the simulated device, the engine's batches run in it through the descriptors it is
+/// handed, and its signatures verify; a wrong argument is refused with the argument named.
+#[test]
+fn gpu_worker_subcommand_serves_the_engine_through_passed_descriptors() {
+    use gpu_engine::process::{ProcessBackend, WorkerCommand};
+    use gpu_engine::BatchBackend;
+    let worker = |args: &[&str]| WorkerCommand {
+        program: env!("CARGO_BIN_EXE_rampart").into(),
+        args: std::iter::once("gpu-worker")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect(),
+    };
+    let config = gpu_engine::GpuConfig {
+        max_batch: 64,
+        ..gpu_engine::GpuConfig::default()
+    };
+    let backend = ProcessBackend::start(worker(&["--simulated", "100:1000"]), &config)
+        .expect("the worker starts");
+    assert!(backend.describe().contains("worker process"));
+    let der = boring::rsa::Rsa::generate(2048)
+        .unwrap()
+        .private_key_to_der()
+        .unwrap();
+    let key = gpu_engine::GpuKey::from_der(&der).unwrap();
+    let run = gpu_engine::bench_batch(&backend, &key, 8, std::time::Duration::from_millis(50))
+        .expect("batches run in the worker and match the CPU build of the core");
+    assert!(run.batches >= 1);
+    let err = ProcessBackend::start(worker(&["--bogus", "1"]), &config)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("did not start"), "{err}");
+}
