@@ -327,36 +327,13 @@ fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::R
         ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
     };
     let ca_path = tls.client_ca.as_ref().expect("validated");
-    let pem = std::fs::read(ca_path)
-        .map_err(|e| anyhow!("tls.client_ca: {}: cannot read: {e}", ca_path.display()))?;
-    let cas = X509::stack_from_pem(&pem)
-        .ok()
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| {
-            anyhow!(
-                "tls.client_ca: {}: expected PEM certificates (-----BEGIN CERTIFICATE-----)",
-                ca_path.display()
-            )
-        })?;
-    let mut store = boring::x509::store::X509StoreBuilder::new()?;
-    for ca in cas {
-        store.add_cert(ca)?;
-    }
-    let names = boring::x509::X509Name::load_client_ca_file(ca_path)
-        .map_err(|e| anyhow!("tls.client_ca: {}: {e}", ca_path.display()))?;
-    if let Some(crl_path) = &tls.client_crl {
-        let pem = std::fs::read(crl_path)
-            .map_err(|e| anyhow!("tls.client_crl: {}: cannot read: {e}", crl_path.display()))?;
-        add_crl(&mut store, &pem).map_err(|()| {
-            anyhow!(
-                "tls.client_crl: {}: expected a PEM CRL (-----BEGIN X509 CRL-----)",
-                crl_path.display()
-            )
-        })?;
-        store.set_flags(boring::x509::verify::X509VerifyFlags::CRL_CHECK);
+    let (store, cas) = client_auth_material(ca_path, tls.client_crl.as_deref())?;
+    let mut names = boring::stack::Stack::new()?;
+    for name in cas {
+        names.push(name)?;
     }
     b.set_verify(mode);
-    b.set_verify_cert_store(store.build())?;
+    b.set_verify_cert_store(store)?;
     b.set_client_ca_list(names);
     // Sessions resume only under the same client-certificate settings: a session made where
     // none was asked for must not resume for a name that requires one.
@@ -368,6 +345,91 @@ fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::R
     }
     b.set_session_id_context(&sid.finish())?;
     Ok(())
+}
+
+/// The verify store of the CAs in `ca_path` (with the CRL in `crl_path`, checked) and the CAs'
+/// names (sent to clients as the acceptable ones). Parsed once per contents: every TLS context
+/// of every listener and name that uses the same files shares one store (a store is reference
+/// counted), and files whose contents changed are parsed again (a reload). Errors name the
+/// field and the file.
+fn client_auth_material(
+    ca_path: &std::path::Path,
+    crl_path: Option<&std::path::Path>,
+) -> anyhow::Result<(boring::x509::store::X509Store, Vec<boring::x509::X509Name>)> {
+    use boring::x509::store::X509Store;
+    type Material = (X509Store, Vec<boring::x509::X509Name>);
+    static PARSED: std::sync::Mutex<Option<HashMap<Vec<u8>, Material>>> =
+        std::sync::Mutex::new(None);
+    let pem = std::fs::read(ca_path)
+        .map_err(|e| anyhow!("tls.client_ca: {}: cannot read: {e}", ca_path.display()))?;
+    let crl = crl_path
+        .map(|p| {
+            std::fs::read(p)
+                .map_err(|e| anyhow!("tls.client_crl: {}: cannot read: {e}", p.display()))
+        })
+        .transpose()?;
+    let mut key = boring::sha::sha256(&pem).to_vec();
+    if let Some(crl) = &crl {
+        key.extend_from_slice(&boring::sha::sha256(crl));
+    }
+    let mut parsed = PARSED.lock().unwrap_or_else(|e| e.into_inner());
+    let parsed = parsed.get_or_insert_with(HashMap::new);
+    if let Some((store, names)) = parsed.get(&key) {
+        let names = names
+            .iter()
+            .map(|n| dup_name(n))
+            .collect::<Result<_, _>>()?;
+        return Ok((store.clone(), names));
+    }
+    let cas = X509::stack_from_pem(&pem)
+        .ok()
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| {
+            anyhow!(
+                "tls.client_ca: {}: expected PEM certificates (-----BEGIN CERTIFICATE-----)",
+                ca_path.display()
+            )
+        })?;
+    let mut store = boring::x509::store::X509StoreBuilder::new()?;
+    let mut names = Vec::with_capacity(cas.len());
+    for ca in cas {
+        names.push(dup_name(ca.subject_name())?);
+        store.add_cert(ca)?;
+    }
+    if let (Some(crl), Some(crl_path)) = (&crl, crl_path) {
+        add_crl(&mut store, crl).map_err(|()| {
+            anyhow!(
+                "tls.client_crl: {}: expected a PEM CRL (-----BEGIN X509 CRL-----)",
+                crl_path.display()
+            )
+        })?;
+        store.set_flags(boring::x509::verify::X509VerifyFlags::CRL_CHECK);
+    }
+    let store = store.build();
+    // A few distinct files at most; forget them all rather than grow without bound.
+    if parsed.len() >= 64 {
+        parsed.clear();
+    }
+    let copies = names
+        .iter()
+        .map(|n| dup_name(n))
+        .collect::<Result<_, _>>()?;
+    parsed.insert(key, (store.clone(), copies));
+    Ok((store, names))
+}
+
+/// A copy of `name` (boring 5.4 has no safe one).
+fn dup_name(name: &boring::x509::X509NameRef) -> anyhow::Result<boring::x509::X509Name> {
+    use foreign_types::{ForeignType, ForeignTypeRef};
+    // SAFETY: X509_NAME_dup reads the live name behind the reference and returns a new one
+    // owned by the caller (or null, checked), which X509Name takes over and frees.
+    unsafe {
+        let copy = boring_sys::X509_NAME_dup(name.as_ptr());
+        if copy.is_null() {
+            bail!("copying a client CA's name");
+        }
+        Ok(boring::x509::X509Name::from_ptr(copy))
+    }
 }
 
 /// Adds the CRL in `pem` to `store`.
@@ -594,5 +656,64 @@ impl ListenerCerts {
         if let (Some(q), Some(store)) = (&self.quic, prepared.quic) {
             q.store.replace(store);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use foreign_types::ForeignTypeRef;
+
+    fn ca_pem(cn: &str) -> Vec<u8> {
+        let key = boring::pkey::PKey::from_ec_key(
+            boring::ec::EcKey::generate(
+                &boring::ec::EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1).unwrap(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let mut name = boring::x509::X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", cn).unwrap();
+        let name = name.build();
+        let mut b = boring::x509::X509Builder::new().unwrap();
+        b.set_subject_name(&name).unwrap();
+        b.set_issuer_name(&name).unwrap();
+        b.set_pubkey(&key).unwrap();
+        b.set_not_before(&boring::asn1::Asn1Time::days_from_now(0).unwrap())
+            .unwrap();
+        b.set_not_after(&boring::asn1::Asn1Time::days_from_now(1).unwrap())
+            .unwrap();
+        b.sign(&key, boring::hash::MessageDigest::sha256()).unwrap();
+        b.build().to_pem().unwrap()
+    }
+
+    fn cn(name: &boring::x509::X509NameRef) -> String {
+        let entry = name
+            .entries_by_nid(boring::nid::Nid::COMMONNAME)
+            .next()
+            .unwrap();
+        entry.data().as_utf8().unwrap().to_string()
+    }
+
+    #[test]
+    fn client_ca_files_are_parsed_once_per_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, ca_pem("first")).unwrap();
+        let (a, names) = client_auth_material(&path, None).unwrap();
+        let (b, _) = client_auth_material(&path, None).unwrap();
+        assert_eq!(a.as_ptr(), b.as_ptr(), "the same contents share one store");
+        assert_eq!(cn(&names[0]), "first");
+        // Changed contents (a reload): parsed again, the new CA's name.
+        std::fs::write(&path, ca_pem("second")).unwrap();
+        let (c, names) = client_auth_material(&path, None).unwrap();
+        assert_ne!(a.as_ptr(), c.as_ptr());
+        assert_eq!(cn(&names[0]), "second");
+        std::fs::write(&path, "not pem").unwrap();
+        let e = client_auth_material(&path, None)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("tls.client_ca") && e.contains("ca.pem"), "{e}");
     }
 }
