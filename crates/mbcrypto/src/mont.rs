@@ -567,54 +567,30 @@ pub(crate) fn crt_fn(backend: crate::Backend, half_limbs: usize) -> CrtFn {
     }
 }
 
+/// A pass over the whole modulus for primes of `half_limbs` limbs: instantiated on the
+/// modulus's 2·half limbs and its double width.
+macro_rules! modulus_pass {
+    ($backend:expr, $half:expr, $scalar:ident, $zmm:ident, $ymm:ident) => {
+        match $half {
+            20 => dispatch!($backend, 40, 80, $scalar::<40, 80>, $zmm, $ymm),
+            30 => dispatch!($backend, 60, 120, $scalar::<60, 120>, $zmm, $ymm),
+            40 => dispatch!($backend, 80, 160, $scalar::<80, 160>, $zmm, $ymm),
+            _ => unreachable!("prime sizes are checked at key load"),
+        }
+    };
+}
+
 /// The public-exponent pass for a modulus of `2 * half_limbs` limbs.
 pub(crate) fn public_fn(backend: crate::Backend, half_limbs: usize) -> PublicFn {
-    match half_limbs {
-        // Instantiated on the whole modulus (2·half limbs) and its double width.
-        20 => dispatch!(backend, 40, 80, pub_scalar::<40, 80>, pub_zmm, pub_ymm),
-        30 => dispatch!(backend, 60, 120, pub_scalar::<60, 120>, pub_zmm, pub_ymm),
-        40 => dispatch!(backend, 80, 160, pub_scalar::<80, 160>, pub_zmm, pub_ymm),
-        _ => unreachable!("prime sizes are checked at key load"),
-    }
+    modulus_pass!(backend, half_limbs, pub_scalar, pub_zmm, pub_ymm)
 }
 
 /// The blinding pass (msg·r^e, then the pair squared) for a modulus of `2 * half_limbs` limbs.
 pub(crate) fn blind_fn(backend: crate::Backend, half_limbs: usize) -> BlindFn {
-    match half_limbs {
-        20 => dispatch!(
-            backend,
-            40,
-            80,
-            blind_scalar::<40, 80>,
-            blind_zmm,
-            blind_ymm
-        ),
-        30 => dispatch!(
-            backend,
-            60,
-            120,
-            blind_scalar::<60, 120>,
-            blind_zmm,
-            blind_ymm
-        ),
-        40 => dispatch!(
-            backend,
-            80,
-            160,
-            blind_scalar::<80, 160>,
-            blind_zmm,
-            blind_ymm
-        ),
-        _ => unreachable!("prime sizes are checked at key load"),
-    }
+    modulus_pass!(backend, half_limbs, blind_scalar, blind_zmm, blind_ymm)
 }
 
 /// The Montgomery multiplication pass for a modulus of `2 * half_limbs` limbs.
 pub(crate) fn mul_fn(backend: crate::Backend, half_limbs: usize) -> MulFn {
-    match half_limbs {
-        20 => dispatch!(backend, 40, 80, mul_scalar::<40, 80>, mul_zmm, mul_ymm),
-        30 => dispatch!(backend, 60, 120, mul_scalar::<60, 120>, mul_zmm, mul_ymm),
-        40 => dispatch!(backend, 80, 160, mul_scalar::<80, 160>, mul_zmm, mul_ymm),
-        _ => unreachable!("prime sizes are checked at key load"),
-    }
+    modulus_pass!(backend, half_limbs, mul_scalar, mul_zmm, mul_ymm)
 }
