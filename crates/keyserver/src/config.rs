@@ -72,12 +72,7 @@ impl KeyServerConfig {
         {
             *p = base.join(&*p);
         }
-        let fail = |path: String, message: String| ConfigError {
-            file: file.into(),
-            path,
-            line: None,
-            message,
-        };
+        let fail = |path: String, message: String| ConfigError::at(file, path, message);
         let k = &cfg.keyserver;
         for (f, p) in [
             ("cert", &k.cert),

@@ -135,12 +135,8 @@ impl L4Config {
 
     pub fn parse(text: &str, file: &str) -> Result<L4Config, ConfigError> {
         let cfg: L4Config = parse_toml(text, file)?;
-        cfg.validate().map_err(|(path, message)| ConfigError {
-            file: file.into(),
-            path,
-            line: None,
-            message,
-        })?;
+        cfg.validate()
+            .map_err(|(path, message)| ConfigError::at(file, path, message))?;
         Ok(cfg)
     }
 

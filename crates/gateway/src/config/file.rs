@@ -47,12 +47,8 @@ pub fn load_file<T>(
     parse: impl FnOnce(&str, &str, &Path) -> Result<T, ConfigError>,
 ) -> Result<T, ConfigError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: file.clone(),
-        path: String::new(),
-        line: None,
-        message: format!("cannot read: {e}"),
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::at(&file, "", format!("cannot read: {e}")))?;
     parse(&text, &file, path.parent().unwrap_or(Path::new(".")))
 }
 

@@ -56,6 +56,23 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+impl ConfigError {
+    /// An error at field `path` of `file` (empty: the whole file), with no line to point at
+    /// (found after parsing: validation, reading, building).
+    pub fn at(
+        file: impl Into<String>,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ConfigError {
+            file: file.into(),
+            path: path.into(),
+            line: None,
+            message: message.into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -87,12 +104,8 @@ impl Config {
     pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
         let mut cfg: Config = parse_toml(text, file)?;
         cfg.resolve_paths(base_dir);
-        cfg.validate().map_err(|(path, message)| ConfigError {
-            file: file.into(),
-            path,
-            line: None,
-            message,
-        })?;
+        cfg.validate()
+            .map_err(|(path, message)| ConfigError::at(file, path, message))?;
         Ok(cfg)
     }
 

@@ -197,12 +197,7 @@ pub fn parse_object(
     source: &str,
     base: &Path,
 ) -> Result<Object, ConfigError> {
-    let fail = |path: &str, message: String| ConfigError {
-        file: source.into(),
-        path: path.into(),
-        line: None,
-        message,
-    };
+    let fail = |path: &str, message: String| ConfigError::at(source, path, message);
     if !valid_object_name(name) {
         return Err(fail(
             "",

@@ -89,12 +89,8 @@ pub fn decide(
 ) -> Composed {
     let base = file.control.base_dir();
     let source = |key: &str| file.control.object_source(key);
-    let error = |key: &str, path: &str, message: String| ConfigError {
-        file: source(key),
-        path: path.into(),
-        line: None,
-        message,
-    };
+    let error =
+        |key: &str, path: &str, message: String| ConfigError::at(source(key), path, message);
     let mut errors = BTreeMap::new();
     let refuse =
         |errors: &mut BTreeMap<String, ConfigError>, key: &str, path: &str, msg: String| {

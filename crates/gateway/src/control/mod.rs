@@ -375,12 +375,11 @@ impl Plane {
                 Err(e) => {
                     build_errors.insert(
                         key.clone(),
-                        ConfigError {
-                            file: s.file.control.object_source(key),
-                            path: String::new(),
-                            line: None,
-                            message: format!("does not build: {e:#}"),
-                        },
+                        ConfigError::at(
+                            s.file.control.object_source(key),
+                            "",
+                            format!("does not build: {e:#}"),
+                        ),
                     );
                 }
             }
