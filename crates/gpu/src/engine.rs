@@ -990,13 +990,19 @@ fn par_map<T: Sync, R: Send>(
     })
 }
 
+/// The size of chunks of `len` requests that are whole lane groups (8, the IFMA lanes), about
+/// one chunk per CPU thread.
+fn lane_chunk(len: usize, threads: usize) -> usize {
+    len.div_ceil(threads).next_multiple_of(8)
+}
+
 /// One launch: requests of one key size over at most `max_keys` keys.
 fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: Vec<Job>) {
     let c = &shared.counters;
     let threads = shared.config.cpu_threads.max(1);
-    // Chunks of whole lane groups, about one per CPU thread.
-    let size = jobs.len().div_ceil(threads).next_multiple_of(8).max(32);
-    let chunks: Vec<&[Job]> = jobs.chunks(size).collect();
+    let chunks: Vec<&[Job]> = jobs
+        .chunks(lane_chunk(jobs.len(), threads).max(32))
+        .collect();
     let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, 1, &chunks, |chunk| {
         let items: Vec<PrepareItem> = chunk
             .iter()
@@ -1059,9 +1065,8 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
                         digest: &j.request.digest,
                     })
                     .collect();
-                // Chunks of whole lane groups, about one per CPU thread.
-                let size = items.len().div_ceil(threads).next_multiple_of(8);
-                let chunks: Vec<&[Finish]> = items.chunks(size).collect();
+                let chunks: Vec<&[Finish]> =
+                    items.chunks(lane_chunk(items.len(), threads)).collect();
                 // One chunk per thread (each is already a lane group or more).
                 par_map(threads, 1, &chunks, |chunk| finish_batch(chunk))
                     .into_iter()

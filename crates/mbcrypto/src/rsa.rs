@@ -350,6 +350,33 @@ fn interleave(values: &[&[u64]], lanes: usize, limbs: usize) -> Vec<u64> {
     out
 }
 
+/// Lane l's number `f(l)` for each of `lanes` lanes, interleaved limb-major.
+fn interleave_lanes<'a>(lanes: usize, wide: usize, f: impl Fn(usize) -> &'a [u64]) -> Vec<u64> {
+    interleave(&(0..lanes).map(f).collect::<Vec<_>>(), lanes, wide)
+}
+
+/// The public-exponent pass over `sig` (interleaved, each lane below its key's modulus): each
+/// lane's s^e mod n, interleaved, for primes of `half` limbs. `keys` has one key per lane.
+/// The backend must be available (callers assert it).
+fn public_pass(
+    backend: Backend,
+    half: usize,
+    keys: &[&RsaPublicKey],
+    sig: &[u64],
+) -> zeroize::Zeroizing<Vec<u64>> {
+    let (lanes, wide) = (backend.lanes(), 2 * half);
+    assert!(keys.len() == lanes && sig.len() == lanes * wide && backend.available());
+    let n = interleave_lanes(lanes, wide, |l| &keys[l].n);
+    let n_rr = interleave_lanes(lanes, wide, |l| &keys[l].n_rr);
+    let k0: Vec<u64> = keys.iter().map(|k| k.n_k0).collect();
+    let e: Vec<u64> = keys.iter().map(|k| k.e).collect();
+    let mut check = zeroize::Zeroizing::new(vec![0u64; wide * lanes]);
+    // SAFETY: the backend is available (asserted); every buffer has `lanes` lanes of `wide`
+    // limbs for this size, and each signature is below its lane's modulus (the caller's).
+    unsafe { mont::public_fn(backend, half)(sig, &n, &k0, &n_rr, &e, &mut check) };
+    check
+}
+
 fn lane_of(buf: &[u64], lanes: usize, lane: usize) -> Vec<u64> {
     buf.iter().skip(lane).step_by(lanes).copied().collect()
 }
@@ -616,20 +643,9 @@ pub fn verify_batch(backend: Backend, items: &[VerifyItem]) -> Vec<bool> {
         for chunk in same.chunks(lanes) {
             let pick = |l: usize| &chunk[l.min(chunk.len() - 1)];
             let keys: Vec<&RsaPublicKey> = (0..lanes).map(|l| items[pick(l).0].key).collect();
-            let sigs: Vec<&[u64]> = (0..lanes).map(|l| pick(l).1.as_slice()).collect();
-            let per_lane = |f: &dyn Fn(&RsaPublicKey) -> &[u64]| {
-                let v: Vec<&[u64]> = keys.iter().map(|k| f(k)).collect();
-                interleave(&v, lanes, wide)
-            };
-            let n = per_lane(&|k| &k.n);
-            let n_rr = per_lane(&|k| &k.n_rr);
-            let n_k0: Vec<u64> = keys.iter().map(|k| k.n_k0).collect();
-            let e: Vec<u64> = keys.iter().map(|k| k.e).collect();
-            let sig = interleave(&sigs, lanes, wide);
-            let mut check = vec![0u64; wide * lanes];
-            // SAFETY: `backend.available()` was asserted above; every buffer has `lanes` lanes
-            // of `wide` limbs for this size, and each signature is below its lane's modulus.
-            unsafe { mont::public_fn(backend, half)(&sig, &n, &n_k0, &n_rr, &e, &mut check) };
+            let sig = interleave_lanes(lanes, wide, |l| pick(l).1.as_slice());
+            // Each signature is below its lane's modulus (filtered above).
+            let check = public_pass(backend, half, &keys, &sig);
             for (l, (i, _)) in chunk.iter().enumerate() {
                 results[*i] = lane_of(&check, lanes, l) == bytes_to_limbs(items[*i].expected, wide);
             }

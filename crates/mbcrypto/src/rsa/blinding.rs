@@ -7,7 +7,9 @@
 //! is squared after every use. Slot i starts at r^(2i+1), so a slot's factors are
 //! r^((2i+1)·2^k) and no two uses of any slots share a factor (their odd parts differ).
 
-use super::{interleave, lane_of, take_slots, BlindPair, RsaError, RsaPublicKey, Slots};
+use super::{
+    interleave_lanes, lane_of, public_pass, take_slots, BlindPair, RsaError, RsaPublicKey, Slots,
+};
 use crate::bignum::{bytes_to_limbs, limbs_to_bytes};
 use crate::{mont, Backend};
 use std::sync::atomic::AtomicUsize;
@@ -151,11 +153,7 @@ pub fn blind_batch(backend: Backend, jobs: &[BlindJob]) -> Vec<Result<Blinded, R
             let msgs: Vec<Zeroizing<Vec<u64>>> = (0..lanes)
                 .map(|l| Zeroizing::new(bytes_to_limbs(pick(l).message, wide)))
                 .collect();
-            let msg = Zeroizing::new(interleave(
-                &msgs.iter().map(|m| m.as_slice()).collect::<Vec<_>>(),
-                lanes,
-                wide,
-            ));
+            let msg = Zeroizing::new(interleave_lanes(lanes, wide, |l| msgs[l].as_slice()));
             let n = interleave_lanes(lanes, wide, |l| pick(l).key.n.as_slice());
             let k0: Vec<u64> = (0..lanes).map(|l| pick(l).key.n_k0).collect();
             // Spare lanes repeat the last job's pair (their results are not kept).
@@ -197,11 +195,6 @@ pub fn blind_batch(backend: Backend, jobs: &[BlindJob]) -> Vec<Result<Blinded, R
         .collect()
 }
 
-/// Lane l's number `f(l)` for each of `lanes` lanes, interleaved limb-major.
-fn interleave_lanes<'a>(lanes: usize, wide: usize, f: impl Fn(usize) -> &'a [u64]) -> Vec<u64> {
-    interleave(&(0..lanes).map(f).collect::<Vec<_>>(), lanes, wide)
-}
-
 /// One result to unblind and check: `output` (big-endian, the modulus's length) is what the
 /// exponentiation returned for a [`Blinded`] input, `expected` the encoded message it was made
 /// from.
@@ -241,21 +234,17 @@ pub fn unblind_verify_batch(backend: Backend, jobs: &[UnblindJob]) -> Vec<Option
                 .collect();
             let output = interleave_lanes(lanes, wide, |l| outputs[l].as_slice());
             let unblind = Zeroizing::new(interleave_lanes(lanes, wide, |l| &pick(l).unblind.0));
-            let n = interleave_lanes(lanes, wide, |l| &pick(l).key.n);
-            let n_rr = interleave_lanes(lanes, wide, |l| &pick(l).key.n_rr);
-            let k0: Vec<u64> = (0..lanes).map(|l| pick(l).key.n_k0).collect();
-            let e: Vec<u64> = (0..lanes).map(|l| pick(l).key.e).collect();
+            let keys: Vec<&RsaPublicKey> = (0..lanes).map(|l| pick(l).key).collect();
+            let n = interleave_lanes(lanes, wide, |l| &keys[l].n);
+            let k0: Vec<u64> = keys.iter().map(|k| k.n_k0).collect();
             // A lane that fails its check holds a faulty signature here, from which n could be
             // factored: wiped on drop like the factors.
             let mut sig = Zeroizing::new(vec![0u64; wide * lanes]);
-            let mut check = Zeroizing::new(vec![0u64; wide * lanes]);
             // SAFETY: the backend's availability was asserted above; every buffer holds
-            // `lanes` lanes of `wide` limbs for this size; outputs are below their moduli, so
-            // the signatures (fully reduced) are too.
-            unsafe {
-                mont::mul_fn(backend, half)(&output, &unblind, &n, &k0, &mut sig);
-                mont::public_fn(backend, half)(&sig, &n, &k0, &n_rr, &e, &mut check);
-            }
+            // `lanes` lanes of `wide` limbs for this size.
+            unsafe { mont::mul_fn(backend, half)(&output, &unblind, &n, &k0, &mut sig) };
+            // Outputs are below their moduli, so the signatures (fully reduced) are too.
+            let check = public_pass(backend, half, &keys, &sig);
             for (l, &i) in chunk.iter().enumerate() {
                 if lane_of(&check, lanes, l) == bytes_to_limbs(jobs[i].expected, wide) {
                     results[i] = Some(limbs_to_bytes(&lane_of(&sig, lanes, l), jobs[i].key.len));
