@@ -9,6 +9,7 @@
 #   (on the device, from the repo root)  OUT=/some/dir scripts/gpu-device-check.sh
 # Settings: SECS per batch size (1), DURATION per end-to-end row (8s), VSIZES for the variant
 # rows (1,256,4096,16384,65536), SKIP_CPU_ENGINES=1 leaves out the CPU engines' `bench engine` rows,
+# BIG_VARIANTS and BIG_SIZES the shapes and batch sizes measured at RSA-3072/4096,
 # SKIP_E2E=1 the end-to-end handshake runs, LEVELS the gpu engine's `bench engine` concurrencies,
 # ONLY=cache-start times the engine's start with an empty and a filled kernel cache instead;
 # ONLY=engine skips the kernel sweep: CPU side (against $D/device_bench_old if carried), the engine
@@ -36,15 +37,15 @@ if [ "${1:-}" = --prepare ]; then
   if [ -n "${PTXAS:-}" ]; then
     rm -rf "$D/cubins"; mkdir -p "$D/cubins"
     # name: device_bench flags (s = threads per request, g = group kernel of that many threads
-    # per request, sh = window table in shared memory, cc = carry chains, w = window, b = block).
+    # per request, sh = window table in shared memory, cc = carry chains, w = window, b = block,
+    # bs = b's limbs through shared memory: --define RSA_B_SHARED=1).
     # VARIANTS (';'-separated) picks some of them.
-    IFS=';' read -r -a variants <<<"${VARIANTS:-s1w5 --split 1;s2w5 --split 2;g8 --split 8;g16 --split 16;g32 --split 32;\
-g16sh --split 16 --table-shared;g32sh --split 32 --table-shared;g32cc --split 32 --carry-chains;\
-g32shcc --split 32 --table-shared --carry-chains;g16shcc --split 16 --table-shared --carry-chains;\
-g16shccw4 --split 16 --table-shared --carry-chains --window 4;g8shcc --split 8 --table-shared --carry-chains;\
-g8shccw4 --split 8 --table-shared --carry-chains --window 4;g32shccw4 --split 32 --table-shared --carry-chains --window 4;\
-g32shw4 --split 32 --table-shared --window 4;g16shccb64 --split 16 --table-shared --carry-chains --block 64;\
-g32b64 --split 32 --block 64;g32shb256 --split 32 --table-shared --block 256}"
+    # The engine's defaults (shared table, carry chains, 4-bit window) apply unless a flag says
+    # otherwise: a name without sh or cc passes --table-local / --no-carry-chains.
+    IFS=';' read -r -a variants <<<"${VARIANTS:-s1w5 --split 1 --window 5;s2w5 --split 2 --window 5;\
+g16w5 --split 16 --table-local --no-carry-chains --window 5;g16shw4 --split 16 --no-carry-chains;\
+g16ccw4 --split 16 --table-local;g16shccw4 --split 16;g16shccw5 --split 16 --window 5;\
+g8shccw4 --split 8;g32shccw4 --split 32;g16shccw4b64 --split 16 --block 64}"
     for v in "${variants[@]}"; do
       set -- $v; name=$1; shift
       LD_LIBRARY_PATH=${NVRTC_LIB:-} target/release/examples/device_bench --emit-ptx "$D/$name.ptx" "$@"
@@ -106,6 +107,7 @@ say machine
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
 echo "cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)"
 echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512ifma|vaes|vpclmulqdq)$' | tr '\n' ' ')"
+echo "profilers: $(command -v ncu nsys nvprof 2>/dev/null | tr '\n' ' ')"
 # cudarc looks for libnvrtc.so (or .so.12); CUDA 13 machines have libnvrtc.so.13 only.
 if ! ldconfig -p | grep -q 'libnvrtc\.so '; then
   nv=$(find /usr/local /opt /usr/lib -name 'libnvrtc.so*' 2>/dev/null | grep -v -e builtins -e alt | sort | head -1)
@@ -196,11 +198,12 @@ PY
     if [ "${rate:-0}" -gt "$best_rate" ]; then best_rate=$rate; best=$v; best_flags=$flags; fi
   done
   say "best RSA-2048 shape within p99 ${P99_MS} ms: $best ($best_flags): $best_rate signs/s"
+  # BIG_VARIANTS (space-separated) and BIG_SIZES: the shapes and batch sizes for RSA-3072/4096.
   for bits in 3072 4096; do
-    for v in s1w5 s2w5 g32 g32sh g16sh $best; do
+    for v in ${BIG_VARIANTS:-s1w5 s2w5 g16w5 g16ccw4 g16shccw4} $best; do
       [ -f "$C/$v.flags" ] || continue
       say "kernel: RSA-$bits, $v"
-      timeout 90 $D/device_bench $bits "$SECS" --sizes 1,4096,65536 $(cat $C/$v.flags) --cubin $C/$v.cubin | grep -E '^(batch|crossover)|panicked'
+      timeout 90 $D/device_bench $bits "$SECS" --sizes ${BIG_SIZES:-1,4096,65536} $(cat $C/$v.flags) --cubin $C/$v.cubin | grep -E '^(batch|crossover)|panicked'
     done
   done
   if [ -n "$best" ]; then
@@ -217,9 +220,13 @@ shape=; gpu_settings=
 if [ -n "$best" ]; then
   tpr=$(sed -E 's/.*--split ([0-9]+).*/\1/' <<<"$best_flags")
   shape=$tpr; gpu_settings="threads_per_request = $tpr"
-  case $best_flags in *--table-shared*) shape=${shape}sh; gpu_settings="$gpu_settings, table_shared = true";; esac
-  case $best_flags in *--carry-chains*) shape=${shape}cc; gpu_settings="$gpu_settings, carry_chains = true";; esac
-  case $best_flags in *"--window 4"*) shape=${shape}w4; gpu_settings="$gpu_settings, window = 4";; esac
+  # The engine's defaults unless the flags say otherwise (see --prepare).
+  if [ "$tpr" -gt 2 ]; then  # the group kernels' options
+    case $best_flags in *--table-local*) gpu_settings="$gpu_settings, table_shared = false";; *) shape=${shape}sh;; esac
+    case $best_flags in *--no-carry-chains*) gpu_settings="$gpu_settings, carry_chains = false";; *) shape=${shape}cc;; esac
+  fi
+  win=4; case $best_flags in *"--window "*) win=$(sed -E 's/.*--window ([0-9]+).*/\1/' <<<"$best_flags");; esac
+  shape=${shape}w$win; gpu_settings="$gpu_settings, window = $win"
   case $best_flags in *"--block "*)
     block=$(sed -E 's/.*--block ([0-9]+).*/\1/' <<<"$best_flags")
     shape=${shape}b$block; gpu_settings="$gpu_settings, threads_per_block = $block";; esac

@@ -81,7 +81,7 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
 }
 
 /// The gpu engine's settings for `gpu:SHAPE`: threads per request, then `sh` (window table in
-/// shared memory), `cc` (carry chains), `w4`/`w6` (window width), `bN` (N threads per block)
+/// shared memory), `cc` (carry chains), `wN` (window width), `bN` (N threads per block)
 /// and `p` (the device's work in a `rampart gpu-worker` process, as the gateway runs it) in any
 /// order, e.g. `16shccb64`; empty for the defaults. Settings not named keep the defaults'
 /// values, except `sh` and `cc`, which are off unless named.
@@ -108,8 +108,10 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
         } else if let Some(r) = rest.strip_prefix("cc") {
             config.carry_chains = true;
             rest = r;
-        } else if let Some(r) = rest.strip_prefix("w4").or(rest.strip_prefix("w6")) {
-            config.window = if rest.starts_with("w4") { 4 } else { 6 };
+        } else if let Some(r) = rest.strip_prefix('w') {
+            let (window, r) = number(r);
+            config.window =
+                window.ok_or_else(|| format!("gpu:{shape}: w needs a window width, as in w4"))?;
             rest = r;
         } else if let Some(r) = rest.strip_prefix('p') {
             config.worker = Some(gpu_engine::process::WorkerCommand {
@@ -124,7 +126,7 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
             rest = r;
         } else {
             return Err(format!(
-                "gpu:{shape}: unknown {rest:?} (sh, cc, w4, w6, bN, p)"
+                "gpu:{shape}: unknown {rest:?} (sh, cc, wN, bN, p)"
             ));
         }
     }
@@ -390,6 +392,9 @@ mod tests {
             (c.threads_per_request, c.window, c.table_shared),
             (32, 4, false)
         );
+        assert_eq!(gpu_config("16shccw5").unwrap().window, 5);
+        assert!(gpu_config("16w").unwrap_err().contains("window width"));
+        assert!(gpu_config("16w9").unwrap_err().contains("window width 9"));
         assert!(gpu_config("16x").unwrap_err().contains("unknown"));
         assert!(gpu_config("sh")
             .unwrap_err()

@@ -5,13 +5,14 @@
 //! ```text
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
 //!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2|8|16|32]
-//!     [--table-shared] [--carry-chains]
+//!     [--table-shared | --table-local] [--carry-chains | --no-carry-chains]
 //!     [--kernel-dir DIR | --cubin FILE]
 //! device_bench cpu-side [BITS]   # the CPU's share of a GPU signature (needs no device)
 //! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after
 //! device_bench engine-fault [--split S ...]   # the engine over a worker process whose device
 //!                                             # faults: CPU re-runs, a new worker, back on the GPU
 //! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
+//!     [--define NAME=VALUE]...   # a kernel option the engine does not set (e.g. RSA_B_SHARED=1)
 //! ```
 //! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_group.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
 //! a changed kernel measured without rebuilding (the self-check still compares it with the CPU
@@ -44,6 +45,7 @@ fn main() {
     let mut kernel_dir: Option<String> = None;
     let mut cubin: Option<String> = None;
     let mut emit_ptx: Option<String> = None;
+    let mut defines = String::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
@@ -63,11 +65,20 @@ fn main() {
             "--window" => config.window = value("--window").parse().expect("--window"),
             "--streams" => config.streams = value("--streams").parse().expect("--streams"),
             "--split" => config.threads_per_request = value("--split").parse().expect("--split"),
+            // The engine's defaults are a shared table and carry chains: the negative flags
+            // measure the other shapes.
             "--table-shared" => config.table_shared = true,
+            "--table-local" => config.table_shared = false,
             "--carry-chains" => config.carry_chains = true,
+            "--no-carry-chains" => config.carry_chains = false,
             "--kernel-dir" => kernel_dir = Some(value("--kernel-dir")),
             "--cubin" => cubin = Some(value("--cubin")),
             "--emit-ptx" => emit_ptx = Some(value("--emit-ptx")),
+            "--define" => {
+                let d = value("--define");
+                let (name, val) = d.split_once('=').expect("--define NAME=VALUE");
+                defines += &format!("#define {name} {val}\n");
+            }
             _ => positional.push(a),
         }
     }
@@ -95,9 +106,10 @@ fn main() {
     }
     if let Some(file) = emit_ptx {
         // For sm_90 (H100, H200); ptxas turns it into a cubin for `--cubin`.
-        let source = kernel_dir
-            .as_deref()
-            .map_or_else(gpu_engine::cuda::kernel_source, read_dir);
+        let source = defines.clone()
+            + &kernel_dir
+                .as_deref()
+                .map_or_else(gpu_engine::cuda::kernel_source, read_dir);
         let ptx =
             gpu_engine::cuda::compile_kernel_source(source, (9, 0), config.shape()).expect("NVRTC");
         std::fs::write(&file, ptx.to_src()).expect("write PTX");
