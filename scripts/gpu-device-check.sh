@@ -37,8 +37,8 @@ if [ "${1:-}" = --prepare ]; then
   if [ -n "${PTXAS:-}" ]; then
     rm -rf "$D/cubins"; mkdir -p "$D/cubins"
     # name: device_bench flags (s = threads per request, g = group kernel of that many threads
-    # per request, sh = window table in shared memory, cc = carry chains, w = window, b = block,
-    # bs = b's limbs through shared memory: --define RSA_B_SHARED=1).
+    # per request, sh = window table in shared memory, cc = carry chains, w = window, b = block;
+    # --define NAME=VALUE passes a kernel option the engine does not set).
     # VARIANTS (';'-separated) picks some of them.
     # The engine's defaults (shared table, carry chains, 4-bit window) apply unless a flag says
     # otherwise: a name without sh or cc passes --table-local / --no-carry-chains.

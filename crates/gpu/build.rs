@@ -22,7 +22,7 @@ fn main() {
     // Once per kernel shape the CUDA build can be given, each under its own name: windows 4, 5,
     // 6 with one thread per request; window 5 with two; groups of 4, 8 and 16 lanes per CRT
     // half (8, 16, 32 threads per request) with the table in local memory, and 8 lanes with it
-    // in shared memory (windows 5, 4: the engine's default, and 3).
+    // in shared memory (windows 5 and 4: the engine's default).
     for (window, split, shared) in [
         (4, 1, false),
         (5, 1, false),
@@ -33,7 +33,6 @@ fn main() {
         (5, 32, false),
         (5, 16, true),
         (4, 16, true),
-        (3, 16, true),
     ] {
         let name = match (split, shared) {
             (1, _) => format!("rsa_emulate_launch_w{window}"),

@@ -12,7 +12,7 @@
 //! device_bench engine-fault [--split S ...]   # the engine over a worker process whose device
 //!                                             # faults: CPU re-runs, a new worker, back on the GPU
 //! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
-//!     [--define NAME=VALUE]...   # a kernel option the engine does not set (e.g. RSA_B_SHARED=1)
+//!     [--define NAME=VALUE]...   # a kernel option the engine does not set
 //! ```
 //! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_group.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
 //! a changed kernel measured without rebuilding (the self-check still compares it with the CPU

@@ -74,9 +74,6 @@ static void rsa_block_wait() {
     while (rsa_generation == g) rsa_yield();
 }
 static void __syncthreads() { rsa_block_wait(); }
-/* A warp's threads wait for each other: here the whole block does (every lane runs every step). */
-static void __syncwarp(unsigned int = 0xffffffffu) { rsa_block_wait(); }
-#define __align__(n) __attribute__((aligned(n)))
 /* This thread's value is written, the block waits, the buffer is read (see the top). */
 static unsigned int *rsa_exchanged(unsigned int v) {
     rsa_fiber &f = rsa_fibers[rsa_cur];

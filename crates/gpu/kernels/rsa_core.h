@@ -39,12 +39,12 @@ typedef uint64_t rsa_u64;
 /* Largest modulus handled by the generic helpers (the full RSA-4096 modulus on the host). */
 #define RSA_MAX_LIMBS 128
 /* Fixed window width (bits) and table size. The width is public and fixed per build: 5 unless
- * the compiler is given another (-DRSA_WINDOW=3..6, for measuring the kernel on a device). */
+ * the compiler is given another (-DRSA_WINDOW=4..6, for measuring the kernel on a device). */
 #ifndef RSA_WINDOW
 #define RSA_WINDOW 5
 #endif
-#if RSA_WINDOW < 3 || RSA_WINDOW > 6
-#error "RSA_WINDOW must be 3, 4, 5 or 6"
+#if RSA_WINDOW < 4 || RSA_WINDOW > 6
+#error "RSA_WINDOW must be 4, 5 or 6"
 #endif
 #define RSA_TABLE (1 << RSA_WINDOW)
 /* Exponent bits processed for primes of n limbs: 32n rounded up to whole windows. The exponent

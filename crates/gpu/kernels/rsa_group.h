@@ -134,69 +134,20 @@ RSA_GFN void rsa_g_reduce(rsa_u32 *r, const rsa_u32 *t, rsa_u32 top, const rsa_u
     RSA_UNROLL for (int k = 0; k < L; k++) r[k] = (t[k] & keep) | (d[k] & ~keep);
 }
 
-/* Optional (-DRSA_B_SHARED=1): b's limbs broadcast through shared memory instead of one shuffle
- * per limb. Each group has N words of shared memory (`bs`); b is written there once per
- * multiplication and each step's limbs are read back, four to a 128-bit load where a lane holds
- * four or more. Limb i sits at word (i + rot) mod N, rot = 4 x (the group's index in its warp),
- * so the groups of a warp reading the same limb hit different banks. */
-#ifndef RSA_B_SHARED
-#define RSA_B_SHARED 0
-#endif
-
-/* Word of limb i in this group's b buffer (see RSA_B_SHARED). */
-template <int N, int G> RSA_GFN int rsa_g_bpos(int i) {
-    int rot = 4 * (int)((threadIdx.x / G) & (32 / G - 1));
-    return (i + rot) % N;
-}
-
-/* b[j] for j < L = limbs sL .. sL+L-1 of the group's b, read from its buffer. */
-template <int N, int G> RSA_GFN void rsa_g_bload(rsa_u32 *bj, const rsa_u32 *bs, int s) {
-    const int L = N / G;
-#if defined(__CUDACC__)
-    if (L % 4 == 0) {
-        RSA_UNROLL for (int c = 0; c < L / 4; c++) {
-            uint4 v = *(const uint4 *)(bs + rsa_g_bpos<N, G>(s * L + 4 * c));
-            bj[4 * c] = v.x;
-            bj[4 * c + 1] = v.y;
-            bj[4 * c + 2] = v.z;
-            bj[4 * c + 3] = v.w;
-        }
-        return;
-    }
-#endif
-    RSA_UNROLL for (int j = 0; j < L; j++) bj[j] = bs[rsa_g_bpos<N, G>(s * L + j)];
-}
-
 /*
  * Montgomery multiplication across the group: r = a*b*R^-1 mod m with a < m and b < R (b need
- * not be reduced: the accumulator stays below a + m < 2m); r < m. r may alias a or b. bs: the
- * group's b buffer with RSA_B_SHARED (unused otherwise).
+ * not be reduced: the accumulator stays below a + m < 2m); r < m. r may alias a or b.
  */
 template <int N, int G>
 RSA_GFN void rsa_g_mont_mul(rsa_u32 *r, const rsa_u32 *a, const rsa_u32 *b, const rsa_u32 *m,
-                            rsa_u32 m0inv, int lane, rsa_u32 *bs) {
+                            rsa_u32 m0inv, int lane) {
     const int L = N / G;
     rsa_u32 t[N / G];
     RSA_UNROLL for (int k = 0; k < L; k++) t[k] = 0;
-#if RSA_B_SHARED
-    __syncwarp(); /* the group is done reading the last multiplication's b */
-    RSA_UNROLL for (int k = 0; k < L; k++) bs[rsa_g_bpos<N, G>(lane * L + k)] = b[k];
-    __syncwarp();
-#else
-    (void)bs;
-#endif
     rsa_u32 carry = 0; /* owed to the limb above this lane's top one; at most 3 */
     for (int s = 0; s < G; s++) {
-#if RSA_B_SHARED
-        rsa_u32 bj[N / G];
-        rsa_g_bload<N, G>(bj, bs, s);
-#endif
         RSA_UNROLL for (int j = 0; j < L; j++) {
-#if RSA_B_SHARED
-            rsa_u32 bi = bj[j]; /* limb sL + j of b */
-#else
             rsa_u32 bi = rsa_g_shfl<G>(b[j], s); /* limb sL + j of b */
-#endif
             rsa_u32 c1 = rsa_g_row<N / G>(t, a, bi);
             rsa_u32 q = rsa_g_shfl<G>(t[0], 0) * m0inv;
             rsa_u32 c2 = rsa_g_row<N / G>(t, m, q); /* lane 0's lowest limb is now 0 */
@@ -276,11 +227,11 @@ RSA_GFN void rsa_g_mul_add_store(rsa_u32 *out, const rsa_u32 *h, const rsa_u32 *
 
 /*
  * CRT recombination across a group: out = mq + h*q with h = (mp - mq) * qinv mod p; mp, mq
- * this lane's limbs; out 2N limbs, stored when `store`; bs as in rsa_g_mont_mul.
+ * this lane's limbs; out 2N limbs, stored when `store`.
  */
 template <int N, int G>
 RSA_GFN void rsa_g_combine(rsa_u32 *out, const rsa_u32 *mp, const rsa_u32 *mq, const rsa_u32 *key,
-                           int lane, int store, rsa_u32 *bs) {
+                           int lane, int store) {
     const int L = N / G;
     rsa_u32 p[N / G], q[N / G], qinv[N / G], h[N / G];
     RSA_UNROLL for (int k = 0; k < L; k++) {
@@ -290,7 +241,7 @@ RSA_GFN void rsa_g_combine(rsa_u32 *out, const rsa_u32 *mp, const rsa_u32 *mq, c
     }
     rsa_g_reduce<N, G>(h, mq, 0, p, lane); /* mq < q < 2p: mq mod p */
     rsa_g_sub_mod<N, G>(h, mp, h, p, lane);
-    rsa_g_mont_mul<N, G>(h, qinv, h, p, key[RSA_K_P0INV(N)], lane, bs); /* qinv is stored times R */
+    rsa_g_mont_mul<N, G>(h, qinv, h, p, key[RSA_K_P0INV(N)], lane); /* qinv is stored times R */
     rsa_g_mul_add_store<N, G>(out, h, q, mq, lane, store);
 }
 
@@ -309,12 +260,11 @@ RSA_GFN void rsa_g_select(rsa_u32 *out, const rsa_u32 *tab, int stride, rsa_u32 
  * One CRT half across the group: res = (in mod m)^dm mod m with (m, dm) = (p, dp) for half 0,
  * (q, dq) for half 1; `in` has 2N limbs (in < pq, read by every lane), res this lane's L limbs.
  * tab: this lane's window table, entry e's limb k at tab[(e*L + k) * stride] (a local array
- * with stride 1, or shared memory interleaved across the block's threads); bs as in
- * rsa_g_mont_mul.
+ * with stride 1, or shared memory interleaved across the block's threads).
  */
 template <int N, int G>
 RSA_GFN void rsa_g_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key, int half,
-                            int lane, rsa_u32 *tab, int stride, rsa_u32 *bs) {
+                            int lane, rsa_u32 *tab, int stride) {
     const int L = N / G;
     const rsa_u32 *mk = key + (half ? RSA_K_Q(N) : RSA_K_P(N));
     const rsa_u32 *rrr = key + (half ? RSA_K_RRR_Q(N) : RSA_K_RRR_P(N));
@@ -329,13 +279,13 @@ RSA_GFN void rsa_g_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     }
     y[0] = lane == 0 ? 1 : 0;
     /* R^2 = R^3 * 1 * R^-1; then in = lo + hi*R gives in*R = lo*R^2*R^-1 + hi*R^3*R^-1. */
-    rsa_g_mont_mul<N, G>(r, u, y, m, m0inv, lane, bs);
+    rsa_g_mont_mul<N, G>(r, u, y, m, m0inv, lane);
     RSA_UNROLL for (int k = 0; k < L; k++) {
         x[k] = in[lane * L + k];
         y[k] = in[N + lane * L + k];
     }
-    rsa_g_mont_mul<N, G>(x, r, x, m, m0inv, lane, bs);
-    rsa_g_mont_mul<N, G>(y, u, y, m, m0inv, lane, bs);
+    rsa_g_mont_mul<N, G>(x, r, x, m, m0inv, lane);
+    rsa_g_mont_mul<N, G>(y, u, y, m, m0inv, lane);
     rsa_g_add_mod<N, G>(x, x, y, m, lane); /* x = in*R mod m: in mod m, Montgomery form */
     /* Window table: x^e in Montgomery form for e < RSA_TABLE. */
     RSA_UNROLL for (int k = 0; k < L; k++) {
@@ -343,20 +293,20 @@ RSA_GFN void rsa_g_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
         tab[k * stride] = r[k];
     }
     for (int e = 1; e < RSA_TABLE; e++) {
-        rsa_g_mont_mul<N, G>(r, x, r, m, m0inv, lane, bs);
+        rsa_g_mont_mul<N, G>(r, x, r, m, m0inv, lane);
         RSA_UNROLL for (int k = 0; k < L; k++) tab[(e * L + k) * stride] = r[k];
     }
     int pos = RSA_EXP_BITS(N) - RSA_WINDOW;
     rsa_g_select<N / G>(r, tab, stride, rsa_window(exp, pos));
     while (pos > 0) {
         pos -= RSA_WINDOW;
-        for (int s = 0; s < RSA_WINDOW; s++) rsa_g_mont_mul<N, G>(r, r, r, m, m0inv, lane, bs);
+        for (int s = 0; s < RSA_WINDOW; s++) rsa_g_mont_mul<N, G>(r, r, r, m, m0inv, lane);
         rsa_g_select<N / G>(y, tab, stride, rsa_window(exp, pos));
-        rsa_g_mont_mul<N, G>(r, r, y, m, m0inv, lane, bs);
+        rsa_g_mont_mul<N, G>(r, r, y, m, m0inv, lane);
     }
     RSA_UNROLL for (int k = 0; k < L; k++) u[k] = 0;
     u[0] = lane == 0 ? 1 : 0;
-    rsa_g_mont_mul<N, G>(res, r, u, m, m0inv, lane, bs); /* out of the Montgomery domain */
+    rsa_g_mont_mul<N, G>(res, r, u, m, m0inv, lane); /* out of the Montgomery domain */
 }
 
 #endif /* RSA_GROUP_H */

@@ -84,7 +84,7 @@ RSA_DYNAMIC_SHARED
                                                         const rsa_u32 *keys,                   \
                                                         const rsa_u32 *key_index,              \
                                                         unsigned int count) {                  \
-        __shared__ __align__(16) rsa_u32 hand_shared[(RSA_MAX_BLOCK / RSA_SPLIT) * 2 * N];      \
+        __shared__ rsa_u32 hand_shared[(RSA_MAX_BLOCK / RSA_SPLIT) * 2 * N];                    \
         if (count == 0) return; /* public, the same for every thread */                        \
         unsigned int slot = threadIdx.x / RSA_SPLIT;                                           \
         int half = (int)(threadIdx.x / RSA_GROUP) & 1;                                         \
@@ -95,14 +95,11 @@ RSA_DYNAMIC_SHARED
         const rsa_u32 *key = keys + (rsa_u64)key_index[r] * RSA_KEY_WORDS(N);                  \
         RSA_TABLE_DECL(N)                                                                      \
         rsa_u32 res[N / RSA_GROUP];                                                            \
-        rsa_u32 *mine = hand_shared + slot * 2 * N;                                            \
-        /* With RSA_B_SHARED each group's b buffer is its half of the hand-over, idle until     \
-         * the group stores its result there. */                                              \
-        rsa_u32 *bs = mine + half * N;                                                         \
         rsa_g_crt_half<N, RSA_GROUP>(res, in + (rsa_u64)r * 2 * N, key, half, lane, tab,       \
-                                     stride, bs);                                              \
+                                     stride);                                                  \
         /* Both halves' results to shared memory; then both groups run the recombination on     \
          * them (the shuffles need every lane) and the p group's lanes store it. */            \
+        rsa_u32 *mine = hand_shared + slot * 2 * N;                                            \
         for (int k = 0; k < N / RSA_GROUP; k++) mine[half * N + lane * (N / RSA_GROUP) + k] = res[k]; \
         __syncthreads();                                                                       \
         rsa_u32 mp[N / RSA_GROUP], mq[N / RSA_GROUP];                                          \
@@ -110,9 +107,8 @@ RSA_DYNAMIC_SHARED
             mp[k] = mine[lane * (N / RSA_GROUP) + k];                                          \
             mq[k] = mine[N + lane * (N / RSA_GROUP) + k];                                      \
         }                                                                                      \
-        if (RSA_B_SHARED) __syncthreads(); /* both read before either reuses its buffer */     \
         rsa_g_combine<N, RSA_GROUP>(out + (rsa_u64)r * 2 * N, mp, mq, key, lane,               \
-                                    active && half == 0, bs);                                  \
+                                    active && half == 0);                                      \
     }
 #else
 #error "RSA_SPLIT must be 1, 2, 8, 16 or 32"

@@ -64,8 +64,7 @@ mod ffi {
         rsa_emulate_launch_w5_s16,
         rsa_emulate_launch_w5_s32,
         rsa_emulate_launch_w5_s16_sh,
-        rsa_emulate_launch_w4_s16_sh,
-        rsa_emulate_launch_w3_s16_sh
+        rsa_emulate_launch_w4_s16_sh
     );
 }
 
@@ -278,7 +277,7 @@ pub fn emulate_launch(
 /// The exponent window width (bits) the kernel is built with unless told otherwise.
 pub const DEFAULT_WINDOW: u32 = 5;
 /// Window widths the kernel can be built with (`-DRSA_WINDOW`), for measuring on a device.
-pub const WINDOWS: [u32; 4] = [3, 4, 5, 6];
+pub const WINDOWS: [u32; 3] = [4, 5, 6];
 
 /// [`emulate_launch`] with the kernel built for exponent windows of `window` bits (one of
 /// [`WINDOWS`]).
@@ -405,7 +404,6 @@ pub fn emulate_launch_shaped(
         (5, 32, false) => ffi::rsa_emulate_launch_w5_s32,
         (5, 16, true) => ffi::rsa_emulate_launch_w5_s16_sh,
         (4, 16, true) => ffi::rsa_emulate_launch_w4_s16_sh,
-        (3, 16, true) => ffi::rsa_emulate_launch_w3_s16_sh,
         _ => panic!("no emulated kernel for {shape:?}"),
     };
     if let Err(e) = shape.check(block) {

@@ -251,13 +251,6 @@ fn group_kernels_emulated_match_boringssl() {
                 (shape(32, false), vec![1, 0, 0]),
                 (shape(16, true), vec![1, 1, 0]),
                 (default, vec![0, 1]),
-                (
-                    KernelShape {
-                        window: 3,
-                        ..default
-                    },
-                    vec![1, 0],
-                ),
             ],
             3072 => vec![(shape(16, false), vec![1]), (default, vec![0])],
             _ => vec![(shape(32, false), vec![0])],

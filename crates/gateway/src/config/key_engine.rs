@@ -205,7 +205,7 @@ impl GpuEngineConfig {
             ));
         }
         if !gpu_engine::host_core::WINDOWS.contains(&self.window) {
-            return Some(("window", "3, 4, 5 or 6".into()));
+            return Some(("window", "4, 5 or 6".into()));
         }
         if self.batch_deadline.is_zero() {
             return Some(("batch_deadline", "more than zero".into()));
