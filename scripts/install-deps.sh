@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing rampart needs on Debian/Ubuntu, skipping what is present:
 # a C toolchain, cmake and libclang (BoringSSL and aws-lc), protoc (the etcd client's gRPC
-# code), curl, openssl, etcd and Redis (tests), and Rust.
+# code), curl, openssl, etcd and Redis (tests), ModSecurity and the OWASP CRS (the WAF), and Rust.
 set -euo pipefail
 
 need=()
@@ -17,11 +17,16 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v etcd >/dev/null || need+=(etcd-server)
 # Fleet state (fleet rate limits) lives in Redis; its tests start a real one.
 command -v redis-server >/dev/null || need+=(redis-server)
+# The WAF: ModSecurity v3 (loaded at run time) and the OWASP Core Rule Set; its tests run them.
+ls /usr/lib/*/libmodsecurity.so.3 >/dev/null 2>&1 || need+=(libmodsecurity3)
+[ -d /usr/share/modsecurity-crs/rules ] || need+=(modsecurity-crs)
 # bindgen (boring-sys) needs libclang and clang's resource headers.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || need+=(clang)
 if [ "${WITH_BENCH_TOOLS:-0}" = 1 ]; then
   command -v nginx >/dev/null || need+=(nginx-light)
+  # The WAF benchmark's reference: nginx with ModSecurity and the same Core Rule Set.
+  [ -e /usr/lib/nginx/modules/ngx_http_modsecurity_module.so ] || need+=(libnginx-mod-http-modsecurity)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

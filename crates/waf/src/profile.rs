@@ -1,0 +1,247 @@
+//! The directives of one WAF profile: ModSecurity's settings, the OWASP Core Rule Set at a
+//! paranoia level and anomaly threshold, and a route's exclusions.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Whether matches stop requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// `SecRuleEngine On`: the Core Rule Set's anomaly evaluation denies with 403.
+    Block,
+    /// `SecRuleEngine DetectionOnly`: matches are logged and counted, nothing is stopped.
+    Detect,
+}
+
+/// A rule switched off for part of a route's traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Exclusion {
+    /// The rules' ids.
+    pub rules: Vec<u32>,
+    /// Only for request paths that start with this (all of the route's when `None`).
+    pub path_prefix: Option<String>,
+    /// Only this argument (query or form field) is exempt, not the whole rule.
+    pub argument: Option<String>,
+}
+
+/// Where the Core Rule Set is installed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CrsPaths {
+    /// `crs-setup.conf` (Debian: `/etc/modsecurity/crs/crs-setup.conf`).
+    pub setup: PathBuf,
+    /// The folder of `REQUEST-*.conf` and `RESPONSE-*.conf` (Debian:
+    /// `/usr/share/modsecurity-crs/rules`).
+    pub rules: PathBuf,
+}
+
+impl Default for CrsPaths {
+    fn default() -> Self {
+        CrsPaths {
+            setup: "/etc/modsecurity/crs/crs-setup.conf".into(),
+            rules: "/usr/share/modsecurity-crs/rules".into(),
+        }
+    }
+}
+
+/// One rule set's settings: routes with equal profiles share one compiled [`crate::RuleSet`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Profile {
+    pub mode: Mode,
+    /// CRS paranoia level, 1–4.
+    pub paranoia: u8,
+    /// CRS inbound anomaly score threshold (5 = one critical match).
+    pub anomaly_threshold: u32,
+    /// The most body bytes inspected (`SecRequestBodyLimit`, processed partially past it).
+    pub body_limit: u64,
+    /// Rules removed for the route (`SecRuleRemoveById`).
+    pub exclude_rules: Vec<u32>,
+    /// Rules removed for some paths or arguments, at run time (`ctl:ruleRemove…`).
+    pub exclusions: Vec<Exclusion>,
+    /// More rule files, loaded after the Core Rule Set.
+    pub extra_rules: Vec<PathBuf>,
+}
+
+/// First id of the rules rampart writes for exclusions (CRS leaves 1–99,999 to the user).
+const EXCLUSION_IDS: u32 = 10_000;
+
+/// Whether `s` can go into a directive as a path prefix: it starts with `/` and holds none of
+/// the characters that end or split a ModSecurity argument.
+pub fn valid_path_prefix(s: &str) -> bool {
+    s.starts_with('/')
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && !b"\"'\\,;|".contains(&b))
+}
+
+/// Whether `s` can go into a directive as an argument name.
+pub fn valid_argument(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.[]".contains(&b))
+}
+
+/// The directives of `profile` with the Core Rule Set from `crs`. Path prefixes and argument
+/// names must pass [`valid_path_prefix`] and [`valid_argument`] (the configuration checks
+/// them); one that does not is an error here too, never spliced into a directive.
+pub fn crs_profile(profile: &Profile, crs: &CrsPaths) -> Result<String, String> {
+    let mut d = String::new();
+    let engine = match profile.mode {
+        Mode::Block => "On",
+        Mode::Detect => "DetectionOnly",
+    };
+    let limit = profile.body_limit.max(1);
+    // The body limit is what is appended (the gateway reads no more than this); bodies past it
+    // are processed partially, and multipart files count against the same limit.
+    let _ = writeln!(
+        d,
+        "SecRuleEngine {engine}\nSecRequestBodyAccess On\nSecRequestBodyLimit {limit}\n\
+         SecRequestBodyNoFilesLimit {limit}\n\
+         SecRequestBodyLimitAction ProcessPartial\nSecResponseBodyAccess Off\n\
+         SecAuditEngine Off\nSecDebugLogLevel 0\nSecArgumentSeparator &\nSecCookieFormat 0"
+    );
+    let _ = writeln!(d, "Include {}", include_path(&crs.setup)?);
+    let _ = writeln!(
+        d,
+        "SecAction \"id:900000,phase:1,nolog,pass,t:none,setvar:tx.paranoia_level={}\"",
+        profile.paranoia
+    );
+    let _ = writeln!(
+        d,
+        "SecAction \"id:900110,phase:1,nolog,pass,t:none,\
+         setvar:tx.inbound_anomaly_score_threshold={},setvar:tx.outbound_anomaly_score_threshold=4\"",
+        profile.anomaly_threshold
+    );
+    for (i, ex) in profile.exclusions.iter().enumerate() {
+        let id = EXCLUSION_IDS + i as u32;
+        let ctl: Vec<String> = match &ex.argument {
+            Some(arg) if valid_argument(arg) => ex
+                .rules
+                .iter()
+                .map(|r| format!("ctl:ruleRemoveTargetById={r};ARGS:{arg}"))
+                .collect(),
+            Some(arg) => return Err(format!("argument {arg:?} cannot be excluded")),
+            None => ex
+                .rules
+                .iter()
+                .map(|r| format!("ctl:ruleRemoveById={r}"))
+                .collect(),
+        };
+        let actions = format!("id:{id},phase:1,pass,nolog,t:none,{}", ctl.join(","));
+        match &ex.path_prefix {
+            Some(p) if valid_path_prefix(p) => {
+                let _ = writeln!(
+                    d,
+                    "SecRule REQUEST_FILENAME \"@beginsWith {p}\" \"{actions}\""
+                );
+            }
+            Some(p) => return Err(format!("path prefix {p:?} cannot be excluded")),
+            None => {
+                let _ = writeln!(d, "SecAction \"{actions}\"");
+            }
+        }
+    }
+    let _ = writeln!(d, "Include {}/*.conf", include_path(&crs.rules)?);
+    if !profile.exclude_rules.is_empty() {
+        let ids: Vec<String> = profile.exclude_rules.iter().map(u32::to_string).collect();
+        let _ = writeln!(d, "SecRuleRemoveById {}", ids.join(" "));
+    }
+    for f in &profile.extra_rules {
+        let _ = writeln!(d, "Include {}", include_path(f)?);
+    }
+    Ok(d)
+}
+
+/// A file path as `Include` takes it (ModSecurity 3 reads a quoted path with its quotes).
+fn include_path(p: &std::path::Path) -> Result<String, String> {
+    let s = p
+        .to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", p.display()))?;
+    if !valid_file_path(s) {
+        return Err(format!(
+            "{s:?}: a rule file's path cannot hold spaces, quotes, backslashes or control characters"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// Whether `s` can be a rule file's path in an `Include` directive.
+pub fn valid_file_path(s: &str) -> bool {
+    !s.is_empty()
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "\"'\\".contains(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile {
+            mode: Mode::Block,
+            paranoia: 2,
+            anomaly_threshold: 7,
+            body_limit: 4096,
+            exclude_rules: vec![920350],
+            exclusions: vec![
+                Exclusion {
+                    rules: vec![942100, 942200],
+                    path_prefix: Some("/api/search".into()),
+                    argument: Some("q".into()),
+                },
+                Exclusion {
+                    rules: vec![941100],
+                    path_prefix: None,
+                    argument: None,
+                },
+            ],
+            extra_rules: vec!["/etc/rampart/extra.conf".into()],
+        }
+    }
+
+    #[test]
+    fn directives_say_what_the_profile_says() {
+        let d = crs_profile(&profile(), &CrsPaths::default()).unwrap();
+        assert!(d.contains("SecRuleEngine On\n"));
+        assert!(d.contains("setvar:tx.paranoia_level=2\""));
+        assert!(d.contains("inbound_anomaly_score_threshold=7,"));
+        assert!(d.contains("SecRequestBodyLimit 4096\n"));
+        assert!(d.contains(
+            "SecRule REQUEST_FILENAME \"@beginsWith /api/search\" \"id:10000,phase:1,pass,nolog,t:none,\
+             ctl:ruleRemoveTargetById=942100;ARGS:q,ctl:ruleRemoveTargetById=942200;ARGS:q\""
+        ));
+        assert!(d.contains(
+            "SecAction \"id:10001,phase:1,pass,nolog,t:none,ctl:ruleRemoveById=941100\""
+        ));
+        // Exclusions at run time come before the rules they exempt; removals by id after.
+        let crs = d
+            .find("Include /usr/share/modsecurity-crs/rules/*.conf\n")
+            .unwrap();
+        assert!(d.find("id:10000").unwrap() < crs);
+        assert!(d.find("SecRuleRemoveById 920350").unwrap() > crs);
+        assert!(d.ends_with("Include /etc/rampart/extra.conf\n"));
+        let detect = Profile {
+            mode: Mode::Detect,
+            ..profile()
+        };
+        assert!(crs_profile(&detect, &CrsPaths::default())
+            .unwrap()
+            .contains("SecRuleEngine DetectionOnly\n"));
+    }
+
+    #[test]
+    fn what_could_break_out_of_a_directive_is_refused() {
+        for bad in ["/a\" \"id:1,deny", "/a b", "api", "/a;b"] {
+            assert!(!valid_path_prefix(bad), "{bad}");
+            let mut p = profile();
+            p.exclusions[0].path_prefix = Some(bad.into());
+            assert!(crs_profile(&p, &CrsPaths::default()).is_err(), "{bad}");
+        }
+        for bad in ["", "q;deny", "a b", "x\""] {
+            assert!(!valid_argument(bad), "{bad}");
+        }
+        assert!(valid_argument("user[name]") && valid_path_prefix("/api/v1/search"));
+        let mut p = profile();
+        p.extra_rules = vec!["/tmp/a b.conf".into()];
+        assert!(crs_profile(&p, &CrsPaths::default()).is_err());
+    }
+}
