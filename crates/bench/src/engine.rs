@@ -125,9 +125,7 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
                 .ok_or_else(|| format!("gpu:{shape}: b needs threads per block, as in b64"))?;
             rest = r;
         } else {
-            return Err(format!(
-                "gpu:{shape}: unknown {rest:?} (sh, cc, wN, bN, p)"
-            ));
+            return Err(format!("gpu:{shape}: unknown {rest:?} (sh, cc, wN, bN, p)"));
         }
     }
     config

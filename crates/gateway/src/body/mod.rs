@@ -441,3 +441,58 @@ impl Body for ResponseBody {
         }
     }
 }
+
+/// A request body whose first frames were already read (to inspect them): those frames, then
+/// the rest as it arrives. Memory holds only what was read.
+pub(crate) fn prefixed(frames: Vec<Frame<Bytes>>, rest: Option<ClientBody>) -> ClientBody {
+    UnsyncBoxBody::new(Prefixed {
+        frames: frames.into(),
+        rest,
+    })
+}
+
+struct Prefixed {
+    frames: std::collections::VecDeque<Frame<Bytes>>,
+    rest: Option<ClientBody>,
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        match self.rest.as_mut() {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held: u64 = self
+            .frames
+            .iter()
+            .filter_map(|f| f.data_ref())
+            .map(|d| d.len() as u64)
+            .sum();
+        let rest = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |r| r.size_hint());
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + held);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
+    }
+}

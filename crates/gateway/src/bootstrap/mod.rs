@@ -74,6 +74,8 @@ pub struct Applier {
     access_lists: Vec<access::SharedAccessList>,
     /// The configuration in force and its clusters (reloads are serialized by this lock).
     in_force: std::sync::Mutex<InForce>,
+    /// The web application firewall's threads, log and compiled rule sets.
+    waf: Arc<crate::policy::waf::Inspector>,
 }
 
 /// One data-plane worker: a thread running a current-thread Tokio runtime with its own
@@ -213,8 +215,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
     for p in &mut plans {
         p.fleet = fleet.clone();
     }
+    let inspector = crate::policy::waf::Inspector::start(&cfg.waf, &metrics)?;
+    let wafs = inspector.route_wafs(&cfg)?;
     let routing: Vec<pipeline::RoutingSlot> =
-        reload::routings(&cfg, &clusters, workers, None, fleet.as_ref())
+        reload::routings(&cfg, &clusters, workers, None, fleet.as_ref(), wafs)
             .into_iter()
             .map(pipeline::RoutingSlot::new)
             .collect();
@@ -423,6 +427,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
             clusters,
             fleet,
         }),
+        waf: inspector,
     });
     let control = initial.map(|i| control::Plane::new(i, applier.clone(), &metrics));
     if let Some(plane) = &control {
@@ -564,6 +569,7 @@ impl Applier {
         let workers = self.routing.len();
         let mut clusters =
             reload::build_clusters(&new, &self.metrics, workers, &in_force.clusters)?;
+        let wafs = self.waf.route_wafs(&new)?;
 
         // Everything loaded: put it in force.
         self.engine.replace_keys(registry, &rsa_keys);
@@ -580,6 +586,7 @@ impl Applier {
             workers,
             Some(&previous.router),
             in_force.fleet.as_ref(),
+            wafs,
         )) {
             slot.replace(routing);
         }

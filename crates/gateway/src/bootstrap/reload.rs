@@ -112,25 +112,29 @@ pub(crate) fn build_clusters(
 }
 
 /// Every worker's routing over `clusters`, with the routes of `cfg` (replacing `previous`'s,
-/// whose unchanged rate limiters are kept).
+/// whose unchanged rate limiters are kept) and their web application firewalls `wafs`.
 pub(crate) fn routings(
     cfg: &Config,
     clusters: &[ClusterEntry],
     workers: usize,
     previous: Option<&Router>,
     fleet: Option<&Arc<crate::fleet::FleetStore>>,
+    wafs: Vec<Option<Arc<crate::policy::waf::RouteWaf>>>,
 ) -> Vec<Routing> {
     let index: std::collections::HashMap<&str, usize> = clusters
         .iter()
         .enumerate()
         .map(|(i, c)| (c.cfg.name.as_str(), i))
         .collect();
-    let router = Arc::new(Router::after(
-        &cfg.routes,
-        |name| *index.get(name).expect("validated"),
-        previous,
-        fleet,
-    ));
+    let router = Arc::new(
+        Router::after(
+            &cfg.routes,
+            |name| *index.get(name).expect("validated"),
+            previous,
+            fleet,
+        )
+        .with_wafs(wafs),
+    );
     (0..workers)
         .map(|w| Routing {
             router: router.clone(),

@@ -11,6 +11,7 @@ mod retry;
 mod route;
 mod route_match;
 mod server;
+mod waf;
 
 pub use cluster::*;
 pub use control::*;
@@ -22,6 +23,7 @@ pub use retry::*;
 pub use route::*;
 pub use route_match::*;
 pub use server::*;
+pub use waf::*;
 
 use file::{duration, duration_text, load_file, parse_toml};
 
@@ -86,6 +88,8 @@ pub struct Config {
     pub control: ControlConfig,
     #[serde(default)]
     pub fleet: FleetConfig,
+    #[serde(default)]
+    pub waf: WafConfig,
     pub listeners: Vec<ListenerConfig>,
     /// May be empty with `[control] etcd`, whose objects add to them.
     #[serde(default)]
@@ -119,6 +123,10 @@ impl Config {
         for l in &mut self.listeners {
             l.resolve_paths(base);
         }
+        self.waf.resolve_paths(base);
+        for w in self.routes.iter_mut().filter_map(|r| r.waf.as_mut()) {
+            w.resolve_paths(base);
+        }
     }
 
     /// Every section's checks, in file order, then those across sections (names unique,
@@ -129,6 +137,7 @@ impl Config {
         self.key_engine.validate(&At::root("key_engine"))?;
         self.control.validate(&At::root("control"))?;
         self.fleet.validate(&At::root("fleet"))?;
+        self.waf.validate(&At::root("waf"))?;
         let listeners = At::root("listeners");
         if self.listeners.is_empty() {
             return listeners.fail("at least one listener");

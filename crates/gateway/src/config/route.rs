@@ -92,6 +92,9 @@ pub struct RouteConfig {
     /// 403.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cert: Option<ClientCertRequirement>,
+    /// Requests inspected by ModSecurity with the OWASP Core Rule Set (`[waf]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waf: Option<super::RouteWafConfig>,
 }
 
 /// A route's `client_cert`.
@@ -203,6 +206,7 @@ impl RouteConfig {
             retry: None,
             mirror: None,
             client_cert: None,
+            waf: None,
         }
     }
 }
@@ -438,6 +442,9 @@ impl RouteConfig {
         self.validate_match(at)?;
         if let Some(r) = &self.retry {
             r.validate(&at.field("retry"))?;
+        }
+        if let Some(w) = &self.waf {
+            w.validate(&at.field("waf"))?;
         }
         if let Some(m) = &self.mirror {
             if !(m.percent.is_finite() && m.percent > 0.0 && m.percent <= 100.0) {

@@ -71,6 +71,8 @@ pub struct Route {
     pub mirror: Option<Mirror>,
     /// Requests without a verified client certificate get 403.
     pub client_cert_required: bool,
+    /// The route's web application firewall ([`Router::with_wafs`]).
+    pub waf: Option<std::sync::Arc<crate::policy::waf::RouteWaf>>,
     /// What a request must meet besides host and path prefix.
     conditions: Conditions,
     priority: i32,
@@ -346,6 +348,7 @@ impl Router {
                 }),
                 conditions: Conditions::new(r),
                 client_cert_required: r.client_cert.is_some(),
+                waf: None,
                 priority: r.priority,
             });
         }
@@ -359,6 +362,18 @@ impl Router {
             t.sort(routes);
         }
         router
+    }
+
+    /// The routes' web application firewalls, by route index (as
+    /// [`crate::policy::waf::Inspector::route_wafs`] builds them for the same routes).
+    pub fn with_wafs(
+        mut self,
+        wafs: Vec<Option<std::sync::Arc<crate::policy::waf::RouteWaf>>>,
+    ) -> Self {
+        for (r, w) in self.routes.iter_mut().zip(wafs) {
+            r.waf = w;
+        }
+        self
     }
 
     /// The route for a request to `host` (without port, any case) and `path` (normalized, see

@@ -41,6 +41,11 @@ pub struct AccessRecord {
     /// request did not fail.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault: Option<&'static str>,
+    /// What the route's WAF did: `inspected`, `partial` (the body past `waf.body_limit`
+    /// uninspected), `blocked` or `unavailable` (not inspected: overloaded or failed); absent
+    /// on routes without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waf: Option<&'static str>,
 }
 
 #[derive(Clone)]

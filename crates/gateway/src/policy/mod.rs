@@ -7,3 +7,4 @@ pub(crate) mod overload;
 pub(crate) mod ratelimit;
 pub(crate) mod retry;
 pub(crate) mod split;
+pub mod waf;

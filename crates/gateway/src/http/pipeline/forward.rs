@@ -218,7 +218,7 @@ fn upstream_failure(e: &UpstreamError) -> (Fault, Response<ResponseBody>) {
 
 /// The answer to a request whose body the client stalled past `limits.body_timeout` (408)
 /// or broke off (400).
-fn client_body_failed(timed_out: bool) -> Outcome {
+pub(super) fn client_body_failed(timed_out: bool) -> Outcome {
     let response = if timed_out {
         local(StatusCode::REQUEST_TIMEOUT, "request body timed out\n")
     } else {

@@ -7,16 +7,18 @@
 //! 3. [`checks::limits`]: header and body sizes, methods the gateway does not pass, transfer
 //!    codings it cannot.
 //! 4. [`checks::route`]: host, path and the route's conditions to a route.
-//! 5. [`checks::admit`]: the route's access list, then its rate limit; [`checks::split`]:
-//!    the cluster, when the route splits its traffic.
-//! 6. [`rewrite::request`]: hop-by-hop headers out, forwarding headers in, upgrades set up.
-//! 7. [`forward::buffer_body`]: a small body read whole before an upstream slot is taken
+//! 5. [`checks::admit`]: the route's access list, then its rate limit.
+//! 6. [`waf::inspect`]: the route's web application firewall (ModSecurity with the OWASP Core
+//!    Rule Set, on threads of its own); [`checks::split`]: the cluster, when the route splits
+//!    its traffic.
+//! 7. [`rewrite::request`]: hop-by-hop headers out, forwarding headers in, upgrades set up.
+//! 8. [`forward::buffer_body`]: a small body read whole before an upstream slot is taken
 //!    (and kept, when the route may retry after a send or mirrors the request).
-//! 8. [`mirror::send_copy`]: a share of the route's requests copied to its shadow cluster.
-//! 9. [`forward::send`]: the exchange with the cluster, retried as the route says; a failure
-//!    is mapped to a status and to whose fault it was ([`Fault`]).
-//! 10. [`respond::response`]: the upstream's answer checked and rewritten for the client.
-//! 11. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
+//! 9. [`mirror::send_copy`]: a share of the route's requests copied to its shadow cluster.
+//! 10. [`forward::send`]: the exchange with the cluster, retried as the route says; a failure
+//!     is mapped to a status and to whose fault it was ([`Fault`]).
+//! 11. [`respond::response`]: the upstream's answer checked and rewritten for the client.
+//! 12. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
 //!     logged when its body ends.
 //!
 //! A phase either continues with what the next one needs or ends the request with an
@@ -28,6 +30,7 @@ mod forward;
 mod mirror;
 mod respond;
 mod rewrite;
+mod waf;
 
 use crate::body::{BodyProgress, ClientBody, OnResponseDone, ResponseBody, ResponseEnd};
 use crate::config::LimitsConfig;
@@ -284,6 +287,7 @@ async fn run<'a>(
     let (req, declared_len) = checks::limits(ctx, req).await?;
     let route = checks::route(ctx, &target, &req)?;
     let req = checks::admit(ctx, route, req).await?;
+    let req = waf::inspect(ctx, route, req).await?;
     let cluster = &ctx.routing.clusters[checks::split(ctx, route, &req)];
     let prepared = rewrite::request(ctx, route, &target, req);
     let upgrade = prepared.plan.upgrade.is_some();

@@ -1,0 +1,217 @@
+//! `[waf]` (where the OWASP Core Rule Set is, the inspection threads, the match log) and a
+//! route's `waf` (mode, paranoia, threshold, body limit, exclusions).
+
+use super::{At, Invalid};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// `[waf]`: what every route's WAF shares.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WafConfig {
+    /// The Core Rule Set's `crs-setup.conf`.
+    pub crs_setup: PathBuf,
+    /// The folder of the Core Rule Set's `*.conf` rules.
+    pub crs_rules: PathBuf,
+    /// Threads that run inspections (0: one per CPU). Inspection never runs on the threads
+    /// that serve connections.
+    pub threads: usize,
+    /// Requests waiting for an inspection thread; past it, a blocking route answers 503 and
+    /// a detecting one passes the request uninspected (both counted).
+    pub queue: usize,
+    /// Where matches are written, one JSON line each: `stderr`, `off`, or a file path.
+    pub log: String,
+}
+
+impl Default for WafConfig {
+    fn default() -> Self {
+        let crs = waf::CrsPaths::default();
+        WafConfig {
+            crs_setup: crs.setup,
+            crs_rules: crs.rules,
+            threads: 0,
+            queue: 1024,
+            log: "stderr".into(),
+        }
+    }
+}
+
+impl WafConfig {
+    pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
+        if self.queue == 0 {
+            return at.field("queue").fail("at least 1 waiting request");
+        }
+        if self.log.is_empty() {
+            return at.field("log").fail("stderr, off or a file path");
+        }
+        for (name, p) in [
+            ("crs_setup", &self.crs_setup),
+            ("crs_rules", &self.crs_rules),
+        ] {
+            if !p.to_str().is_some_and(waf::valid_file_path) {
+                return at.field(name).fail(format!(
+                    "a path without spaces, quotes or backslashes, not {}",
+                    p.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The Core Rule Set's files, for [`waf::crs_profile`].
+    pub fn crs_paths(&self) -> waf::CrsPaths {
+        waf::CrsPaths {
+            setup: self.crs_setup.clone(),
+            rules: self.crs_rules.clone(),
+        }
+    }
+
+    pub(super) fn resolve_paths(&mut self, base: &std::path::Path) {
+        if self.log != "stderr" && self.log != "off" {
+            self.log = base.join(&self.log).to_string_lossy().into_owned();
+        }
+    }
+}
+
+/// Whether a route's WAF stops requests or only reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WafMode {
+    Block,
+    Detect,
+}
+
+/// A route's `waf`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct RouteWafConfig {
+    /// `block`: the Core Rule Set's verdict answers 403; `detect`: matches are logged and
+    /// counted, the request passes.
+    pub mode: WafMode,
+    /// CRS paranoia level, 1 (default, few false positives) to 4.
+    #[serde(default = "one")]
+    pub paranoia: u8,
+    /// CRS inbound anomaly score at which a request is stopped (default 5: one critical
+    /// match).
+    #[serde(default = "five")]
+    pub anomaly_threshold: u32,
+    /// The most body bytes inspected (default 128 KiB); the rest of a larger body streams
+    /// upstream uninspected, which is logged and counted.
+    #[serde(default = "default_body_limit")]
+    pub body_limit: u64,
+    /// Rules switched off for the whole route, by id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_rules: Vec<u32>,
+    /// Rules switched off for some paths, or for one argument only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusions: Vec<WafExclusionConfig>,
+    /// More ModSecurity rule files, loaded after the Core Rule Set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<PathBuf>,
+}
+
+/// One of a route's `waf.exclusions`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct WafExclusionConfig {
+    /// The rules' ids.
+    pub rules: Vec<u32>,
+    /// Only for request paths starting with this.
+    pub path_prefix: Option<String>,
+    /// Only this query or form argument is exempt from the rules.
+    pub argument: Option<String>,
+}
+
+fn one() -> u8 {
+    1
+}
+fn five() -> u32 {
+    5
+}
+fn default_body_limit() -> u64 {
+    128 * 1024
+}
+
+/// The most body bytes a route may inspect (a request holds this much while it is inspected).
+const MAX_BODY_LIMIT: u64 = 64 * 1024 * 1024;
+
+impl RouteWafConfig {
+    pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
+        if !(1..=4).contains(&self.paranoia) {
+            return at
+                .field("paranoia")
+                .fail("a CRS paranoia level from 1 to 4");
+        }
+        if self.anomaly_threshold == 0 {
+            return at
+                .field("anomaly_threshold")
+                .fail("an anomaly score above 0 (5 stops a request at one critical match)");
+        }
+        if self.body_limit == 0 || self.body_limit > MAX_BODY_LIMIT {
+            return at
+                .field("body_limit")
+                .fail(format!("bytes above 0, at most {MAX_BODY_LIMIT}"));
+        }
+        for (i, e) in self.exclusions.iter().enumerate() {
+            let at = at.field("exclusions").index(i);
+            if e.rules.is_empty() {
+                return at.field("rules").fail("at least one rule id");
+            }
+            if let Some(p) = e
+                .path_prefix
+                .as_deref()
+                .filter(|p| !waf::valid_path_prefix(p))
+            {
+                return at.field("path_prefix").fail(format!(
+                    "a path starting with / without spaces, quotes, commas, semicolons or backslashes, not {p:?}"
+                ));
+            }
+            if let Some(a) = e.argument.as_deref().filter(|a| !waf::valid_argument(a)) {
+                return at.field("argument").fail(format!(
+                    "an argument name of letters, digits and _-.[], not {a:?}"
+                ));
+            }
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            let at = at.field("rules").index(i);
+            if !r.to_str().is_some_and(waf::valid_file_path) {
+                return at.fail(format!(
+                    "a path without spaces, quotes or backslashes, not {}",
+                    r.display()
+                ));
+            }
+            at.file_exists(r)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn resolve_paths(&mut self, base: &std::path::Path) {
+        for r in &mut self.rules {
+            *r = base.join(&*r);
+        }
+    }
+
+    /// The rule set's settings, with the Core Rule Set from `[waf]`.
+    pub fn profile(&self) -> waf::Profile {
+        waf::Profile {
+            mode: match self.mode {
+                WafMode::Block => waf::Mode::Block,
+                WafMode::Detect => waf::Mode::Detect,
+            },
+            paranoia: self.paranoia,
+            anomaly_threshold: self.anomaly_threshold,
+            body_limit: self.body_limit,
+            exclude_rules: self.exclude_rules.clone(),
+            exclusions: self
+                .exclusions
+                .iter()
+                .map(|e| waf::Exclusion {
+                    rules: e.rules.clone(),
+                    path_prefix: e.path_prefix.clone(),
+                    argument: e.argument.clone(),
+                })
+                .collect(),
+            extra_rules: self.rules.clone(),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Phase: the route's web application firewall ([`crate::policy::waf`]): the request's
+//! headers and the first `body_limit` bytes of its body inspected on an inspection thread;
+//! a blocking route's verdict answers 403 with the request id.
+
+use super::forward::{client_body_failed, refuse_unread};
+use super::{local, Outcome, Phase, RequestCtx};
+use crate::body::ClientBody;
+use crate::config::WafMode;
+use crate::http::router::Route;
+use crate::policy::waf::{Input, Inspection};
+use bytes::Bytes;
+use http::{Request, StatusCode, Version};
+use http_body::Frame;
+use std::ops::ControlFlow;
+
+/// Phase: inspects `req` when its route has a WAF; passes it on (its body whole again: the
+/// frames read for inspection first, then the rest as it comes) or ends it.
+pub(super) async fn inspect(
+    ctx: &mut RequestCtx<'_>,
+    route: &Route,
+    req: Request<ClientBody>,
+) -> Phase<Request<ClientBody>> {
+    let Some(waf) = &route.waf else {
+        return ControlFlow::Continue(req);
+    };
+    let (parts, body) = req.into_parts();
+    let read = read_prefix(body, waf.body_limit, ctx.shared.limits.body_timeout).await;
+    let (frames, rest) = match read {
+        Ok(r) => r,
+        Err(timed_out) => return ControlFlow::Break(client_body_failed(timed_out)),
+    };
+    let body_complete = rest.is_none();
+    if !body_complete {
+        waf.count_partial(&route.name);
+    }
+    let mut body = Vec::new();
+    let mut left = waf.body_limit as usize;
+    for d in frames.iter().filter_map(Frame::data_ref) {
+        let take = d.len().min(left);
+        body.push(d.slice(..take));
+        left -= take;
+    }
+    let input = Input {
+        client: ctx.conn.client,
+        method: parts.method.to_string(),
+        uri: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string(),
+        http_version: match parts.version {
+            Version::HTTP_10 => "1.0",
+            Version::HTTP_2 => "2.0",
+            Version::HTTP_3 => "3.0",
+            _ => "1.1",
+        },
+        headers: parts.headers.clone(),
+        authority: parts.uri.authority().map(|a| a.to_string()),
+        body,
+        body_complete,
+        request_id: ctx.request_id.clone(),
+        route: route.name.clone(),
+    };
+    let verdict = waf.inspect(input).await;
+    if ctx.logging() {
+        ctx.rec.waf = match (verdict, body_complete) {
+            (Inspection::Blocked(_), _) => Some("blocked"),
+            (Inspection::Unavailable, _) => Some("unavailable"),
+            (Inspection::Pass, false) => Some("partial"),
+            (Inspection::Pass, true) => Some("inspected"),
+        };
+    }
+    let body = crate::body::prefixed(frames, rest);
+    let resp = match verdict {
+        Inspection::Pass => return ControlFlow::Continue(Request::from_parts(parts, body)),
+        Inspection::Blocked(status) => local(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
+            format!(
+                "forbidden by the web application firewall (request id {})\n",
+                ctx.request_id
+            ),
+        ),
+        Inspection::Unavailable => {
+            debug_assert_eq!(waf.mode, WafMode::Block);
+            let mut r = local(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the web application firewall cannot inspect this request now; try again\n",
+            );
+            r.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            r
+        }
+    };
+    ControlFlow::Break(Outcome::Refused(
+        refuse_unread(body, &ctx.progress, resp).await,
+    ))
+}
+
+/// Reads frames of `body` until `limit` data bytes are in or it ends, each frame within
+/// `timeout`. Returns the frames and, unless it ended, the rest. Err(true): the client
+/// stalled; Err(false): its stream failed.
+async fn read_prefix(
+    mut body: ClientBody,
+    limit: u64,
+    timeout: std::time::Duration,
+) -> Result<(Vec<Frame<Bytes>>, Option<ClientBody>), bool> {
+    use http_body::Body as _;
+    use http_body_util::BodyExt as _;
+    let mut frames = Vec::new();
+    let mut seen = 0u64;
+    loop {
+        if body.is_end_stream() {
+            return Ok((frames, None));
+        }
+        if seen >= limit {
+            return Ok((frames, Some(body)));
+        }
+        match tokio::time::timeout(timeout, body.frame()).await {
+            Err(_) => return Err(true),
+            Ok(Some(Ok(f))) => {
+                seen += f.data_ref().map_or(0, |d| d.len() as u64);
+                frames.push(f);
+            }
+            Ok(Some(Err(_))) => return Err(false),
+            Ok(None) => return Ok((frames, None)),
+        }
+    }
+}

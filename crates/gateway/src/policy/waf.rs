@@ -1,0 +1,384 @@
+//! The web application firewall (`[waf]`, a route's `waf`): ModSecurity v3 with the OWASP
+//! Core Rule Set ([`waf`] crate).
+//!
+//! - Rule sets are compiled once per profile (a route's settings and rule files) and shared by
+//!   every route, worker and reload that asks for the same one.
+//! - Inspections run on `[waf] threads` threads of their own behind a bounded queue, never on
+//!   a thread that serves connections: a slow inspection delays its own request only. A full
+//!   queue is overload: a blocking route answers 503, a detecting one passes the request
+//!   uninspected; both are counted.
+//! - Every match is a JSON line in the WAF log (rule id, message, matched variable's name,
+//!   never the client's bytes) and counted by rule.
+
+use crate::config::{Config, WafConfig, WafMode};
+use crate::ops::metrics::Metrics;
+use anyhow::Context as _;
+use bytes::Bytes;
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Instant, SystemTime};
+use waf::RuleSet;
+
+/// One request as the inspection threads receive it (owned: it crosses threads).
+pub(crate) struct Input {
+    pub client: SocketAddr,
+    pub method: String,
+    /// Path and query as the client sent them.
+    pub uri: String,
+    pub http_version: &'static str,
+    pub headers: http::HeaderMap,
+    /// The `Host` ModSecurity sees when the request carried it in `:authority` (HTTP/2, 3).
+    pub authority: Option<String>,
+    /// The body's first chunks (at most the route's `body_limit` bytes).
+    pub body: Vec<Bytes>,
+    /// Whether `body` is all of it.
+    pub body_complete: bool,
+    /// For the log: the request id and the route.
+    pub request_id: String,
+    pub route: String,
+}
+
+/// What the pipeline does with a request after its inspection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inspection {
+    /// Nothing stopped it (in detect mode, whatever matched).
+    Pass,
+    /// A blocking route's rules stopped it: answer this status.
+    Blocked(u16),
+    /// It could not be inspected (the queue full, or ModSecurity failed): a blocking route
+    /// refuses it with 503.
+    Unavailable,
+}
+
+/// A route's WAF: its compiled rules and how it acts on them.
+pub struct RouteWaf {
+    pub(crate) mode: WafMode,
+    pub(crate) body_limit: u64,
+    rules: Arc<RuleSet>,
+    inspector: Arc<Inspector>,
+}
+
+impl std::fmt::Debug for RouteWaf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteWaf")
+            .field("mode", &self.mode)
+            .field("body_limit", &self.body_limit)
+            .field("rules", &self.rules.len())
+            .finish()
+    }
+}
+
+impl RouteWaf {
+    /// Inspects `input` on an inspection thread and says what to do with the request.
+    pub(crate) async fn inspect(&self, input: Input) -> Inspection {
+        let route = input.route.clone();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job {
+            rules: self.rules.clone(),
+            mode: self.mode,
+            input,
+            reply,
+        };
+        let verdict = match self.inspector.jobs.try_send(job) {
+            Ok(()) => answer.await.ok(),
+            Err(_) => {
+                self.inspector.count(&route, "overloaded");
+                return self.unavailable();
+            }
+        };
+        match verdict {
+            Some(Ok(v)) => match (v.blocked, self.mode) {
+                (Some(status), WafMode::Block) => Inspection::Blocked(status),
+                _ => Inspection::Pass,
+            },
+            // The error is counted and logged by the thread.
+            Some(Err(())) | None => self.unavailable(),
+        }
+    }
+
+    /// Counts a body larger than the route inspects.
+    pub(crate) fn count_partial(&self, route: &str) {
+        self.inspector
+            .metrics
+            .partial_bodies
+            .with_label_values(&[route])
+            .inc();
+    }
+
+    fn unavailable(&self) -> Inspection {
+        match self.mode {
+            WafMode::Block => Inspection::Unavailable,
+            WafMode::Detect => Inspection::Pass,
+        }
+    }
+}
+
+struct Job {
+    rules: Arc<RuleSet>,
+    mode: WafMode,
+    input: Input,
+    reply: tokio::sync::oneshot::Sender<Result<waf::Verdict, ()>>,
+}
+
+/// The gateway's WAF: inspection threads, the match log, the metrics and the compiled rule
+/// sets. Made at start from `[waf]` (its threads, queue and log stay until a restart).
+pub struct Inspector {
+    jobs: crossbeam_channel::Sender<Job>,
+    metrics: WafMetrics,
+    /// Compiled rule sets by their directives and the rule files' modification times (a
+    /// changed file is compiled again at the next reload).
+    compiled: Mutex<HashMap<RuleSetKey, Weak<RuleSet>>>,
+}
+
+/// A compiled rule set's directives and its files' modification times.
+type RuleSetKey = (String, Vec<(PathBuf, Option<SystemTime>)>);
+
+#[derive(Clone)]
+struct WafMetrics {
+    requests: IntCounterVec,
+    matches: IntCounterVec,
+    partial_bodies: IntCounterVec,
+    seconds: Histogram,
+}
+
+/// Where match lines go.
+enum Sink {
+    Off,
+    Stderr,
+    File(std::io::BufWriter<std::fs::File>),
+}
+
+impl Inspector {
+    /// Opens the match log, registers the metrics and starts the inspection threads (which
+    /// sleep until a route with a `waf` sends them work; nothing loads ModSecurity until then).
+    pub fn start(cfg: &WafConfig, metrics: &Metrics) -> anyhow::Result<Arc<Inspector>> {
+        let sink = match cfg.log.as_str() {
+            "off" => Sink::Off,
+            "stderr" => Sink::Stderr,
+            path => Sink::File(std::io::BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("waf.log: cannot open {path}"))?,
+            )),
+        };
+        let sink = Arc::new(Mutex::new(sink));
+        let m = WafMetrics {
+            requests: IntCounterVec::new(
+                Opts::new(
+                    "rampart_waf_requests_total",
+                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), error",
+                ),
+                &["route", "result"],
+            )?,
+            matches: IntCounterVec::new(
+                Opts::new(
+                    "rampart_waf_rule_matches_total",
+                    "WAF rule matches by rule id",
+                ),
+                &["rule"],
+            )?,
+            partial_bodies: IntCounterVec::new(
+                Opts::new(
+                    "rampart_waf_partial_bodies_total",
+                    "Request bodies larger than the route's waf.body_limit: the rest streamed upstream uninspected",
+                ),
+                &["route"],
+            )?,
+            seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "rampart_waf_inspection_seconds",
+                    "Time an inspection thread spent on one request",
+                )
+                .buckets(vec![
+                    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
+                ]),
+            )?,
+        };
+        metrics.registry.register(Box::new(m.requests.clone()))?;
+        metrics.registry.register(Box::new(m.matches.clone()))?;
+        metrics
+            .registry
+            .register(Box::new(m.partial_bodies.clone()))?;
+        metrics.registry.register(Box::new(m.seconds.clone()))?;
+        let (jobs, queue) = crossbeam_channel::bounded::<Job>(cfg.queue);
+        let threads = match cfg.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        for i in 0..threads {
+            let (queue, sink, m) = (queue.clone(), sink.clone(), m.clone());
+            std::thread::Builder::new()
+                .name(format!("rampart-waf-{i}"))
+                .spawn(move || {
+                    // Ends when every sender (the Inspector) is gone.
+                    while let Ok(job) = queue.recv() {
+                        run(job, &sink, &m);
+                    }
+                })
+                .context("waf: cannot start an inspection thread")?;
+        }
+        Ok(Arc::new(Inspector {
+            jobs,
+            metrics: m,
+            compiled: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn count(&self, route: &str, result: &str) {
+        self.metrics
+            .requests
+            .with_label_values(&[route, result])
+            .inc();
+    }
+
+    /// Every route's WAF, by route index (`None` for routes without one): rule sets compiled
+    /// (or reused) from the Core Rule Set in `cfg.waf`. Fails, naming the route, when
+    /// ModSecurity cannot be loaded or refuses the rules; nothing is put in force then.
+    pub fn route_wafs(
+        self: &Arc<Self>,
+        cfg: &Config,
+    ) -> anyhow::Result<Vec<Option<Arc<RouteWaf>>>> {
+        let crs = cfg.waf.crs_paths();
+        cfg.routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let Some(w) = &r.waf else { return Ok(None) };
+                let rules = self
+                    .compile(&w.profile(), &crs)
+                    .with_context(|| format!("routes[{i}].waf ({})", r.effective_name()))?;
+                Ok(Some(Arc::new(RouteWaf {
+                    mode: w.mode,
+                    body_limit: w.body_limit,
+                    rules,
+                    inspector: self.clone(),
+                })))
+            })
+            .collect()
+    }
+
+    fn compile(&self, profile: &waf::Profile, crs: &waf::CrsPaths) -> anyhow::Result<Arc<RuleSet>> {
+        let directives = waf::crs_profile(profile, crs).map_err(anyhow::Error::msg)?;
+        let stamps = [&crs.setup]
+            .into_iter()
+            .chain(&profile.extra_rules)
+            .map(|p| {
+                (
+                    p.clone(),
+                    std::fs::metadata(p).and_then(|m| m.modified()).ok(),
+                )
+            })
+            .collect();
+        let key = (directives, stamps);
+        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        compiled.retain(|_, w| w.strong_count() > 0);
+        if let Some(r) = compiled.get(&key).and_then(Weak::upgrade) {
+            return Ok(r);
+        }
+        let t = Instant::now();
+        let rules = Arc::new(RuleSet::new(&key.0)?);
+        tracing::info!(
+            rules = rules.len(),
+            took_ms = t.elapsed().as_millis() as u64,
+            "waf: rule set compiled"
+        );
+        compiled.insert(key, Arc::downgrade(&rules));
+        Ok(rules)
+    }
+}
+
+/// One inspection on an inspection thread: ModSecurity, the log lines, the counts, the reply.
+fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
+    let Job {
+        rules,
+        mode,
+        input,
+        reply,
+    } = job;
+    if reply.is_closed() {
+        return; // the request is gone
+    }
+    let t = Instant::now();
+    let body = match input.body.len() {
+        0 => Vec::new(),
+        _ => input.body.concat(),
+    };
+    let mut headers: Vec<(&[u8], &[u8])> = input
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+        .collect();
+    if let (Some(a), false) = (
+        &input.authority,
+        input.headers.contains_key(http::header::HOST),
+    ) {
+        headers.push((b"host", a.as_bytes()));
+    }
+    let req = waf::Request {
+        client: input.client,
+        server: SocketAddr::from(([0, 0, 0, 0], 0)),
+        method: &input.method,
+        uri: &input.uri,
+        http_version: input.http_version,
+        headers,
+        body: &body,
+        body_complete: input.body_complete,
+    };
+    let verdict = waf::inspect(&rules, &req);
+    m.seconds.observe(t.elapsed().as_secs_f64());
+    let route = input.route.as_str();
+    let result = match &verdict {
+        Ok(v) if v.blocked.is_some() && mode == WafMode::Block => "blocked",
+        Ok(v) if !v.matches.is_empty() => "detected",
+        Ok(_) => "pass",
+        Err(_) => "error",
+    };
+    m.requests.with_label_values(&[route, result]).inc();
+    let action = match mode {
+        WafMode::Block if result == "blocked" => "blocked",
+        _ => "logged",
+    };
+    let mut lines = String::new();
+    match &verdict {
+        Ok(v) => {
+            for hit in &v.matches {
+                m.matches.with_label_values(&[&hit.id.to_string()]).inc();
+                let line = serde_json::json!({
+                    "time": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                    "request_id": input.request_id,
+                    "route": route,
+                    "client": input.client.ip().to_string(),
+                    "method": input.method,
+                    "path": input.uri.split('?').next().unwrap_or(""),
+                    "action": action,
+                    "rule": hit.id,
+                    "msg": hit.msg,
+                    "variable": hit.variable,
+                    "severity": hit.severity,
+                    "body_inspected": body.len(),
+                    "body_complete": input.body_complete,
+                });
+                lines.push_str(&line.to_string());
+                lines.push('\n');
+            }
+        }
+        Err(e) => {
+            tracing::error!(route, request_id = %input.request_id, error = %e, "waf: inspection failed");
+        }
+    }
+    if !lines.is_empty() {
+        let mut sink = sink.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = match &mut *sink {
+            Sink::Off => Ok(()),
+            Sink::Stderr => std::io::stderr().write_all(lines.as_bytes()),
+            Sink::File(f) => f.write_all(lines.as_bytes()).and_then(|_| f.flush()),
+        };
+    }
+    let _ = reply.send(verdict.map_err(|_| ()));
+}
