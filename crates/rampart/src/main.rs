@@ -37,6 +37,15 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Print the ModSecurity directives a route's `waf` compiles (the OWASP Core Rule Set with
+    /// the route's settings), to read them or to give another server the same rules.
+    WafRules {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The route's name (as in metrics and logs).
+        #[arg(long)]
+        route: String,
+    },
     /// Self-signed certificates, a demo upstream and the gateway on 127.0.0.1:8443.
     Demo {
         /// Where certificates and the generated config are kept between runs.
@@ -234,6 +243,12 @@ fn main() -> anyhow::Result<()> {
                 gateway::tls::listener_tls(l, &engine, gateway::tls::ALPN_TCP, None)
                     .with_context(|| format!("listeners[{i}] ({})", l.name))?;
             }
+            for (i, r) in cfg.routes.iter().enumerate() {
+                if r.waf.is_some() {
+                    waf::RuleSet::new(&waf_directives(&cfg, r)?)
+                        .with_context(|| format!("routes[{i}].waf ({})", r.effective_name()))?;
+                }
+            }
             println!(
                 "{}: ok ({} listeners, {} routes, {} clusters, {} keys, {} held here)",
                 config.display(),
@@ -243,6 +258,17 @@ fn main() -> anyhow::Result<()> {
                 engine.registry().len(),
                 engine.registry().private_count()
             );
+            Ok(())
+        }
+        Command::WafRules { config, route } => {
+            let cfg = load(&config)?;
+            let r = cfg
+                .routes
+                .iter()
+                .find(|r| r.effective_name() == route)
+                .with_context(|| format!("{}: no route named {route:?}", config.display()))?;
+            anyhow::ensure!(r.waf.is_some(), "route {route:?} has no waf");
+            print!("{}", waf_directives(&cfg, r)?);
             Ok(())
         }
         Command::Run { config } => {
@@ -301,4 +327,13 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The ModSecurity directives of route `r`'s `waf` (which it must have).
+fn waf_directives(
+    cfg: &gateway::config::Config,
+    r: &gateway::config::RouteConfig,
+) -> anyhow::Result<String> {
+    let w = r.waf.as_ref().context("no waf")?;
+    waf::crs_profile(&w.profile(), &cfg.waf.crs_paths()).map_err(anyhow::Error::msg)
 }

@@ -108,10 +108,16 @@ fn invalid_config_exits_nonzero_naming_file_field_and_expectation() {
             "expected e.g.",
         ),
         (
-            "cluster = \"app\"\n\n# A canary",
-            "cluster = \"nope\"\n\n# A canary",
+            "cluster = \"app\"\n# ModSecurity",
+            "cluster = \"nope\"\n# ModSecurity",
             "routes[0].cluster",
             "no cluster named",
+        ),
+        (
+            "paranoia = 1,",
+            "paranoia = 7,",
+            "routes[0].waf.paranoia",
+            "from 1 to 4",
         ),
     ] {
         assert!(text.contains(from), "example lost {from:?}");

@@ -19,7 +19,7 @@ mod profile;
 mod rules;
 mod transaction;
 
-pub use log_line::Match;
+pub use log_line::{parse as parse_log_line, Match, MAX_FIELD};
 pub use profile::{
     crs_profile, valid_argument, valid_file_path, valid_path_prefix, CrsPaths, Exclusion, Mode,
     Profile,
