@@ -9,6 +9,7 @@ pub mod engine;
 mod h3;
 mod packet_seal;
 mod quic_send;
+mod request_set;
 pub mod sign;
 mod sign_load;
 mod stats;
@@ -196,6 +197,10 @@ pub struct BenchArgs {
     /// https-requests: a header sent with every request, `name: value` (repeatable).
     #[arg(long = "header", short = 'H')]
     pub headers: Vec<String>,
+    /// https-requests: requests sent in turn instead of `--url`'s path, one JSON object per line
+    /// with the status each must get (see `request_set`); a different status is an error.
+    #[arg(long)]
+    pub request_set: Option<std::path::PathBuf>,
     /// udp-flood: UDP payload bytes per datagram.
     #[arg(long, default_value_t = 1200)]
     pub datagram_bytes: usize,
@@ -351,9 +356,16 @@ fn upload_body(total: u64) -> BoxBody<Bytes, std::convert::Infallible> {
     StreamBody::new(futures_util::stream::iter(frames)).boxed()
 }
 
-async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> anyhow::Result<()> {
+async fn request_worker(
+    t: Arc<Target>,
+    args: Arc<BenchArgs>,
+    rec: Recorder,
+    set: Option<(Arc<Vec<request_set::SetRequest>>, usize)>,
+) -> anyhow::Result<()> {
     let uri: Uri = args.url.parse()?;
     let upload = args.mode == Mode::HttpsUpload;
+    // With a request set: this worker's next request in it (workers start apart).
+    let mut next = set.as_ref().map_or(0, |(_, first)| *first);
     'reconnect: while !rec.should_stop() {
         let s = match t.tls_connect(false).await {
             Ok(s) => s,
@@ -368,26 +380,46 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                 let mut sender = $sender;
                 while rec.start_op() {
                     let start = Instant::now();
-                    let (method, body) = if upload {
-                        (http::Method::POST, upload_body(args.upload_bytes))
-                    } else {
-                        (http::Method::GET, Empty::<Bytes>::new().boxed())
+                    let item = set.as_ref().map(|(s, _)| {
+                        next = (next + 1) % s.len();
+                        &s[next]
+                    });
+                    let (method, body) = match item {
+                        Some(r) => (
+                            http::Method::from_bytes(r.method.as_bytes())?,
+                            http_body_util::Full::new(r.body())
+                                .map_err(|never| match never {})
+                                .boxed(),
+                        ),
+                        None if upload => (http::Method::POST, upload_body(args.upload_bytes)),
+                        None => (http::Method::GET, Empty::<Bytes>::new().boxed()),
                     };
+                    let path = item.map_or(t.path.as_str(), |r| r.path.as_str());
                     // HTTP/1.1: origin-form target plus Host; HTTP/2: the full URI
                     // becomes :scheme/:authority/:path.
                     let req = match args.http {
                         HttpVersion::H1 => Request::builder()
-                            .uri(t.path.as_str())
+                            .uri(path)
                             .header(http::header::HOST, t.host.as_str()),
-                        HttpVersion::H2 => Request::builder().uri(uri.clone()),
+                        HttpVersion::H2 => Request::builder().uri(
+                            Uri::builder()
+                                .scheme("https")
+                                .authority(uri.authority().map_or(t.host.as_str(), |a| a.as_str()))
+                                .path_and_query(path)
+                                .build()?,
+                        ),
                     }
                     .method(method);
-                    let req = args
-                        .headers
-                        .iter()
-                        .filter_map(|h| h.split_once(':'))
-                        .fold(req, |r, (k, v)| r.header(k.trim(), v.trim()))
-                        .body(body)?;
+                    let req =
+                        args.headers
+                            .iter()
+                            .filter_map(|h| h.split_once(':'))
+                            .map(|(k, v)| (k.trim(), v.trim()))
+                            .chain(item.into_iter().flat_map(|r| {
+                                r.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+                            }))
+                            .fold(req, |r, (k, v)| r.header(k, v))
+                            .body(body)?;
                     let r = async {
                         let resp = sender.send_request(req).await?;
                         let status = resp.status();
@@ -401,8 +433,10 @@ async fn request_worker(t: Arc<Target>, args: Arc<BenchArgs>, rec: Recorder) -> 
                         anyhow::Ok((status, n))
                     }
                     .await;
+                    let wanted =
+                        |st: http::StatusCode| item.map_or(st.is_success(), |r| r.accepts(st));
                     match r {
-                        Ok((st, n)) if st.is_success() => {
+                        Ok((st, n)) if wanted(st) => {
                             rec.bytes(if upload { args.upload_bytes } else { n });
                             rec.ok(start.elapsed())
                         }
@@ -526,11 +560,16 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
     let recorders: Vec<Recorder> = (0..args.concurrency.max(1))
         .map(|_| Recorder::new(budget.clone(), stop.clone(), deadline))
         .collect();
+    let set = match &args.request_set {
+        Some(f) => Some(Arc::new(request_set::load(f)?)),
+        None => None,
+    };
     let args = Arc::new(args);
     let mut tasks = Vec::new();
-    for rec in recorders.iter().cloned() {
+    for (worker, rec) in recorders.iter().cloned().enumerate() {
         let t = target.clone();
         let args = args.clone();
+        let set = set.clone();
         tasks.push(tokio::spawn(async move {
             match args.mode {
                 Mode::HttpsHandshake => {
@@ -557,7 +596,7 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Summary> {
                     Ok(())
                 }
                 Mode::HttpsRequests | Mode::HttpsDownload | Mode::HttpsUpload => {
-                    request_worker(t, args, rec).await
+                    request_worker(t, args, rec, set.map(|s| (s, worker))).await
                 }
                 Mode::H3Handshake
                 | Mode::H3Requests
