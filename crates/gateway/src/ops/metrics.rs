@@ -684,6 +684,15 @@ mod tests {
         control.objects.with_label_values(&["routes"]).set(1);
         let engine = keyengine::EngineMetrics::new(&m.registry).unwrap();
         drop(engine);
+        let waf = crate::policy::waf::Inspector::start(
+            &crate::config::WafConfig {
+                threads: 1,
+                ..Default::default()
+            },
+            &m,
+        )
+        .unwrap();
+        waf.touch_metrics();
         let text = m.render();
         let readme = include_str!("../../../../README.md");
         // The gateway's metrics table (key-server metrics are documented elsewhere).
