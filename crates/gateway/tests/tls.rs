@@ -592,3 +592,83 @@ async fn a_client_ca_that_is_not_pem_is_refused_naming_field_and_file() {
     let e = gateway::config::Config::load(&path).unwrap_err();
     assert_eq!(e.path, "listeners[0].certificates[1].client_ca", "{e}");
 }
+
+/// The OCSP test PKI (`data/ocsp-certs.sh`) made in `dir`, and the config's localhost RSA
+/// certificate swapped for its `site` with the response `response` stapled.
+fn with_ocsp(text: String, dir: &std::path::Path, response: &str) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ocsp-certs.sh");
+    let out = std::process::Command::new("sh")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.replace(
+        r#"rsa = { cert = "localhost-rsa.crt", key = "localhost-rsa.key" }"#,
+        &format!(
+            r#"rsa = {{ cert = "site-chain.pem", key = "site.key", ocsp_response = "{response}" }}"#
+        ),
+    )
+}
+
+/// OCSP stapling from a response file: `openssl s_client -status` sees the response for the
+/// RSA certificate that has one (and none for the ECDSA one, which has none); a client that
+/// does not ask gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ocsp_response_is_stapled_to_clients_that_ask() {
+    let fx = start_edited("", |t, d| with_ocsp(t, d, "site-good.der")).await;
+    let rsa = ["-sigalgs", "rsa_pss_rsae_sha256", "-tls1_3"];
+    let out = s_client(&fx, "localhost", &[&rsa[..], &["-status"]].concat()).await;
+    assert!(out.contains("OCSP Response Status: successful"), "{out}");
+    assert!(out.contains("Cert Status: good"), "{out}");
+    assert!(out.contains("site-ca"), "the response's responder: {out}");
+    let out = s_client(&fx, "localhost", &rsa).await;
+    assert!(!out.contains("OCSP Response"), "{out}");
+    let ecdsa = ["-sigalgs", "ecdsa_secp256r1_sha256", "-tls1_3", "-status"];
+    let out = s_client(&fx, "localhost", &ecdsa).await;
+    assert!(out.contains("OCSP response: no response sent"), "{out}");
+    // TLS 1.2 carries it in CertificateStatus rather than the certificate's extension.
+    let out = s_client(
+        &fx,
+        "localhost",
+        &["-sigalgs", "RSA-PSS+SHA256", "-tls1_2", "-status"],
+    )
+    .await;
+    assert!(out.contains("Cert Status: good"), "{out}");
+}
+
+/// A response that is not for the certificate, or says it is revoked, is refused at load with
+/// the field and the file named: nothing starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ocsp_response_for_another_certificate_is_refused_naming_the_file() {
+    for (file, says) in [
+        ("other-good.der", "another certificate"),
+        ("site-revoked.der", "revoked"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        make_certs(dir.path());
+        let text = with_ocsp(
+            config_text(&["127.0.0.1:9".parse().unwrap()], "", ""),
+            dir.path(),
+            file,
+        );
+        let path = dir.path().join("rampart.toml");
+        std::fs::write(&path, text).unwrap();
+        let cfg = gateway::config::Config::load(&path).unwrap();
+        let e = format!(
+            "{:#}",
+            gateway::start(cfg, gateway::StartOptions::default())
+                .await
+                .err()
+                .expect("refused")
+        );
+        assert!(
+            e.contains("certificates[0].rsa") && e.contains(file) && e.contains(says),
+            "{e}"
+        );
+    }
+}

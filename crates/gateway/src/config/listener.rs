@@ -323,6 +323,11 @@ pub struct CertKeyPair {
     /// PEM private key, loaded into the key engine (never into a TLS context). Omit it when
     /// the `remote` engine signs with keys held by key servers (the edge then holds none).
     pub key: Option<PathBuf>,
+    /// The certificate's OCSP response (DER, as `openssl ocsp -respout` writes it), stapled to
+    /// handshakes that ask while it is fresh; read again by a reload. It must verify for this
+    /// certificate (the chain's second certificate is its issuer).
+    #[serde(default)]
+    pub ocsp_response: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -466,6 +471,7 @@ impl ListenerConfig {
             for pair in [&mut c.rsa, &mut c.ecdsa].into_iter().flatten() {
                 pair.cert = base.join(&pair.cert);
                 pair.key = pair.key.as_ref().map(|k| base.join(k));
+                pair.ocsp_response = pair.ocsp_response.as_ref().map(|o| base.join(o));
             }
         }
     }
@@ -512,7 +518,8 @@ impl CertificateConfig {
                     .fail("a private key file, unless key_engine.engines includes \"remote\"");
             }
             let key = pair.key.iter().map(|k| ("key", k));
-            for (f, path) in std::iter::once(("cert", &pair.cert)).chain(key) {
+            let ocsp = pair.ocsp_response.iter().map(|o| ("ocsp_response", o));
+            for (f, path) in std::iter::once(("cert", &pair.cert)).chain(key).chain(ocsp) {
                 at.field(f).file_exists(path)?;
             }
         }

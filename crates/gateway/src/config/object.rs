@@ -161,6 +161,7 @@ impl CertificateObject {
             p.as_ref().map(|p| CertKeyPair {
                 cert: chain_file(kind, &p.chain),
                 key: p.key.clone(),
+                ocsp_response: None,
             })
         };
         let rsa = pair("rsa", &self.rsa);

@@ -511,6 +511,12 @@ impl Metrics {
                 n as f64,
             );
         }
+        families.single(
+            Kind::Counter,
+            "rampart_tls_ocsp_stale_total",
+            "Handshakes whose certificate's OCSP response was stale (past nextUpdate, less a minute): none stapled",
+            crate::tls::ocsp::STALE.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
         families.extend(extra);
         keyengine::metrics::encode(&families.into_vec())
     }

@@ -6,6 +6,7 @@
 pub mod client_hello;
 pub mod handshake_info;
 mod key_method;
+pub mod ocsp;
 pub mod tickets;
 
 use crate::config::{CertKeyPair, ListenerConfig, TlsConfig, TlsVersion};
@@ -79,8 +80,15 @@ fn configure_common(
 /// The contexts serving one `[[listeners.certificates]]` entry.
 #[derive(Clone)]
 struct CertEntry {
-    rsa: Option<SslContext>,
-    ecdsa: Option<SslContext>,
+    rsa: Option<Served>,
+    ecdsa: Option<Served>,
+}
+
+/// One certificate's context and its OCSP response, if it staples one.
+#[derive(Clone)]
+struct Served {
+    ctx: SslContext,
+    ocsp: Option<Arc<ocsp::Staple>>,
 }
 
 /// Certificates by server name: exact names, then `*.suffix` wildcards, then the default.
@@ -110,7 +118,7 @@ impl CertStore {
         &self.entries[idx]
     }
 
-    fn select(&self, hello: &ClientHello<'_>) -> Option<SslContext> {
+    fn select(&self, hello: &ClientHello<'_>) -> Option<Served> {
         let entry = self.lookup(hello.servername(NameType::HOST_NAME));
         let ecdsa_ok = entry.ecdsa.is_some()
             && client_hello::can_use_ecdsa(
@@ -174,8 +182,14 @@ fn cert_context(
     expected: KeyKind,
     signer: &Signer<'_>,
     quic: Option<&QuicContextOptions>,
-) -> anyhow::Result<SslContext> {
+) -> anyhow::Result<Served> {
     let (leaf, intermediates, id) = load_chain(&pair.cert)?;
+    let ocsp = pair
+        .ocsp_response
+        .as_ref()
+        .map(|f| ocsp::Staple::from_file(f, &pair.cert, &leaf, intermediates.first()))
+        .transpose()?
+        .map(Arc::new);
     let key = signer.keys.get(&id).ok_or_else(|| {
         anyhow!(
             "{}: the key engine holds no key for this certificate (SKI {id}); is {} the matching key?",
@@ -220,7 +234,10 @@ fn cert_context(
         key: id,
         kind,
     });
-    Ok(b.build().into_context())
+    Ok(Served {
+        ctx: b.build().into_context(),
+        ocsp,
+    })
 }
 
 /// Builds the certificate store of one listener for one ALPN set (TCP or QUIC).
@@ -279,7 +296,10 @@ fn install_selection(
     use crate::fleet::anti_replay::AntiReplay;
     use boring::ssl::ExtensionType;
     b.set_async_select_certificate_callback(move |hello| {
-        let ctx = certs.current().select(hello).ok_or(AsyncSelectCertError)?;
+        let Served { ctx, ocsp } = certs.current().select(hello).ok_or(AsyncSelectCertError)?;
+        // The certificate's OCSP response while it is fresh (BoringSSL sends it only to
+        // clients that asked, in status_request).
+        let staple = ocsp.and_then(|o| o.fresh(std::time::SystemTime::now()));
         let check = anti_replay.clone().and_then(|a| {
             hello.get_extension(ExtensionType::EARLY_DATA)?;
             let psk = hello.get_extension(ExtensionType::PRE_SHARED_KEY)?;
@@ -298,6 +318,12 @@ fn install_selection(
                 // The name's client-certificate mode: switching contexts brings its verify
                 // store, CA list and session context, but the mode stays the listener's.
                 hello.ssl_mut().set_verify(ctx.verify_mode());
+                if let Some(der) = &staple {
+                    hello
+                        .ssl_mut()
+                        .set_ocsp_status(der)
+                        .map_err(|_| AsyncSelectCertError)?;
+                }
                 if !early_data_ok {
                     // SAFETY: the SSL is live for the callback; SSL_set_early_data_enabled
                     // only clears a flag on it, read when the server decides on early data
