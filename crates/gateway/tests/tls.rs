@@ -672,3 +672,106 @@ async fn an_ocsp_response_for_another_certificate_is_refused_naming_the_file() {
         );
     }
 }
+
+/// OCSP stapling with `ocsp_fetch`: the response is fetched from a real responder (`openssl
+/// ocsp -port`) that the certificate's Authority Information Access names, stapled, and kept
+/// while the responder is down (until it would go stale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ocsp_response_fetched_from_the_responder_is_stapled_and_outlives_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ocsp-certs.sh");
+    let out = std::process::Command::new("sh")
+        .arg(script)
+        .env("OCSP_PORT", port.to_string())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut responder = std::process::Command::new("openssl")
+        // Debian's openssl 3.0 takes a port only (it listens on every address); the gateway
+        // asks it on 127.0.0.1, as the certificate says.
+        .args(["ocsp", "-index", "index.txt", "-port"])
+        .arg(port.to_string())
+        .args([
+            "-rsigner", "ca.pem", "-rkey", "ca.key", "-CA", "ca.pem", "-ndays", "1",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let upstream = gateway::demo::spawn_upstream("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let text = config_text(&[upstream], "", "").replace(
+        r#"rsa = { cert = "localhost-rsa.crt", key = "localhost-rsa.key" }"#,
+        r#"rsa = { cert = "site-chain.pem", key = "site.key", ocsp_fetch = true }"#,
+    );
+    let fx = start_with(&text, dir, upstream, None).await;
+    let rsa = ["-sigalgs", "rsa_pss_rsae_sha256", "-tls1_3", "-status"];
+    let mut out = String::new();
+    for _ in 0..100 {
+        out = s_client(&fx, "localhost", &rsa).await;
+        if out.contains("Cert Status: good") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(out.contains("Cert Status: good"), "never stapled: {out}");
+    let m = fx.gw().metrics.render();
+    assert!(
+        metric_sum(&m, "rampart_tls_ocsp_fetches_total", &[]) >= 1.0,
+        "{m}"
+    );
+    // The responder goes away: the response it gave stays stapled.
+    responder.kill().unwrap();
+    responder.wait().unwrap();
+    let out = s_client(&fx, "localhost", &rsa).await;
+    assert!(out.contains("Cert Status: good"), "{out}");
+}
+
+/// A certificate without an OCSP responder cannot fetch: refused at start, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ocsp_fetch_without_a_responder_in_the_certificate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    std::fs::write(
+        dir.path().join("chain.pem"),
+        [
+            std::fs::read(dir.path().join("localhost-rsa.crt")).unwrap(),
+            std::fs::read(dir.path().join("other-rsa.crt")).unwrap(),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let text = config_text(&["127.0.0.1:9".parse().unwrap()], "", "").replace(
+        r#"rsa = { cert = "localhost-rsa.crt", key = "localhost-rsa.key" }"#,
+        r#"rsa = { cert = "chain.pem", key = "localhost-rsa.key", ocsp_fetch = true }"#,
+    );
+    let path = dir.path().join("rampart.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = gateway::config::Config::load(&path).unwrap();
+    let e = format!(
+        "{:#}",
+        gateway::start(cfg, gateway::StartOptions::default())
+            .await
+            .err()
+            .expect("refused")
+    );
+    assert!(
+        e.contains("certificates[0].rsa")
+            && e.contains("ocsp_fetch")
+            && e.contains("no OCSP responder"),
+        "{e}"
+    );
+}

@@ -328,6 +328,10 @@ pub struct CertKeyPair {
     /// certificate (the chain's second certificate is its issuer).
     #[serde(default)]
     pub ocsp_response: Option<PathBuf>,
+    /// Fetch the certificate's OCSP response from the responder its Authority Information
+    /// Access names, and refresh it before it expires (instead of `ocsp_response`).
+    #[serde(default)]
+    pub ocsp_fetch: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -516,6 +520,11 @@ impl CertificateConfig {
                 return at
                     .field("key")
                     .fail("a private key file, unless key_engine.engines includes \"remote\"");
+            }
+            if pair.ocsp_fetch && pair.ocsp_response.is_some() {
+                return at
+                    .field("ocsp_fetch")
+                    .fail("either ocsp_fetch or ocsp_response, not both");
             }
             let key = pair.key.iter().map(|k| ("key", k));
             let ocsp = pair.ocsp_response.iter().map(|o| ("ocsp_response", o));

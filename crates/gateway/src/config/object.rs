@@ -162,6 +162,7 @@ impl CertificateObject {
                 cert: chain_file(kind, &p.chain),
                 key: p.key.clone(),
                 ocsp_response: None,
+                ocsp_fetch: false,
             })
         };
         let rsa = pair("rsa", &self.rsa);

@@ -517,6 +517,21 @@ impl Metrics {
             "Handshakes whose certificate's OCSP response was stale (past nextUpdate, less a minute): none stapled",
             crate::tls::ocsp::STALE.load(std::sync::atomic::Ordering::Relaxed) as f64,
         );
+        for (name, help, n) in [
+            (
+                "rampart_tls_ocsp_fetches_total",
+                "OCSP responses fetched from certificates' responders that checked (ocsp_fetch)",
+                &crate::tls::ocsp::FETCHED,
+            ),
+            (
+                "rampart_tls_ocsp_fetch_errors_total",
+                "OCSP fetches that failed or brought a response that did not check (the last good one stays until stale)",
+                &crate::tls::ocsp::FETCH_ERRORS,
+            ),
+        ] {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            families.single(Kind::Counter, name, help, n);
+        }
         families.extend(extra);
         keyengine::metrics::encode(&families.into_vec())
     }

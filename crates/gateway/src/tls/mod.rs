@@ -184,12 +184,20 @@ fn cert_context(
     quic: Option<&QuicContextOptions>,
 ) -> anyhow::Result<Served> {
     let (leaf, intermediates, id) = load_chain(&pair.cert)?;
-    let ocsp = pair
-        .ocsp_response
-        .as_ref()
-        .map(|f| ocsp::Staple::from_file(f, &pair.cert, &leaf, intermediates.first()))
-        .transpose()?
-        .map(Arc::new);
+    let ocsp = match (&pair.ocsp_response, pair.ocsp_fetch) {
+        (Some(f), _) => Some(Arc::new(ocsp::Staple::from_file(
+            f,
+            &pair.cert,
+            &leaf,
+            intermediates.first(),
+        )?)),
+        (None, true) => Some(ocsp::Staple::fetching(
+            &pair.cert,
+            &leaf,
+            intermediates.first(),
+        )?),
+        (None, false) => None,
+    };
     let key = signer.keys.get(&id).ok_or_else(|| {
         anyhow!(
             "{}: the key engine holds no key for this certificate (SKI {id}); is {} the matching key?",

@@ -220,10 +220,17 @@ fn hex(b: &[u8]) -> String {
 /// stapled), in this process (`rampart_tls_ocsp_stale_total`).
 pub static STALE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The response a certificate staples. A reload builds a new one from the file.
+/// Responses fetched from responders (`rampart_tls_ocsp_fetches_total`) and fetches that
+/// failed or brought a response that did not check (`rampart_tls_ocsp_fetch_errors_total`).
+pub static FETCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static FETCH_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The response a certificate staples: from a file (a reload builds a new one), or fetched
+/// from the certificate's responder and refreshed by a task of its own while the staple is in
+/// use by any certificate store.
 #[derive(Debug)]
 pub struct Staple {
-    checked: Checked,
+    checked: std::sync::RwLock<Option<Checked>>,
     /// Whether the response's going stale was logged (once per response).
     stale_logged: AtomicBool,
     /// The certificate file, for logs.
@@ -231,6 +238,14 @@ pub struct Staple {
 }
 
 impl Staple {
+    fn new(certificate: &std::path::Path, checked: Option<Checked>) -> Staple {
+        Staple {
+            checked: std::sync::RwLock::new(checked),
+            stale_logged: AtomicBool::new(false),
+            certificate: certificate.display().to_string(),
+        }
+    }
+
     /// Reads and checks the response in `file` for `leaf` (of the chain in `cert_file`), whose
     /// issuer is `issuer`. Errors name the response file and say what is wrong with it.
     pub fn from_file(
@@ -250,27 +265,262 @@ impl Staple {
         })?;
         let checked = check(&der, leaf, issuer, SystemTime::now())
             .map_err(|e| anyhow::anyhow!("ocsp_response: {}: {e}", file.display()))?;
-        Ok(Staple {
-            checked,
-            stale_logged: AtomicBool::new(false),
-            certificate: cert_file.display().to_string(),
-        })
+        Ok(Staple::new(cert_file, Some(checked)))
+    }
+
+    /// The staple of `leaf` whose response is fetched from the responder its Authority
+    /// Information Access names, by a refresh task (started now, in this Tokio runtime); the
+    /// same certificate asked for again (the QUIC store, a reload) shares it while it lives,
+    /// response and task included. Errors (no issuer, no responder) name the certificate.
+    pub fn fetching(
+        cert_file: &std::path::Path,
+        leaf: &X509,
+        issuer: Option<&X509>,
+    ) -> anyhow::Result<Arc<Staple>> {
+        let issuer = issuer.ok_or_else(|| {
+            anyhow::anyhow!(
+                "ocsp_fetch: {}: {}",
+                cert_file.display(),
+                OcspError::NoIssuer
+            )
+        })?;
+        let url = responder_url(leaf).ok_or_else(|| {
+            anyhow::anyhow!(
+                "ocsp_fetch: {}: the certificate names no OCSP responder (Authority Information Access)",
+                cert_file.display()
+            )
+        })?;
+        let request = request_der(leaf, issuer)
+            .map_err(|e| anyhow::anyhow!("ocsp_fetch: {}: {e}", cert_file.display()))?;
+        static LIVE: std::sync::Mutex<Vec<(Vec<u8>, std::sync::Weak<Staple>)>> =
+            std::sync::Mutex::new(Vec::new());
+        let key = leaf.to_der()?;
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(s) = live
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(s);
+        }
+        let staple = Arc::new(Staple::new(cert_file, None));
+        live.push((key, Arc::downgrade(&staple)));
+        let task = refresh(
+            Arc::downgrade(&staple),
+            url,
+            request,
+            leaf.clone(),
+            issuer.clone(),
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(task);
+            }
+            Err(_) => {
+                std::thread::Builder::new()
+                    .name("rampart-ocsp".into())
+                    .spawn(move || {
+                        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            rt.block_on(task);
+                        }
+                    })?;
+            }
+        }
+        Ok(staple)
     }
 
     /// The response to staple now: none once it is within [`STALE_MARGIN`] of its
-    /// `nextUpdate` (counted; logged once).
+    /// `nextUpdate` (counted; logged once), nor before a fetched one has arrived.
     pub fn fresh(&self, now: SystemTime) -> Option<Arc<[u8]>> {
-        if now + STALE_MARGIN < self.checked.next_update {
-            return Some(self.checked.der.clone());
+        let g = self.checked.read().unwrap_or_else(|e| e.into_inner());
+        let c = g.as_ref()?;
+        if now + STALE_MARGIN < c.next_update {
+            return Some(c.der.clone());
         }
         STALE.fetch_add(1, Ordering::Relaxed);
         if !self.stale_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(certificate = %self.certificate,
-                next_update = %humantime::format_rfc3339_seconds(self.checked.next_update),
-                "OCSP response stale: no longer stapled (replace the file and reload)");
+                next_update = %humantime::format_rfc3339_seconds(c.next_update),
+                "OCSP response stale: no longer stapled");
         }
         None
     }
+
+    fn replace(&self, checked: Checked) {
+        *self.checked.write().unwrap_or_else(|e| e.into_inner()) = Some(checked);
+        self.stale_logged.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The OCSP responder (`http://`) `leaf`'s Authority Information Access names.
+pub fn responder_url(leaf: &X509) -> Option<String> {
+    use x509_cert::ext::pkix::name::GeneralName;
+    use x509_cert::ext::pkix::AuthorityInfoAccessSyntax;
+    let c = Certificate::from_der(&leaf.to_der().ok()?).ok()?;
+    let ext = c
+        .tbs_certificate
+        .extensions
+        .iter()
+        .flatten()
+        .find(|e| e.extn_id == const_oid::db::rfc5280::ID_PE_AUTHORITY_INFO_ACCESS)?;
+    let aia = AuthorityInfoAccessSyntax::from_der(ext.extn_value.as_bytes()).ok()?;
+    aia.0.iter().find_map(|d| match &d.access_location {
+        GeneralName::UniformResourceIdentifier(u)
+            if d.access_method == const_oid::db::rfc5280::ID_AD_OCSP
+                && u.as_str().starts_with("http://") =>
+        {
+            Some(u.as_str().to_string())
+        }
+        _ => None,
+    })
+}
+
+/// The DER OCSP request for `leaf` issued by `issuer`: one SHA-1 CertID (what responders
+/// index by), no nonce (responses are presigned and cached, and a stapled one has none).
+pub fn request_der(leaf: &X509, issuer: &X509) -> Result<Vec<u8>, OcspError> {
+    use x509_ocsp::{CertId, OcspRequest, Request, TbsRequest};
+    let malformed = |e: String| OcspError::Malformed(e);
+    let leaf_c = Certificate::from_der(&leaf.to_der().map_err(|e| malformed(e.to_string()))?)
+        .map_err(|e| malformed(e.to_string()))?;
+    let issuer_c = Certificate::from_der(&issuer.to_der().map_err(|e| malformed(e.to_string()))?)
+        .map_err(|e| malformed(e.to_string()))?;
+    let sha1 = |b: &[u8]| {
+        boring::hash::hash(MessageDigest::sha1(), b)
+            .map(|d| d.to_vec())
+            .map_err(|e| malformed(e.to_string()))
+    };
+    let name = issuer_c
+        .tbs_certificate
+        .subject
+        .to_der()
+        .map_err(|e| malformed(e.to_string()))?;
+    let key = issuer_c
+        .tbs_certificate
+        .subject_public_key_info
+        .subject_public_key
+        .raw_bytes();
+    let octets = |v: Vec<u8>| der::asn1::OctetString::new(v).map_err(|e| malformed(e.to_string()));
+    let req = OcspRequest {
+        tbs_request: TbsRequest {
+            request_list: vec![Request {
+                req_cert: CertId {
+                    hash_algorithm: spki::AlgorithmIdentifierOwned {
+                        oid: const_oid::db::rfc5912::ID_SHA_1,
+                        parameters: Some(der::asn1::Null.into()),
+                    },
+                    issuer_name_hash: octets(sha1(&name)?)?,
+                    issuer_key_hash: octets(sha1(key)?)?,
+                    serial_number: leaf_c.tbs_certificate.serial_number.clone(),
+                },
+                single_request_extensions: None,
+            }],
+            ..Default::default()
+        },
+        optional_signature: None,
+    };
+    req.to_der().map_err(|e| malformed(e.to_string()))
+}
+
+/// When to fetch again after `c` arrived: halfway through its validity, at least a minute
+/// from now, and no later than a minute before it goes stale.
+pub fn refresh_at(c: &Checked, now: SystemTime) -> SystemTime {
+    let half = c.this_update
+        + c.next_update
+            .duration_since(c.this_update)
+            .unwrap_or_default()
+            / 2;
+    let latest = c.next_update - STALE_MARGIN - Duration::from_secs(60);
+    half.min(latest).max(now + Duration::from_secs(60))
+}
+
+/// The wait after the `failures`-th failure in a row: 5 s doubling to at most 10 minutes,
+/// drawn at random up to that (clients that failed together do not retry together).
+pub fn backoff(failures: u32) -> Duration {
+    let cap = Duration::from_secs(5)
+        .saturating_mul(1 << failures.min(7))
+        .min(Duration::from_secs(600));
+    cap.mul_f64(0.5 + fastrand::f64() / 2.0)
+}
+
+/// Longest time one fetch may take, and the largest response read.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_RESPONSE: usize = 64 * 1024;
+
+/// Fetches and checks responses for `staple` while it lives: the last good one stays in force
+/// through failures (until it goes stale, when [`Staple::fresh`] stops stapling it).
+async fn refresh(
+    staple: std::sync::Weak<Staple>,
+    url: String,
+    request: Vec<u8>,
+    leaf: X509,
+    issuer: X509,
+) {
+    let mut failures = 0u32;
+    loop {
+        let Some(s) = staple.upgrade() else { return };
+        let got = tokio::time::timeout(FETCH_TIMEOUT, fetch(&url, &request))
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within {FETCH_TIMEOUT:?}"))
+            .and_then(|r| r)
+            .and_then(|der| Ok(check(&der, &leaf, &issuer, SystemTime::now())?));
+        let wait = match got {
+            Ok(c) => {
+                FETCHED.fetch_add(1, Ordering::Relaxed);
+                failures = 0;
+                let at = refresh_at(&c, SystemTime::now());
+                s.replace(c);
+                at.duration_since(SystemTime::now()).unwrap_or_default()
+            }
+            Err(e) => {
+                FETCH_ERRORS.fetch_add(1, Ordering::Relaxed);
+                failures += 1;
+                let wait = backoff(failures);
+                tracing::warn!(certificate = %s.certificate, responder = %url, error = %e,
+                    retry_in = ?wait, "OCSP fetch failed; the last good response (if any) stays until it is stale");
+                wait
+            }
+        };
+        drop(s);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// POSTs `request` to the responder at `url` (`http://host[:port]/path`) over HTTP/1.1.
+async fn fetch(url: &str, request: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use http_body_util::BodyExt;
+    let uri: http::Uri = url.parse()?;
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow::anyhow!("{url}: no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
+    let req = http::Request::post(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header(
+            http::header::HOST,
+            uri.authority().map_or(host, |a| a.as_str()),
+        )
+        .header(http::header::CONTENT_TYPE, "application/ocsp-request")
+        .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(
+            request,
+        )))?;
+    let resp = sender.send_request(req).await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "the responder answered {}",
+        resp.status()
+    );
+    let body = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE)
+        .collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the response: {e}"))?;
+    Ok(body.to_bytes().to_vec())
 }
 
 #[cfg(test)]
@@ -358,6 +608,52 @@ mod tests {
             check(&short, &site, &ca, now - 2 * CLOCK_SKEW),
             Err(OcspError::NotCurrent(_))
         ));
+    }
+
+    #[test]
+    fn refreshes_come_halfway_and_failures_back_off() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let day = Duration::from_secs(86_400);
+        let c = |this: SystemTime, next: SystemTime| Checked {
+            der: Arc::from(&b""[..]),
+            this_update: this,
+            next_update: next,
+        };
+        // Halfway through a day's validity.
+        assert_eq!(refresh_at(&c(t0, t0 + day), t0), t0 + day / 2);
+        // A short one: no later than two minutes before nextUpdate, no sooner than a minute.
+        let short = c(t0, t0 + Duration::from_secs(240));
+        assert_eq!(refresh_at(&short, t0), t0 + Duration::from_secs(120));
+        assert_eq!(
+            refresh_at(&short, t0 + Duration::from_secs(200)),
+            t0 + Duration::from_secs(260)
+        );
+        for n in 1..20 {
+            let b = backoff(n);
+            let cap = Duration::from_secs(5 * (1 << n.min(7))).min(Duration::from_secs(600));
+            assert!(b >= cap / 2 && b <= cap, "{n}: {b:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_names_the_certificate_and_its_responder_is_found() {
+        let dir = pki();
+        let (site, ca) = (cert(&dir, "site.pem"), cert(&dir, "ca.pem"));
+        let req = request_der(&site, &ca).unwrap();
+        let parsed = x509_ocsp::OcspRequest::from_der(&req).unwrap();
+        let id = &parsed.tbs_request.request_list[0].req_cert;
+        assert_eq!(id.serial_number.as_bytes(), &[0x10, 0x01]);
+        // `openssl ocsp` reads it as a request for serial 0x1001.
+        std::fs::write(dir.path().join("ours.req"), &req).unwrap();
+        let out = std::process::Command::new("openssl")
+            .args(["ocsp", "-reqin", "ours.req", "-req_text"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Serial Number: 1001"), "{text}");
+        assert_eq!(responder_url(&site).as_deref(), Some("http://127.0.0.1:1/"));
+        assert_eq!(responder_url(&ca), None);
     }
 
     #[test]
