@@ -20,6 +20,10 @@ command -v redis-server >/dev/null || need+=(redis-server)
 # The WAF: ModSecurity v3 (loaded at run time) and the OWASP Core Rule Set; its tests run them.
 ls /usr/lib/*/libmodsecurity.so.3 >/dev/null 2>&1 || need+=(libmodsecurity3)
 [ -d /usr/share/modsecurity-crs/rules ] || need+=(modsecurity-crs)
+# The tracing tests' OTLP receiver parses with protobuf (Debian) and the OpenTelemetry
+# protocol's definitions (PyPI, below); pip fetches them.
+[ -d /usr/lib/python3/dist-packages/google/protobuf ] || need+=(python3-protobuf)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # bindgen (boring-sys) needs libclang and clang's resource headers.
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || need+=(clang)
@@ -35,6 +39,15 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# The OpenTelemetry protocol's Python definitions for the OTLP receiver the tracing tests run,
+# unpacked (pure Python) into target/pydeps rather than installed into the system's Python.
+if [ ! -d target/pydeps/opentelemetry/proto ]; then
+  rm -rf target/pydeps.tmp && mkdir -p target/pydeps.tmp
+  /usr/bin/python3 -m pip download -q --no-deps -d target/pydeps.tmp opentelemetry-proto==1.27.0
+  /usr/bin/python3 -m zipfile -e target/pydeps.tmp/opentelemetry_proto-1.27.0-py3-none-any.whl target/pydeps
+  rm -rf target/pydeps.tmp
 fi
 
 # The HTTP/3 interop tests use an independent client: Python aioquic.

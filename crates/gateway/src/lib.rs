@@ -13,6 +13,7 @@
 //! - `control`: the fleet control plane: objects in etcd, watched and applied.
 //! - `fleet`: state shared by the fleet's gateways in Redis: fleet rate limits.
 //! - `ops`: the admin listener and its API, metrics and the access log.
+//! - `trace`: distributed tracing: W3C trace context, spans, the OTLP exporter.
 //! - [`demo`]: the self-signed demo kit.
 //!
 //! The key-server process (the `keyserver` crate) is built from the same parts: [`config`]'s
@@ -33,6 +34,7 @@ mod ops;
 mod policy;
 mod swappable;
 pub mod tls;
+mod trace;
 mod upstream;
 
 pub use bootstrap::{

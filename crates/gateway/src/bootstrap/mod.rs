@@ -216,6 +216,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
         p.fleet = fleet.clone();
     }
     let inspector = crate::policy::waf::Inspector::start(&cfg.waf, &metrics)?;
+    let tracer = match &cfg.tracing.otlp_endpoint {
+        Some(_) => Some(crate::trace::Tracer::start(&cfg.tracing).context("tracing")?),
+        None => None,
+    };
     let wafs = inspector.route_wafs(&cfg)?;
     let routing: Vec<pipeline::RoutingSlot> =
         reload::routings(&cfg, &clusters, workers, None, fleet.as_ref(), wafs)
@@ -360,6 +364,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                     .then(|| pipeline::ClientCertHeaders::new(&l.tls.client_cert_headers)),
                 overload: overload.clone(),
                 tunnels: plan.tunnels.clone(),
+                tracer: tracer.clone(),
             });
             plan.listeners.push((
                 sock,

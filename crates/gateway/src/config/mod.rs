@@ -11,6 +11,7 @@ mod retry;
 mod route;
 mod route_match;
 mod server;
+mod tracing;
 mod waf;
 
 pub use cluster::*;
@@ -23,6 +24,7 @@ pub use retry::*;
 pub use route::*;
 pub use route_match::*;
 pub use server::*;
+pub use tracing::*;
 pub use waf::*;
 
 use file::{duration, duration_text, load_file, parse_toml};
@@ -90,6 +92,8 @@ pub struct Config {
     pub fleet: FleetConfig,
     #[serde(default)]
     pub waf: WafConfig,
+    #[serde(default)]
+    pub tracing: TracingConfig,
     pub listeners: Vec<ListenerConfig>,
     /// May be empty with `[control] etcd`, whose objects add to them.
     #[serde(default)]
@@ -138,6 +142,7 @@ impl Config {
         self.control.validate(&At::root("control"))?;
         self.fleet.validate(&At::root("fleet"))?;
         self.waf.validate(&At::root("waf"))?;
+        self.tracing.validate(&At::root("tracing"))?;
         let listeners = At::root("listeners");
         if self.listeners.is_empty() {
             return listeners.fail("at least one listener");

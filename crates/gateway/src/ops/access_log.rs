@@ -46,6 +46,9 @@ pub struct AccessRecord {
     /// on routes without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waf: Option<&'static str>,
+    /// The request's W3C trace id (its `traceparent`'s, or the one `[tracing]` started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 #[derive(Clone)]

@@ -528,6 +528,16 @@ impl Metrics {
                 "OCSP fetches that failed or brought a response that did not check (the last good one stays until stale)",
                 &crate::tls::ocsp::FETCH_ERRORS,
             ),
+            (
+                "rampart_tracing_spans_exported_total",
+                "Spans the OTLP collector took ([tracing])",
+                &crate::trace::otlp::EXPORTED,
+            ),
+            (
+                "rampart_tracing_spans_dropped_total",
+                "Spans dropped: the export queue full, or the collector failed or did not answer their batch in time",
+                &crate::trace::otlp::DROPPED,
+            ),
         ] {
             let n = n.load(std::sync::atomic::Ordering::Relaxed) as f64;
             families.single(Kind::Counter, name, help, n);

@@ -73,6 +73,8 @@ impl RequestCopy {
 pub struct Retry<'a> {
     pub policy: &'a RetryPolicy,
     pub copy: Option<&'a RequestCopy>,
+    /// The request's trace: each try is a span of its own, named upstream as the parent.
+    pub trace: Option<&'a crate::trace::RequestTrace>,
 }
 
 /// One retry's place in its cluster's retry budget, given back when dropped.
@@ -191,6 +193,12 @@ impl Cluster {
             let i = self.pick(Some(&pick), |i| tried.contains(i));
             tried.push(i);
             let idempotent = req.method().is_idempotent();
+            let try_span = retry.trace.map(|t| {
+                let ctx = t.child();
+                req.headers_mut()
+                    .insert(&crate::trace::TRACEPARENT, ctx.traceparent());
+                (t, ctx, std::time::SystemTime::now())
+            });
             // One try, written out here rather than awaited as a function of its own: each
             // level of awaited function is one more copy of its whole state per request.
             let result = match self.acquire_at(i, upgrade).await {
@@ -210,6 +218,22 @@ impl Cluster {
                 }
             };
             drop(permit.take());
+            if let Some((t, ctx, start)) = try_span {
+                let status = match &result {
+                    Ok(x) => Ok(x.response.status().as_u16()),
+                    Err(TryError::NotSent(..)) => Err("connect"),
+                    Err(e) => Err(e.failure().as_str()),
+                };
+                let endpoint = self.endpoints[i].addr;
+                t.record(crate::trace::try_span(
+                    ctx,
+                    t.context.span_id,
+                    start,
+                    endpoint,
+                    status,
+                    n,
+                ));
+            }
             let failure = match &result {
                 Ok(x) if policy.retries_status(x.response.status()) => {
                     Some(TryFailure::Status(x.response.status()))

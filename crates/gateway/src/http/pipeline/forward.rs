@@ -116,6 +116,7 @@ pub(super) async fn send(
     let retry = Retry {
         policy: &route.retry,
         copy,
+        trace: ctx.trace.as_ref(),
     };
     match cluster
         .send(req, upgrade, ctx.conn.client.ip(), retry)

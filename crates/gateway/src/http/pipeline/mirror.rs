@@ -56,6 +56,7 @@ pub(super) fn send_copy(
         let retry = Retry {
             policy: &ONCE,
             copy: None,
+            trace: None,
         };
         match cluster.send(req, false, client, retry).await {
             Ok(x) => {

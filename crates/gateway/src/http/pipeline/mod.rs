@@ -85,6 +85,8 @@ pub struct ProxyShared {
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
     /// connection they came from: shutdown waits for them within its grace period.
     pub tunnels: tokio_util::task::TaskTracker,
+    /// `[tracing]` with an OTLP endpoint: requests' traces and their spans.
+    pub tracer: Option<Arc<crate::trace::Tracer>>,
 }
 
 /// The header names of `tls.client_cert_headers`.
@@ -191,6 +193,8 @@ pub(crate) struct RequestCtx<'a> {
     pub route: Option<&'a Route>,
     /// How long the upstream took to answer (headers), once it has.
     pub upstream_time: Option<Duration>,
+    /// The request's trace (`[tracing]`): its span, continuing the client's `traceparent`.
+    pub trace: Option<crate::trace::RequestTrace>,
 }
 
 impl<'a> RequestCtx<'a> {
@@ -207,6 +211,23 @@ impl<'a> RequestCtx<'a> {
             .filter(|v| rewrite::valid_request_id(v))
             .and_then(|v| v.to_str().ok())
             .map_or_else(rewrite::new_request_id, str::to_string);
+        let trace = shared.tracer.as_ref().map(|t| {
+            let mut tr = t.request(req.headers());
+            if tr.context.sampled {
+                tr.method = req.method().to_string();
+                tr.path = req.uri().path().to_string();
+            }
+            tr
+        });
+        // The trace id: the request's trace's, or (tracing off) the client's `traceparent`'s.
+        let trace_id = || match &trace {
+            Some(t) => Some(t.context.trace_id_hex()),
+            None => req
+                .headers()
+                .get(&crate::trace::TRACEPARENT)
+                .and_then(|v| crate::trace::parse_traceparent(v.as_bytes()))
+                .map(|c| c.trace_id_hex()),
+        };
         let rec = if shared.access_log.enabled() {
             AccessRecord {
                 time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
@@ -224,6 +245,7 @@ impl<'a> RequestCtx<'a> {
                 sni: conn.sni.clone(),
                 method: req.method().to_string(),
                 path: req.uri().path().to_string(),
+                trace_id: trace_id(),
                 ..Default::default()
             }
         } else {
@@ -239,6 +261,7 @@ impl<'a> RequestCtx<'a> {
             rec,
             route: None,
             upstream_time: None,
+            trace,
         }
     }
 
@@ -319,6 +342,8 @@ fn finish(
         request_id,
         progress,
         upstream_time,
+        trace,
+        conn,
         ..
     } = ctx;
     if let Some(t) = upstream_time {
@@ -341,7 +366,13 @@ fn finish(
     if let Some(route) = route {
         route.response_headers.apply(resp.headers_mut());
     }
-    if !shared.access_log.enabled() {
+    let span = trace.filter(|t| t.context.sampled).map(|t| RequestSpan {
+        trace: t,
+        route: route.map(|r| r.name.clone()),
+        client: conn.client,
+        status: status.as_u16(),
+    });
+    if !shared.access_log.enabled() && span.is_none() {
         return resp;
     }
     let (parts, body) = resp.into_parts();
@@ -350,8 +381,17 @@ fn finish(
         start,
         log: shared.access_log.clone(),
         request_body: progress,
+        span,
     }));
     Response::from_parts(parts, body)
+}
+
+/// What the request's span needs once its response ends.
+struct RequestSpan {
+    trace: crate::trace::RequestTrace,
+    route: Option<String>,
+    client: SocketAddr,
+    status: u16,
 }
 
 /// Finishes the access-log record when the response body ends.
@@ -360,10 +400,21 @@ struct LogOnDone {
     start: Instant,
     log: AccessLog,
     request_body: Arc<BodyProgress>,
+    /// A sampled request's span, recorded when the response ends.
+    span: Option<RequestSpan>,
 }
 
 impl OnResponseDone for LogOnDone {
     fn done(mut self: Box<Self>, bytes_out: u64, end: ResponseEnd) {
+        if let Some(s) = &self.span {
+            s.trace.record(crate::trace::request_span(
+                &s.trace,
+                s.route.as_deref(),
+                s.status,
+                end.as_str(),
+                s.client,
+            ));
+        }
         if self.log.enabled() {
             self.rec.bytes_out = bytes_out;
             self.rec.response_end = end.as_str();
@@ -405,6 +456,7 @@ pub(crate) mod testing {
             paths: Default::default(),
             client_cert_headers: None,
             tunnels: tokio_util::task::TaskTracker::new(),
+            tracer: None,
         }
     }
 

@@ -118,6 +118,11 @@ pub(super) fn request(
         h.insert(header::HOST, v);
     }
     forwarding_headers(h, ctx.conn.client.ip(), &target.host, &via, &ctx.request_id);
+    // With tracing, the upstream's parent is this request's span (each try's own, once the
+    // cluster sends it); `tracestate` passes as the client sent it.
+    if let Some(t) = &ctx.trace {
+        h.insert(&crate::trace::TRACEPARENT, t.context.traceparent());
+    }
     if let Some(names) = &ctx.shared.client_cert_headers {
         client_cert_headers(h, names, ctx.conn.client_cert.as_deref());
     }
