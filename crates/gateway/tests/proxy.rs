@@ -223,17 +223,7 @@ async fn head_requests_get_the_headers_without_a_body() {
 async fn large_body_streams_both_ways_without_buffering() {
     let fx = start("", "").await;
     const SIZE: u64 = 200 * 1024 * 1024;
-    let base = rss_kib();
-    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(base));
-    let sampler = {
-        let peak = peak.clone();
-        tokio::spawn(async move {
-            loop {
-                peak.fetch_max(rss_kib(), std::sync::atomic::Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let rss = RssPeak::start();
     // Upload 200 MB (chunked, from a pipe) to /echo; the echo streams it straight back.
     let mut cmd = std::process::Command::new("sh");
     let port = fx.port();
@@ -255,13 +245,12 @@ async fn large_body_streams_both_ways_without_buffering() {
         ))
         .await,
     );
-    sampler.abort();
     // size_upload counts chunk framing too: check the echoed download exactly.
     let f: Vec<u64> = out.split(' ').map(|x| x.parse().unwrap()).collect();
     assert_eq!((f[0], f[2]), (200, SIZE), "{out}");
     assert!(f[1] >= SIZE, "{out}");
     assert_eq!(down, format!("200 {SIZE}"));
-    let grew_mib = (peak.load(std::sync::atomic::Ordering::Relaxed) - base) / 1024;
+    let grew_mib = rss.grew_mib();
     assert!(
         grew_mib < 64,
         "RSS grew {grew_mib} MiB while streaming 2 x 200 MB"

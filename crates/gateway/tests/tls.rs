@@ -596,17 +596,7 @@ async fn a_client_ca_that_is_not_pem_is_refused_naming_field_and_file() {
 /// The OCSP test PKI (`data/ocsp-certs.sh`) made in `dir`, and the config's localhost RSA
 /// certificate swapped for its `site` with the response `response` stapled.
 fn with_ocsp(text: String, dir: &std::path::Path, response: &str) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ocsp-certs.sh");
-    let out = std::process::Command::new("sh")
-        .arg(script)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ocsp_pki(dir, 1);
     text.replace(
         r#"rsa = { cert = "localhost-rsa.crt", key = "localhost-rsa.key" }"#,
         &format!(
@@ -656,16 +646,7 @@ async fn an_ocsp_response_for_another_certificate_is_refused_naming_the_file() {
             dir.path(),
             file,
         );
-        let path = dir.path().join("rampart.toml");
-        std::fs::write(&path, text).unwrap();
-        let cfg = gateway::config::Config::load(&path).unwrap();
-        let e = format!(
-            "{:#}",
-            gateway::start(cfg, gateway::StartOptions::default())
-                .await
-                .err()
-                .expect("refused")
-        );
+        let e = start_refused(dir.path(), &text).await;
         assert!(
             e.contains("certificates[0].rsa") && e.contains(file) && e.contains(says),
             "{e}"
@@ -685,18 +666,7 @@ async fn an_ocsp_response_fetched_from_the_responder_is_stapled_and_outlives_it(
         .port();
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ocsp-certs.sh");
-    let out = std::process::Command::new("sh")
-        .arg(script)
-        .env("OCSP_PORT", port.to_string())
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ocsp_pki(dir.path(), port);
     let mut responder = std::process::Command::new("openssl")
         // Debian's openssl 3.0 takes a port only (it listens on every address); the gateway
         // asks it on 127.0.0.1, as the certificate says.
@@ -758,16 +728,7 @@ async fn ocsp_fetch_without_a_responder_in_the_certificate_is_refused() {
         r#"rsa = { cert = "localhost-rsa.crt", key = "localhost-rsa.key" }"#,
         r#"rsa = { cert = "chain.pem", key = "localhost-rsa.key", ocsp_fetch = true }"#,
     );
-    let path = dir.path().join("rampart.toml");
-    std::fs::write(&path, text).unwrap();
-    let cfg = gateway::config::Config::load(&path).unwrap();
-    let e = format!(
-        "{:#}",
-        gateway::start(cfg, gateway::StartOptions::default())
-            .await
-            .err()
-            .expect("refused")
-    );
+    let e = start_refused(dir.path(), &text).await;
     assert!(
         e.contains("certificates[0].rsa")
             && e.contains("ocsp_fetch")

@@ -235,17 +235,7 @@ async fn detect_mode_passes_and_an_exclusion_exempts_exactly_its_argument() {
 async fn a_large_upload_streams_past_the_inspected_prefix_in_bounded_memory() {
     let fx = start_waf().await;
     const SIZE: u64 = 100 * 1024 * 1024;
-    let base = rss_kib();
-    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(base));
-    let sampler = {
-        let peak = peak.clone();
-        tokio::spawn(async move {
-            loop {
-                peak.fetch_max(rss_kib(), std::sync::atomic::Ordering::Relaxed);
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let rss = RssPeak::start();
     // A file upload as a browser sends one (multipart; CRS 3.3 allows no raw body types).
     let file = fx.dir.path().join("big.bin");
     std::fs::File::create(&file).unwrap().set_len(SIZE).unwrap();
@@ -261,8 +251,7 @@ async fn a_large_upload_streams_past_the_inspected_prefix_in_bounded_memory() {
         let got: u64 = body.trim().parse().unwrap();
         assert!((SIZE..SIZE + 1024).contains(&got), "{http}: {got}");
     }
-    sampler.abort();
-    let grew_mib = (peak.load(std::sync::atomic::Ordering::Relaxed) - base) / 1024;
+    let grew_mib = rss.grew_mib();
     assert!(
         grew_mib < 48,
         "memory grew {grew_mib} MiB for 100 MB uploads"
@@ -290,24 +279,13 @@ async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
         "[[routes]]\ncluster = \"app\"\n",
         "[[routes]]\nname = \"api\"\ncluster = \"app\"\nwaf = { mode = \"block\", rules = [\"custom.conf\"] }\n",
     );
-    let path = dir.path().join("rampart.toml");
-    std::fs::write(&path, text).unwrap();
-    let cfg = gateway::config::Config::load(&path).unwrap();
-    let e = format!(
-        "{:#}",
-        gateway::start(cfg, gateway::StartOptions::default())
-            .await
-            .err()
-            .expect("refused")
-    );
+    let e = start_refused(dir.path(), &text).await;
     assert!(
         e.contains("routes[0].waf (api)") && e.contains("custom.conf"),
         "{e}"
     );
     // A missing file is a config error with the field's path.
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("custom.conf", "missing.conf");
+    let text = text.replace("custom.conf", "missing.conf");
     let e = gateway::config::Config::parse(&text, "rampart.toml", dir.path())
         .unwrap_err()
         .to_string();

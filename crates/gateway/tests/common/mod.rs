@@ -890,3 +890,64 @@ pub async fn fleet_gateway(fleet: &str, listener: &str) -> Fixture {
     })
     .await
 }
+
+/// Writes `text` as `rampart.toml` in `dir`, which must load, and starts a gateway from it,
+/// which must be refused: returns the error with its causes (`{:#}`).
+pub async fn start_refused(dir: &Path, text: &str) -> String {
+    let path = dir.join("rampart.toml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    match gateway::start(cfg, StartOptions::default()).await {
+        Ok(_) => panic!("the gateway started"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// The OCSP test PKI (`data/ocsp-certs.sh`) in `dir`; its certificates name an OCSP
+/// responder on 127.0.0.1:`port` (1 when none runs).
+pub fn ocsp_pki(dir: &Path, port: u16) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ocsp-certs.sh");
+    let out = Command::new("sh")
+        .arg(script)
+        .env("OCSP_PORT", port.to_string())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Samples this process's resident memory every 20 ms until [`RssPeak::grew_mib`].
+pub struct RssPeak {
+    base: u64,
+    peak: Arc<std::sync::atomic::AtomicU64>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl RssPeak {
+    pub fn start() -> RssPeak {
+        let base = rss_kib();
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(base));
+        let p = peak.clone();
+        let sampler = tokio::spawn(async move {
+            loop {
+                p.fetch_max(rss_kib(), std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        });
+        RssPeak {
+            base,
+            peak,
+            sampler,
+        }
+    }
+
+    /// Stops sampling; how far the peak rose above the start, in MiB.
+    pub fn grew_mib(self) -> u64 {
+        self.sampler.abort();
+        (self.peak.load(std::sync::atomic::Ordering::Relaxed) - self.base) / 1024
+    }
+}
