@@ -15,6 +15,7 @@ DURATION=${DURATION:-4s}
 OUT=${OUT:-target/bench-mtls}
 BIN=${BIN:-./target/release/rampart}
 [ -x "$BIN" ] || cargo build --release -p rampart
+BIN=$(realpath "$BIN")
 mkdir -p "$OUT/clients" && OUT=$(cd "$OUT" && pwd)
 bench_site_certs "$OUT/certs"
 [ -f "$OUT/clients/alice.pem" ] || (cd "$OUT/clients" && sh "$OLDPWD/crates/gateway/tests/data/client-certs.sh")
@@ -28,7 +29,7 @@ printf 'round\tconfig\tserver_cpu_us_per_handshake\thandshakes_per_s\n' | tee "$
 for round in $(seq "$ROUNDS"); do
   order=(none mtls); ((round % 2)) || order=(mtls none)
   for cfg in "${order[@]}"; do
-    (cd "$OUT" && exec taskset -c 0 "$OLDPWD/$BIN" run --config "$cfg.toml" 2>"$cfg.log") &
+    (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "$cfg.toml" 2>"$cfg.log") &
     gw=$!
     wait_port $GW
     taskset -c 1 "$BIN" bench https-handshake --url "https://localhost:$GW/bytes/100" -c 16 \

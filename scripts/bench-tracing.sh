@@ -14,6 +14,7 @@ DURATION=${DURATION:-5s}
 OUT=${OUT:-target/bench-tracing}
 BIN=${BIN:-./target/release/rampart}
 [ -x "$BIN" ] || cargo build --release -p rampart
+BIN=$(realpath "$BIN")
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 bench_site_certs "$OUT/certs"
 UP=18080; GW=18443
@@ -29,7 +30,7 @@ printf 'round\tconfig\tserver_cpu_us_per_request\trequests_per_s\tp99_ms\n' | te
 for round in $(seq "$ROUNDS"); do
   order=(off sampled-0.01 sampled-1.0); ((round % 2)) || order=(sampled-1.0 sampled-0.01 off)
   for cfg in "${order[@]}"; do
-    (cd "$OUT" && exec taskset -c 0 "$OLDPWD/$BIN" run --config "$cfg.toml" 2>"$cfg.log") &
+    (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "$cfg.toml" 2>"$cfg.log") &
     gw=$!
     wait_port $GW
     taskset -c 1 "$BIN" bench https-requests --url "https://localhost:$GW/bytes/100" --http h1 -c 16 \

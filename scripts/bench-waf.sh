@@ -23,6 +23,7 @@ MODULE=/usr/lib/nginx/modules/ngx_http_modsecurity_module.so
 command -v nginx >/dev/null && [ -e $MODULE ] ||
   { echo "needs nginx and libnginx-mod-http-modsecurity (WITH_BENCH_TOOLS=1 scripts/install-deps.sh)" >&2; exit 1; }
 [ -x "$BIN" ] || cargo build --release -p rampart
+BIN=$(realpath "$BIN")
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT/probe.txt"
 bench_site_certs "$OUT/certs"
@@ -66,7 +67,7 @@ bench_upstream 1 $UP
 start_server() { # $1: config name; sets srv (the process to measure) and port
   case $1 in
     rampart-*)
-      (cd "$OUT" && exec taskset -c 0 "$OLDPWD/$BIN" run --config "${1#rampart-}.toml" 2>"$1.log") &
+      (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "${1#rampart-}.toml" 2>"$1.log") &
       srv=$!; top=$srv; port=$GW ;;
     nginx-*)
       taskset -c 0 nginx -c "$OUT/$1.conf" -p "$OUT" 2>"$OUT/$1.log" &
