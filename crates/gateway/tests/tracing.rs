@@ -190,3 +190,51 @@ async fn a_collector_that_stops_answering_costs_requests_nothing() {
     assert!(dropped > 0.0, "spans to a silent collector are dropped");
     drop(silent);
 }
+
+/// With every trace sampled, a TLS handshake is a trace of its own (server span) with the key
+/// engine's signature as its child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_and_its_signature_are_spans() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("spans.jsonl");
+    let (_receiver, port) = start_receiver(out_dir.path(), &out);
+    let endpoint = format!("http://127.0.0.1:{port}/v1/traces");
+    let fx = start_edited("", |t, d| {
+        tracing_config(t, d, &endpoint).replace("sample_ratio = 0.0", "sample_ratio = 1.0")
+    })
+    .await;
+    let status = curl_status(&fx, &["--tlsv1.3", &fx.url("/bytes/10")]).await;
+    assert_eq!(status, "200");
+    // The handshake, its signature, the request and its try.
+    let got = spans(&out, 4).await;
+    let hs = got
+        .iter()
+        .find(|s| s["name"] == "tls handshake")
+        .expect("handshake span");
+    let sign = got
+        .iter()
+        .find(|s| s["name"] == "key engine sign")
+        .expect("sign span");
+    assert_eq!(hs["kind"], 2);
+    assert_eq!(hs["parent_span_id"], "");
+    assert_eq!(hs["attributes"]["tls.protocol.version"], "TLSv1.3");
+    assert_eq!(hs["attributes"]["tls.server_name"], "localhost");
+    assert_eq!(sign["trace_id"], hs["trace_id"]);
+    assert_eq!(sign["parent_span_id"], hs["span_id"]);
+    assert!(sign["attributes"]["rampart.signature_algorithm"]
+        .as_str()
+        .unwrap()
+        .starts_with("ecdsa"));
+    let (start, end) = (
+        sign["start"].as_u64().unwrap(),
+        sign["end"].as_u64().unwrap(),
+    );
+    assert!(
+        start <= end
+            && hs["start"].as_u64().unwrap() <= start
+            && end <= hs["end"].as_u64().unwrap()
+    );
+    assert!(got
+        .iter()
+        .any(|s| s["name"] == "request" && s["trace_id"] != hs["trace_id"]));
+}

@@ -268,6 +268,9 @@ async fn serve_connection(
     m.handshake_seconds
         .with_label_values(&[listener, "tcp", resumed_label])
         .observe(start.elapsed().as_secs_f64());
+    if let Some(t) = &shared.tracer {
+        t.handshake(std::time::SystemTime::now() - start.elapsed(), ssl, "tcp");
+    }
     let h2 = ssl.selected_alpn_protocol() == Some(b"h2");
     // Early data accepted: the handshake ends on a later read; until then requests are
     // marked as early (RFC 8470's rules apply to them in the pipeline).

@@ -20,6 +20,27 @@ pub fn signature_algorithm(ssl: &SslRef) -> Option<SignatureAlgorithm> {
     ssl.ex_data(index()).copied()
 }
 
+/// When the handshake's signature was asked of the key engine and when it came back.
+#[derive(Debug, Clone, Copy)]
+pub struct SignTime {
+    pub start: std::time::SystemTime,
+    pub end: std::time::SystemTime,
+}
+
+fn sign_time_index() -> boring::ex_data::Index<Ssl, SignTime> {
+    static INDEX: OnceLock<boring::ex_data::Index<Ssl, SignTime>> = OnceLock::new();
+    *INDEX.get_or_init(|| Ssl::new_ex_index().expect("ssl ex_data index"))
+}
+
+pub fn set_sign_time(ssl: &mut SslRef, t: SignTime) {
+    ssl.set_ex_data(sign_time_index(), t);
+}
+
+/// The handshake's signature's times (for its trace span), or `None` for a resumed one.
+pub fn sign_time(ssl: &SslRef) -> Option<SignTime> {
+    ssl.ex_data(sign_time_index()).copied()
+}
+
 /// A client certificate the handshake verified, as it goes upstream in headers.
 #[derive(Debug, Clone)]
 pub struct ClientCert {

@@ -62,8 +62,14 @@ impl AsyncPrivateKeyMethod for EngineKeyMethod {
         let digest = digest(alg.hash(), input).ok_or(AsyncPrivateKeyMethodError)?;
         handshake_info::set_signature_algorithm(ssl, alg);
         let fut = self.engine.sign(&self.key, alg, digest);
+        let start = std::time::SystemTime::now();
         Ok(Box::pin(async move {
-            let sig = match fut.await {
+            let signed = fut.await;
+            let time = handshake_info::SignTime {
+                start,
+                end: std::time::SystemTime::now(),
+            };
+            let sig = match signed {
                 Ok(sig) => sig,
                 Err(e) => {
                     tracing::debug!(error = %e, "handshake signature failed");
@@ -75,7 +81,8 @@ impl AsyncPrivateKeyMethod for EngineKeyMethod {
                     }) as BoxPrivateKeyMethodFinish);
                 }
             };
-            Ok(Box::new(move |_ssl: &mut SslRef, out: &mut [u8]| {
+            Ok(Box::new(move |ssl: &mut SslRef, out: &mut [u8]| {
+                handshake_info::set_sign_time(ssl, time);
                 let dst = out.get_mut(..sig.len()).ok_or(AsyncPrivateKeyMethodError)?;
                 dst.copy_from_slice(&sig);
                 Ok(sig.len())

@@ -167,6 +167,65 @@ impl Tracer {
         }))
     }
 
+    /// A TLS handshake that just ended (it began at `start`): a trace of its own, sampled at
+    /// `sample_ratio`, with the key engine's signature as a child span.
+    pub fn handshake(&self, start: SystemTime, ssl: &boring::ssl::SslRef, transport: &'static str) {
+        if fastrand::f64() >= self.sample_ratio {
+            return;
+        }
+        let context = SpanContext {
+            trace_id: random_id(),
+            span_id: random_id(),
+            sampled: true,
+        };
+        let sigalg = crate::tls::handshake_info::signature_algorithm(ssl);
+        let mut attributes = vec![
+            (
+                "tls.protocol.version",
+                AttrValue::Str(ssl.version_str().into()),
+            ),
+            (
+                "tls.resumed",
+                AttrValue::Str(ssl.session_reused().to_string()),
+            ),
+            ("network.transport", AttrValue::Str(transport.into())),
+        ];
+        if let Some(c) = ssl.current_cipher() {
+            attributes.push(("tls.cipher", AttrValue::Str(c.name().into())));
+        }
+        if let Some(n) = ssl.servername(boring::ssl::NameType::HOST_NAME) {
+            attributes.push(("tls.server_name", AttrValue::Str(n.into())));
+        }
+        if let (Some(t), Some(alg)) = (crate::tls::handshake_info::sign_time(ssl), sigalg) {
+            self.exporter.export(Span {
+                context: SpanContext {
+                    span_id: random_id(),
+                    ..context
+                },
+                parent: Some(context.span_id),
+                name: "key engine sign",
+                kind: 1,
+                start: t.start,
+                end: t.end,
+                attributes: vec![(
+                    "rampart.signature_algorithm",
+                    AttrValue::Str(alg.as_str().into()),
+                )],
+                error: false,
+            });
+        }
+        self.exporter.export(Span {
+            context,
+            parent: None,
+            name: "tls handshake",
+            kind: 2,
+            start,
+            end: SystemTime::now(),
+            attributes,
+            error: false,
+        });
+    }
+
     /// The request's trace: the client's `traceparent` continued (its sampled flag followed)
     /// or a new trace sampled at `sample_ratio`.
     pub fn request(self: &Arc<Self>, headers: &HeaderMap) -> RequestTrace {
