@@ -38,6 +38,7 @@ impl Exporter {
                 };
                 let mut spans = Vec::with_capacity(batch);
                 let mut last_error: Option<Instant> = None;
+                let mut conn = None;
                 loop {
                     let deadline = Instant::now() + flush;
                     while spans.len() < batch {
@@ -47,7 +48,7 @@ impl Exporter {
                             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                                 if !spans.is_empty() {
                                     let body = encode(&service, &spans);
-                                    let _ = rt.block_on(post(&endpoint, body, timeout));
+                                    let _ = rt.block_on(post(&mut conn, &endpoint, body, timeout));
                                 }
                                 return;
                             }
@@ -57,7 +58,7 @@ impl Exporter {
                         continue;
                     }
                     let body = encode(&service, &spans);
-                    let sent = rt.block_on(post(&endpoint, body, timeout));
+                    let sent = rt.block_on(post(&mut conn, &endpoint, body, timeout));
                     if sent.is_ok() {
                         EXPORTED.fetch_add(spans.len() as u64, Ordering::Relaxed);
                     }
@@ -84,15 +85,32 @@ impl Exporter {
     }
 }
 
-/// POSTs one batch; Ok once the collector answered 2xx within `timeout`.
-async fn post(endpoint: &http::Uri, body: String, timeout: Duration) -> anyhow::Result<()> {
+/// The exporter's connection to the collector, kept between batches.
+type Conn = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// POSTs one batch over `conn` (made again when it is gone); Ok once the collector answered
+/// 2xx within `timeout`. A failure drops the connection.
+async fn post(
+    conn: &mut Option<Conn>,
+    endpoint: &http::Uri,
+    body: String,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let work = async {
         let host = endpoint.host().ok_or_else(|| anyhow::anyhow!("no host"))?;
-        let port = endpoint.port_u16().unwrap_or(80);
-        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
-        tokio::spawn(conn);
+        let reusable = match conn.as_mut() {
+            Some(c) => c.ready().await.is_ok(),
+            None => false,
+        };
+        if !reusable {
+            let port = endpoint.port_u16().unwrap_or(80);
+            let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+            let (sender, c) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+            tokio::spawn(c);
+            *conn = Some(sender);
+        }
+        let sender = conn.as_mut().expect("set above");
         let req = http::Request::post(
             endpoint
                 .path_and_query()
@@ -105,55 +123,156 @@ async fn post(endpoint: &http::Uri, body: String, timeout: Duration) -> anyhow::
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(http_body_util::Full::new(bytes::Bytes::from(body)))?;
         let resp = sender.send_request(req).await?;
-        anyhow::ensure!(
-            resp.status().is_success(),
-            "the collector answered {}",
-            resp.status()
-        );
+        let status = resp.status();
+        // Read the answer to its end, so the connection can carry the next batch.
+        http_body_util::BodyExt::collect(resp.into_body()).await?;
+        anyhow::ensure!(status.is_success(), "the collector answered {status}");
         anyhow::Ok(())
     };
-    tokio::time::timeout(timeout, work)
+    let r = tokio::time::timeout(timeout, work)
         .await
-        .map_err(|_| anyhow::anyhow!("no answer within {timeout:?}"))?
+        .map_err(|_| anyhow::anyhow!("no answer within {timeout:?}"))
+        .and_then(|r| r);
+    if r.is_err() {
+        *conn = None;
+    }
+    r
 }
 
-fn nanos(t: SystemTime) -> String {
+fn nanos(t: SystemTime) -> u128 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
-        .to_string()
+}
+
+/// `s` as a JSON string.
+fn json_str(o: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if c < ' ' => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+}
+
+fn json_attr(o: &mut String, k: &str, v: &AttrValue) {
+    use std::fmt::Write as _;
+    o.push_str("{\"key\":");
+    json_str(o, k);
+    match v {
+        AttrValue::Str(s) => {
+            o.push_str(",\"value\":{\"stringValue\":");
+            json_str(o, s);
+            o.push_str("}}");
+        }
+        AttrValue::Int(i) => {
+            let _ = write!(o, ",\"value\":{{\"intValue\":\"{i}\"}}}}");
+        }
+    }
 }
 
 /// An `ExportTraceServiceRequest` in OTLP's JSON encoding (ids in hex, 64-bit integers as
-/// strings, enums as numbers).
+/// strings, enums as numbers), written directly: it is built on the exporter's thread for
+/// every span a sampled request makes.
 pub(crate) fn encode(service: &str, spans: &[Span]) -> String {
-    let attr = |k: &str, v: &AttrValue| match v {
-        AttrValue::Str(s) => serde_json::json!({"key": k, "value": {"stringValue": s}}),
-        AttrValue::Int(i) => serde_json::json!({"key": k, "value": {"intValue": i.to_string()}}),
-    };
-    let spans: Vec<serde_json::Value> = spans
-        .iter()
-        .map(|s| {
-            let mut v = serde_json::json!({
-                "traceId": super::hex(&s.context.trace_id),
-                "spanId": super::hex(&s.context.span_id),
-                "name": s.name,
-                "kind": s.kind,
-                "startTimeUnixNano": nanos(s.start),
-                "endTimeUnixNano": nanos(s.end),
-                "attributes": s.attributes.iter().map(|(k, v)| attr(k, v)).collect::<Vec<_>>(),
-                "status": {"code": if s.error { 2 } else { 0 }},
-            });
-            if let Some(p) = s.parent {
-                v["parentSpanId"] = serde_json::Value::String(super::hex(&p));
+    use std::fmt::Write as _;
+    let mut o = String::with_capacity(256 + spans.len() * 512);
+    o.push_str("{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+    json_attr(&mut o, "service.name", &AttrValue::Str(service.into()));
+    o.push_str("]},\"scopeSpans\":[{\"scope\":{\"name\":\"rampart\"},\"spans\":[");
+    for (i, s) in spans.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        let _ = write!(
+            o,
+            "{{\"traceId\":\"{}\",\"spanId\":\"{}\",",
+            super::hex(&s.context.trace_id),
+            super::hex(&s.context.span_id)
+        );
+        if let Some(p) = s.parent {
+            let _ = write!(o, "\"parentSpanId\":\"{}\",", super::hex(&p));
+        }
+        o.push_str("\"name\":");
+        json_str(&mut o, s.name);
+        let _ = write!(
+            o,
+            ",\"kind\":{},\"startTimeUnixNano\":\"{}\",\"endTimeUnixNano\":\"{}\",\"attributes\":[",
+            s.kind,
+            nanos(s.start),
+            nanos(s.end)
+        );
+        for (j, (k, v)) in s.attributes.iter().enumerate() {
+            if j > 0 {
+                o.push(',');
             }
-            v
-        })
-        .collect();
-    serde_json::json!({
-        "resourceSpans": [{
-            "resource": {"attributes": [attr("service.name", &AttrValue::Str(service.into()))]},
-            "scopeSpans": [{"scope": {"name": "rampart"}, "spans": spans}],
-        }]
-    })
-    .to_string()
+            json_attr(&mut o, k, v);
+        }
+        let _ = write!(
+            o,
+            "],\"status\":{{\"code\":{}}}}}",
+            if s.error { 2 } else { 0 }
+        );
+    }
+    o.push_str("]}]}]}");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{AttrValue, Span, SpanContext};
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_encoding_is_json_with_otlp_field_names() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        let span = Span {
+            context: SpanContext {
+                trace_id: [0xab; 16],
+                span_id: [0x01; 8],
+                sampled: true,
+            },
+            parent: Some([0x02; 8]),
+            name: "request",
+            kind: 2,
+            start: t0,
+            end: t0 + Duration::from_millis(3),
+            attributes: vec![
+                ("url.path", AttrValue::Str("/a\"b\\c\n".into())),
+                ("http.response.status_code", AttrValue::Int(503)),
+            ],
+            error: true,
+        };
+        let root = span.clone();
+        let root = Span {
+            parent: None,
+            ..root
+        };
+        let text = super::encode("edge \"1\"", &[span, root]);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let rs = &v["resourceSpans"][0];
+        assert_eq!(
+            rs["resource"]["attributes"][0]["value"]["stringValue"],
+            "edge \"1\""
+        );
+        let s = &rs["scopeSpans"][0]["spans"][0];
+        assert_eq!(s["traceId"], "ab".repeat(16));
+        assert_eq!(s["spanId"], "01".repeat(8));
+        assert_eq!(s["parentSpanId"], "02".repeat(8));
+        assert_eq!(s["kind"], 2);
+        assert_eq!(s["startTimeUnixNano"], "1700000000123456789");
+        assert_eq!(s["endTimeUnixNano"], "1700000000126456789");
+        assert_eq!(s["attributes"][0]["value"]["stringValue"], "/a\"b\\c\n");
+        assert_eq!(s["attributes"][1]["value"]["intValue"], "503");
+        assert_eq!(s["status"]["code"], 2);
+        assert!(rs["scopeSpans"][0]["spans"][1]
+            .get("parentSpanId")
+            .is_none());
+    }
 }
