@@ -24,13 +24,12 @@ pub struct SpanContext {
 impl SpanContext {
     /// `traceparent` naming this span as the parent (version 00).
     pub fn traceparent(&self) -> HeaderValue {
-        let v = format!(
-            "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
-            u8::from(self.sampled)
-        );
-        HeaderValue::from_str(&v).expect("hex and dashes")
+        // 00-<32 hex>-<16 hex>-<2 hex>, written in place (every proxied request makes one).
+        let mut v = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        hex_into(&mut v[3..35], &self.trace_id);
+        hex_into(&mut v[36..52], &self.span_id);
+        v[54] = if self.sampled { b'1' } else { b'0' };
+        HeaderValue::from_bytes(&v).expect("hex and dashes")
     }
 
     /// The trace id as 32 lowercase hex digits (the access log's `trace_id`).
@@ -78,8 +77,19 @@ pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
     })
 }
 
+/// `b` as lowercase hex into `out` (twice its length).
+fn hex_into(out: &mut [u8], b: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (o, x) in out.chunks_exact_mut(2).zip(b) {
+        o[0] = DIGITS[usize::from(x >> 4)];
+        o[1] = DIGITS[usize::from(x & 15)];
+    }
+}
+
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let mut out = vec![0u8; b.len() * 2];
+    hex_into(&mut out, b);
+    String::from_utf8(out).expect("hex digits")
 }
 
 fn unhex(s: &str, out: &mut [u8]) -> Option<()> {
@@ -89,11 +99,13 @@ fn unhex(s: &str, out: &mut [u8]) -> Option<()> {
     Some(())
 }
 
-/// A random, non-zero id.
+/// A random, non-zero id (8 or 16 bytes).
 fn random_id<const N: usize>() -> [u8; N] {
     loop {
         let mut id = [0u8; N];
-        id.iter_mut().for_each(|b| *b = fastrand::u8(..));
+        for c in id.chunks_mut(8) {
+            c.copy_from_slice(&fastrand::u64(..).to_le_bytes()[..c.len()]);
+        }
         if id != [0; N] {
             return id;
         }

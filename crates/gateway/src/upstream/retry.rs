@@ -193,7 +193,8 @@ impl Cluster {
             let i = self.pick(Some(&pick), |i| tried.contains(i));
             tried.push(i);
             let idempotent = req.method().is_idempotent();
-            let try_span = retry.trace.map(|t| {
+            // Unsampled, the request's own span (set by the rewrite) stays the upstream's parent.
+            let try_span = retry.trace.filter(|t| t.context.sampled).map(|t| {
                 let ctx = t.child();
                 req.headers_mut()
                     .insert(&crate::trace::TRACEPARENT, ctx.traceparent());
