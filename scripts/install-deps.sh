@@ -43,11 +43,12 @@ fi
 
 # The OpenTelemetry protocol's Python definitions for the OTLP receiver the tracing tests run,
 # unpacked (pure Python) into target/pydeps rather than installed into the system's Python.
-if [ ! -d target/pydeps/opentelemetry/proto ]; then
-  rm -rf target/pydeps.tmp && mkdir -p target/pydeps.tmp
-  /usr/bin/python3 -m pip download -q --no-deps -d target/pydeps.tmp opentelemetry-proto==1.27.0
-  /usr/bin/python3 -m zipfile -e target/pydeps.tmp/opentelemetry_proto-1.27.0-py3-none-any.whl target/pydeps
-  rm -rf target/pydeps.tmp
+pydeps=$(cd "$(dirname "$0")/.." && pwd)/target/pydeps
+if [ ! -d "$pydeps/opentelemetry/proto" ]; then
+  rm -rf "$pydeps.tmp" && mkdir -p "$pydeps.tmp"
+  /usr/bin/python3 -m pip download -q --no-deps -d "$pydeps.tmp" opentelemetry-proto==1.27.0
+  /usr/bin/python3 -m zipfile -e "$pydeps.tmp/opentelemetry_proto-1.27.0-py3-none-any.whl" "$pydeps"
+  rm -rf "$pydeps.tmp"
 fi
 
 # The HTTP/3 interop tests use an independent client: Python aioquic.
