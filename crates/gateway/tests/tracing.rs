@@ -192,14 +192,14 @@ async fn a_collector_that_stops_answering_costs_requests_nothing() {
 }
 
 /// With every trace sampled, a TLS handshake is a trace of its own (server span) with the key
-/// engine's signature as its child.
+/// engine's signature as its child; a QUIC handshake is one too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handshake_and_its_signature_are_spans() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("spans.jsonl");
     let (_receiver, port) = start_receiver(out_dir.path(), &out);
     let endpoint = format!("http://127.0.0.1:{port}/v1/traces");
-    let fx = start_edited("", |t, d| {
+    let fx = start_edited("[listeners.quic]\nenabled = true", |t, d| {
         tracing_config(t, d, &endpoint).replace("sample_ratio = 0.0", "sample_ratio = 1.0")
     })
     .await;
@@ -237,4 +237,29 @@ async fn a_handshake_and_its_signature_are_spans() {
     assert!(got
         .iter()
         .any(|s| s["name"] == "request" && s["trace_id"] != hs["trace_id"]));
+    // Over QUIC: one HTTP/3 request with aioquic (the test client of tests/h3.rs).
+    let mut h3 = std::process::Command::new("python3");
+    h3.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py"))
+        .args(["--port", &fx.gw().quic_listeners[0].1.port().to_string()])
+        .args(["--path", "/bytes/10"]);
+    let done = run(h3).await;
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let mut quic_span = None;
+    for _ in 0..100 {
+        let got = spans(&out, 5).await;
+        quic_span = got.into_iter().find(|s| {
+            s["name"] == "tls handshake" && s["attributes"]["network.transport"] == "quic"
+        });
+        if quic_span.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let q = quic_span.expect("a QUIC handshake span");
+    assert_eq!(q["attributes"]["tls.server_name"], "localhost");
+    assert!(q["start"].as_u64().unwrap() <= q["end"].as_u64().unwrap());
 }

@@ -238,6 +238,41 @@ impl Tracer {
         });
     }
 
+    /// A QUIC handshake that just ended after `took`: a sampled trace of its own, as a TCP
+    /// one's (the QUIC driver reports the name and resumption, not the SSL: no signature span).
+    pub fn quic_handshake(
+        &self,
+        took: std::time::Duration,
+        server_name: Option<&str>,
+        resumed: bool,
+    ) {
+        if fastrand::f64() >= self.sample_ratio {
+            return;
+        }
+        let now = SystemTime::now();
+        let mut attributes = vec![
+            ("tls.resumed", AttrValue::Str(resumed.to_string())),
+            ("network.transport", AttrValue::Str("quic".into())),
+        ];
+        if let Some(n) = server_name {
+            attributes.push(("tls.server_name", AttrValue::Str(n.into())));
+        }
+        self.exporter.export(Span {
+            context: SpanContext {
+                trace_id: random_id(),
+                span_id: random_id(),
+                sampled: true,
+            },
+            parent: None,
+            name: "tls handshake",
+            kind: 2,
+            start: now - took,
+            end: now,
+            attributes,
+            error: false,
+        });
+    }
+
     /// The request's trace: the client's `traceparent` continued (its sampled flag followed)
     /// or a new trace sampled at `sample_ratio`.
     pub fn request(self: &Arc<Self>, headers: &HeaderMap) -> RequestTrace {

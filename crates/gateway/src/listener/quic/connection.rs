@@ -82,6 +82,10 @@ pub(super) async fn serve_connection(
                                 if session_resumed { "true" } else { "false" },
                             ])
                             .observe(us as f64 / 1e6);
+                        if let Some(t) = &shared.tracer {
+                            let took = std::time::Duration::from_micros(us as u64);
+                            t.quic_handshake(took, server_name.as_deref(), session_resumed);
+                        }
                         // Where the listener asks for client certificates, the verified one
                         // goes with every request of the connection.
                         let client_cert = match shared.client_cert_headers {
