@@ -748,3 +748,91 @@ async fn the_admin_api_is_served_over_tls_when_configured() {
     assert_eq!(stdout(&call("https", "wrong-token-0000000").await), "401");
     assert_eq!(stdout(&call("http", TOKEN).await), "000");
 }
+
+/// A certificate object in etcd with its own client-certificate settings (client CA and CRL
+/// as PEM in the object): its name requires a client certificate from that CA, revoked ones
+/// refused; the listener's other names ask for none. A CA that is not PEM is refused with the
+/// field named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_object_can_require_client_certificates_for_its_name() {
+    let etcd = Etcd::start();
+    let fx = member_with(&etcd, tempfile::tempdir().unwrap(), "").await;
+    let dir = fx.dir.path();
+    gateway::demo::ensure_self_signed(
+        dir,
+        "mtls",
+        gateway::demo::CertKind::EcdsaP256,
+        &["mtls.test"],
+    )
+    .unwrap();
+    let clients = client_certs();
+    let c = |f: &str| clients.path().join(f).display().to_string();
+    let read = |f: &str| std::fs::read_to_string(clients.path().join(f)).unwrap();
+    let object = serde_json::json!({
+        "listener": "https",
+        "server_names": ["mtls.test"],
+        "ecdsa": { "chain": std::fs::read_to_string(dir.join("mtls.crt")).unwrap(),
+                   "key": dir.join("mtls.key").to_str().unwrap() },
+        "client_auth": "required",
+        "client_ca": read("ca.pem"),
+        "client_crl": read("ca.crl"),
+    });
+    let (s, body) = api(
+        &fx,
+        "PUT",
+        "/config/certificates/mtls",
+        Some(&object.to_string()),
+        &[],
+    )
+    .await;
+    assert_eq!((s, body["in_force"].clone()), (201, true.into()), "{body}");
+    let resolve = format!("mtls.test:{}:127.0.0.1", fx.port());
+    let url = format!("https://mtls.test:{}/bytes/10", fx.port());
+    let fxr = &fx;
+    let status = |extra: Vec<String>| {
+        let mut args = vec!["--resolve".to_string(), resolve.clone()];
+        args.extend(extra);
+        args.push(url.clone());
+        async move {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            curl_status(fxr, &refs).await
+        }
+    };
+    let cert = |who: &str| {
+        vec![
+            "--cert".into(),
+            c(&format!("{who}.pem")),
+            "--key".into(),
+            c(&format!("{who}.key")),
+        ]
+    };
+    assert_eq!(status(vec![]).await, "000", "no certificate: refused");
+    assert_eq!(status(cert("bob")).await, "000", "revoked: refused");
+    assert_eq!(status(cert("alice")).await, "200");
+    assert_eq!(
+        stdout(
+            &run(curl(
+                &fx,
+                &[
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    &fx.url("/bytes/10")
+                ]
+            ))
+            .await
+        ),
+        "200",
+        "localhost asks for none"
+    );
+    let bad = object
+        .to_string()
+        .replace("BEGIN CERTIFICATE-----\\n", "BEGIN NOTHING-----\\n");
+    let (s, body) = api(&fx, "PUT", "/config/certificates/bad", Some(&bad), &[]).await;
+    assert_eq!(s, 400, "{body}");
+    assert!(
+        body["error"]["field"] == "client_ca" || body["error"]["field"] == "ecdsa.chain",
+        "{body}"
+    );
+}

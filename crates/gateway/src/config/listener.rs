@@ -238,7 +238,7 @@ pub struct TlsConfig {
 }
 
 /// Whether a listener asks TCP clients for certificates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClientAuth {
     #[default]

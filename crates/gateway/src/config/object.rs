@@ -102,6 +102,16 @@ pub struct CertificateObject {
     pub server_names: Vec<String>,
     pub rsa: Option<ChainAndKey>,
     pub ecdsa: Option<ChainAndKey>,
+    /// Client certificates for these names (`none`, `optional`, `required`), in place of the
+    /// listener's `tls.client_auth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<super::ClientAuth>,
+    /// The CAs (PEM) client certificates for these names must chain to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// Revoked client certificates (a PEM CRL) for these names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_crl: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -111,6 +121,9 @@ pub struct ChainAndKey {
     pub chain: String,
     /// The PEM private key's file on the gateway's node.
     pub key: Option<std::path::PathBuf>,
+    /// Staple the OCSP response fetched from the certificate's responder.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ocsp_fetch: bool,
 }
 
 impl CertificateObject {
@@ -128,6 +141,26 @@ impl CertificateObject {
         }
         if self.rsa.is_none() && self.ecdsa.is_none() {
             return at.fail("an `rsa` or an `ecdsa` certificate (or both)");
+        }
+        for (field, pem, tag, what) in [
+            (
+                "client_ca",
+                &self.client_ca,
+                "CERTIFICATE",
+                "PEM CA certificates (-----BEGIN CERTIFICATE-----)",
+            ),
+            (
+                "client_crl",
+                &self.client_crl,
+                "X509 CRL",
+                "a PEM CRL (-----BEGIN X509 CRL-----)",
+            ),
+        ] {
+            let Some(pem) = pem else { continue };
+            let blocks = pem::parse_many(pem.as_bytes()).unwrap_or_default();
+            if blocks.is_empty() || blocks.iter().any(|b| b.tag() != tag) {
+                return at.field(field).fail(what);
+            }
         }
         for (kind, pair) in [("rsa", &mut self.rsa), ("ecdsa", &mut self.ecdsa)] {
             let Some(pair) = pair else { continue };
@@ -151,8 +184,8 @@ impl CertificateObject {
         Ok(())
     }
 
-    /// The listener's certificate entry, its chains read from the files `chain_file` names
-    /// (which the control plane writes from the document).
+    /// The listener's certificate entry, its chains (and client CA and CRL) read from the
+    /// files `chain_file` names (which the control plane writes from the document).
     pub fn to_config(
         &self,
         mut chain_file: impl FnMut(&str, &str) -> std::path::PathBuf,
@@ -162,18 +195,23 @@ impl CertificateObject {
                 cert: chain_file(kind, &p.chain),
                 key: p.key.clone(),
                 ocsp_response: None,
-                ocsp_fetch: false,
+                ocsp_fetch: p.ocsp_fetch,
             })
         };
         let rsa = pair("rsa", &self.rsa);
         let ecdsa = pair("ecdsa", &self.ecdsa);
+        let client_ca = self.client_ca.as_ref().map(|p| chain_file("client-ca", p));
+        let client_crl = self
+            .client_crl
+            .as_ref()
+            .map(|p| chain_file("client-crl", p));
         CertificateConfig {
             server_names: self.server_names.clone(),
             rsa,
             ecdsa,
-            client_auth: None,
-            client_ca: None,
-            client_crl: None,
+            client_auth: self.client_auth,
+            client_ca,
+            client_crl,
         }
     }
 }
