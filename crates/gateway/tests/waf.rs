@@ -68,10 +68,15 @@ async fn waf_log(fx: &Fixture, want: usize) -> Vec<serde_json::Value> {
     panic!("fewer than {want} WAF log lines");
 }
 
+/// The tests of this file run one at a time: one of them bounds this process's memory while
+/// it streams 200 MB, and the others' gateways would count against it.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const SQLI: &str = "/search?id=1%27%20OR%20%271%27%3D%271";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attacks_are_blocked_with_the_request_id_and_ordinary_requests_pass() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let fx = start_waf().await;
     let attacks: &[(&str, &[&str])] = &[
         ("sql injection", &[SQLI]),
@@ -188,6 +193,7 @@ async fn attacks_are_blocked_with_the_request_id_and_ordinary_requests_pass() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn detect_mode_passes_and_an_exclusion_exempts_exactly_its_argument() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let fx = start_waf().await;
     // Detection only: the attack reaches the upstream (404 there), and is logged.
     let (status, _) = get(&fx, &[&fx.url("/detect?id=1%27%20OR%20%271%27%3D%271")]).await;
@@ -233,6 +239,7 @@ async fn detect_mode_passes_and_an_exclusion_exempts_exactly_its_argument() {
 /// uninspected (counted and logged as partial) with memory bounded by the limit, not the body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_upload_streams_past_the_inspected_prefix_in_bounded_memory() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let fx = start_waf().await;
     const SIZE: u64 = 100 * 1024 * 1024;
     let rss = RssPeak::start();
@@ -268,6 +275,7 @@ async fn a_large_upload_streams_past_the_inspected_prefix_in_bounded_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
     std::fs::write(
@@ -293,4 +301,40 @@ async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
         e.contains("routes[0].waf.rules[0]") && e.contains("missing.conf"),
         "{e}"
     );
+}
+
+/// Over HTTP/3 (aioquic) the same phase inspects: the attack gets 403 with the request id
+/// (its Host from `:authority`), an ordinary request passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_requests_are_inspected_too() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = start_edited("[listeners.quic]\nenabled = true", waf_routes).await;
+    let port = fx.gw().quic_listeners[0].1.port().to_string();
+    let h3 = |path: &str| {
+        let mut c = std::process::Command::new("python3");
+        c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py"))
+            .args([
+                "--port",
+                &port,
+                "--path",
+                path,
+                "--header",
+                "x-request-id: waf-h3-1",
+            ]);
+        c
+    };
+    let lines = |out: std::process::Output| -> serde_json::Value {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap()
+    };
+    let r = lines(run(h3(SQLI)).await);
+    assert_eq!(r["status"], 403, "{r}");
+    assert!(r["body"].as_str().unwrap().contains("waf-h3-1"), "{r}");
+    let r = lines(run(h3("/bytes/100")).await);
+    let log = std::fs::read_to_string(fx.dir.path().join("waf.log")).unwrap_or_default();
+    assert_eq!(r["status"], 200, "{r}\n{log}");
 }

@@ -110,6 +110,13 @@ pub fn crs_profile(profile: &Profile, crs: &CrsPaths) -> Result<String, String> 
          setvar:tx.inbound_anomaly_score_threshold={},setvar:tx.outbound_anomaly_score_threshold=4\"",
         profile.anomaly_threshold
     );
+    // CRS 3.3's default policy (920430) knows HTTP/1.0, 1.1 and 2 only: every HTTP/3 request
+    // would score as a protocol violation and be blocked. The gateway speaks HTTP/3.
+    let _ = writeln!(
+        d,
+        "SecAction \"id:900230,phase:1,nolog,pass,t:none,\
+         setvar:'tx.allowed_http_versions=HTTP/1.0 HTTP/1.1 HTTP/2 HTTP/2.0 HTTP/3 HTTP/3.0'\""
+    );
     for (i, ex) in profile.exclusions.iter().enumerate() {
         let id = EXCLUSION_IDS + i as u32;
         let ctl: Vec<String> = match &ex.argument {
@@ -205,6 +212,9 @@ mod tests {
         assert!(d.contains("setvar:tx.paranoia_level=2\""));
         assert!(d.contains("inbound_anomaly_score_threshold=7,"));
         assert!(d.contains("SecRequestBodyLimit 4096\n"));
+        assert!(d.contains(
+            "tx.allowed_http_versions=HTTP/1.0 HTTP/1.1 HTTP/2 HTTP/2.0 HTTP/3 HTTP/3.0'"
+        ));
         assert!(d.contains(
             "SecRule REQUEST_FILENAME \"@beginsWith /api/search\" \"id:10000,phase:1,pass,nolog,t:none,\
              ctl:ruleRemoveTargetById=942100;ARGS:q,ctl:ruleRemoveTargetById=942200;ARGS:q\""
