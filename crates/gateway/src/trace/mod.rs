@@ -179,35 +179,20 @@ impl Tracer {
         }))
     }
 
-    /// A TLS handshake that just ended (it began at `start`): a trace of its own, sampled at
-    /// `sample_ratio`, with the key engine's signature as a child span.
+    /// A TCP TLS handshake that just ended (it began at `start`): a trace of its own, sampled
+    /// at `sample_ratio`, with the key engine's signature as a child span.
     pub fn handshake(&self, start: SystemTime, ssl: &boring::ssl::SslRef, transport: &'static str) {
-        if fastrand::f64() >= self.sample_ratio {
+        let Some(context) = self.sample_handshake() else {
             return;
-        }
-        let context = SpanContext {
-            trace_id: random_id(),
-            span_id: random_id(),
-            sampled: true,
         };
-        let sigalg = crate::tls::handshake_info::signature_algorithm(ssl);
-        let mut attributes = vec![
-            (
-                "tls.protocol.version",
-                AttrValue::Str(ssl.version_str().into()),
-            ),
-            (
-                "tls.resumed",
-                AttrValue::Str(ssl.session_reused().to_string()),
-            ),
-            ("network.transport", AttrValue::Str(transport.into())),
-        ];
+        let mut attributes = vec![(
+            "tls.protocol.version",
+            AttrValue::Str(ssl.version_str().into()),
+        )];
         if let Some(c) = ssl.current_cipher() {
             attributes.push(("tls.cipher", AttrValue::Str(c.name().into())));
         }
-        if let Some(n) = ssl.servername(boring::ssl::NameType::HOST_NAME) {
-            attributes.push(("tls.server_name", AttrValue::Str(n.into())));
-        }
+        let sigalg = crate::tls::handshake_info::signature_algorithm(ssl);
         if let (Some(t), Some(alg)) = (crate::tls::handshake_info::sign_time(ssl), sigalg) {
             self.exporter.export(Span {
                 context: SpanContext {
@@ -226,6 +211,55 @@ impl Tracer {
                 error: false,
             });
         }
+        let name = ssl.servername(boring::ssl::NameType::HOST_NAME);
+        self.export_handshake(
+            context,
+            start,
+            name,
+            ssl.session_reused(),
+            transport,
+            attributes,
+        );
+    }
+
+    /// A QUIC handshake that just ended after `took`, as a TCP one (the QUIC driver reports
+    /// the name and resumption, not the SSL: no signature span).
+    pub fn quic_handshake(
+        &self,
+        took: std::time::Duration,
+        server_name: Option<&str>,
+        resumed: bool,
+    ) {
+        if let Some(context) = self.sample_handshake() {
+            let start = SystemTime::now() - took;
+            self.export_handshake(context, start, server_name, resumed, "quic", Vec::new());
+        }
+    }
+
+    /// A new handshake trace's root span, if this one is sampled.
+    fn sample_handshake(&self) -> Option<SpanContext> {
+        (fastrand::f64() < self.sample_ratio).then(|| SpanContext {
+            trace_id: random_id(),
+            span_id: random_id(),
+            sampled: true,
+        })
+    }
+
+    /// The `tls handshake` span, ended now.
+    fn export_handshake(
+        &self,
+        context: SpanContext,
+        start: SystemTime,
+        server_name: Option<&str>,
+        resumed: bool,
+        transport: &'static str,
+        mut attributes: Vec<(&'static str, AttrValue)>,
+    ) {
+        attributes.push(("tls.resumed", AttrValue::Str(resumed.to_string())));
+        attributes.push(("network.transport", AttrValue::Str(transport.into())));
+        if let Some(n) = server_name {
+            attributes.push(("tls.server_name", AttrValue::Str(n.into())));
+        }
         self.exporter.export(Span {
             context,
             parent: None,
@@ -233,41 +267,6 @@ impl Tracer {
             kind: 2,
             start,
             end: SystemTime::now(),
-            attributes,
-            error: false,
-        });
-    }
-
-    /// A QUIC handshake that just ended after `took`: a sampled trace of its own, as a TCP
-    /// one's (the QUIC driver reports the name and resumption, not the SSL: no signature span).
-    pub fn quic_handshake(
-        &self,
-        took: std::time::Duration,
-        server_name: Option<&str>,
-        resumed: bool,
-    ) {
-        if fastrand::f64() >= self.sample_ratio {
-            return;
-        }
-        let now = SystemTime::now();
-        let mut attributes = vec![
-            ("tls.resumed", AttrValue::Str(resumed.to_string())),
-            ("network.transport", AttrValue::Str("quic".into())),
-        ];
-        if let Some(n) = server_name {
-            attributes.push(("tls.server_name", AttrValue::Str(n.into())));
-        }
-        self.exporter.export(Span {
-            context: SpanContext {
-                trace_id: random_id(),
-                span_id: random_id(),
-                sampled: true,
-            },
-            parent: None,
-            name: "tls handshake",
-            kind: 2,
-            start: now - took,
-            end: now,
             attributes,
             error: false,
         });
