@@ -205,6 +205,15 @@ pub(crate) fn needing_restart(old: &Config, new: &Config) -> Vec<String> {
     if old.fleet != new.fleet {
         differ.push("[fleet]".to_string());
     }
+    if old.tracing != new.tracing {
+        differ.push("[tracing]".to_string());
+    }
+    // The Core Rule Set's paths take effect at the reload (rule sets are compiled then); the
+    // inspection threads, their queue and the match log were made at start.
+    let (ow, nw) = (&old.waf, &new.waf);
+    if (ow.threads, ow.queue, &ow.log) != (nw.threads, nw.queue, &nw.log) {
+        differ.push("[waf] threads, queue or log".to_string());
+    }
     let names = |c: &Config| {
         c.listeners
             .iter()
@@ -316,6 +325,18 @@ endpoints = ["127.0.0.1:8080"]
         );
         let server = config("", "worker_threads = 3");
         assert_eq!(needing_restart(&base, &server), vec!["[server]"]);
+        let mut waf = base.clone();
+        waf.waf.crs_rules = "/opt/crs/rules".into();
+        assert!(
+            needing_restart(&base, &waf).is_empty(),
+            "the rules' paths reload"
+        );
+        waf.waf.threads = 7;
+        waf.tracing.sample_ratio = 0.5;
+        assert_eq!(
+            needing_restart(&base, &waf),
+            vec!["[tracing]", "[waf] threads, queue or log"]
+        );
         let mut renamed = base.clone();
         renamed.listeners[0].name = "other".into();
         assert_eq!(
