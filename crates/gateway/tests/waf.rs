@@ -334,6 +334,16 @@ async fn http3_requests_are_inspected_too() {
     let r = lines(run(h3(SQLI)).await);
     assert_eq!(r["status"], 403, "{r}");
     assert!(r["body"].as_str().unwrap().contains("waf-h3-1"), "{r}");
+    // An upload larger than the inspected prefix: the read frames, then the rest, reach the
+    // upstream whole.
+    let mut up = h3("/discard");
+    up.args(["--method", "POST", "--body-size", "3000000"]);
+    let r = lines(run(up).await);
+    assert_eq!(
+        (r["status"].clone(), r["body"].clone()),
+        (200.into(), "3000000\n".into()),
+        "{r}"
+    );
     let r = lines(run(h3("/bytes/100")).await);
     let log = std::fs::read_to_string(fx.dir.path().join("waf.log")).unwrap_or_default();
     assert_eq!(r["status"], 200, "{r}\n{log}");
