@@ -41,6 +41,23 @@ pub fn hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// `b` as lowercase hex digits into `out` (twice its length): written in place, so no
+/// piece of it (a key's, say) is left in a temporary string.
+pub fn hex_into(out: &mut [u8], b: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (o, x) in out.chunks_exact_mut(2).zip(b) {
+        o[0] = DIGITS[usize::from(x >> 4)];
+        o[1] = DIGITS[usize::from(x & 15)];
+    }
+}
+
+/// `b` as lowercase hex digits (what [`hex`] reads back).
+pub fn to_hex(b: &[u8]) -> String {
+    let mut out = vec![0u8; b.len() * 2];
+    hex_into(&mut out, b);
+    String::from_utf8(out).expect("hex digits are ASCII")
+}
+
 /// Reads `path` and hands its text to `parse` with the file name and directory.
 pub fn load_file<T>(
     path: &Path,
@@ -72,4 +89,17 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
         line: line_of(e.inner().span()),
         message: e.inner().message().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_written_is_hex_read() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let text = super::to_hex(&bytes);
+        assert_eq!(&text[..8], "00010203");
+        assert_eq!(&text[text.len() - 4..], "feff");
+        assert_eq!(super::hex(&text), Some(bytes));
+        assert_eq!(super::to_hex(&[]), "");
+    }
 }

@@ -61,10 +61,7 @@ impl AntiReplay {
         let digest = boring::hash::hash(boring::hash::MessageDigest::sha256(), psk_extension)
             .map(|d| d.to_vec())
             .unwrap_or_default();
-        digest[..16.min(digest.len())]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        crate::config::file::to_hex(&digest[..16.min(digest.len())])
     }
 
     /// Whether this offer is the first of its record anywhere in the fleet within the window

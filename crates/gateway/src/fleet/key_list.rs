@@ -100,7 +100,7 @@ pub fn spawn_sync(
 fn fresh_hex(len: usize) -> String {
     let mut raw = vec![0u8; len];
     boring::rand::rand_bytes(&mut raw).expect("rng");
-    let hex = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::config::file::to_hex(&raw);
     raw.zeroize();
     hex
 }

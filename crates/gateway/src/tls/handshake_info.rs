@@ -91,7 +91,7 @@ impl ClientCert {
             })
             .unwrap_or_default();
         let digest = cert.digest(boring::hash::MessageDigest::sha256()).ok()?;
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::config::file::to_hex(&digest);
         // Names a header cannot carry (control characters) leave the certificate out.
         Some(ClientCert {
             subject: http::HeaderValue::from_str(&subject.join(",")).ok()?,

@@ -121,7 +121,7 @@ pub fn check(
                 && id.issuer_key_hash.as_bytes() == h(key_bits).as_slice()
         })
         .ok_or_else(|| OcspError::OtherCertificate {
-            serial: hex(serial.as_bytes()),
+            serial: crate::config::file::to_hex(serial.as_bytes()),
         })?;
     match single.cert_status {
         CertStatus::Good(_) => {}
@@ -210,10 +210,6 @@ fn ocsp_signing(c: &Certificate) -> bool {
         .filter(|e| e.extn_id == const_oid::db::rfc5280::ID_CE_EXT_KEY_USAGE)
         .filter_map(|e| ExtendedKeyUsage::from_der(e.extn_value.as_bytes()).ok())
         .any(|eku| eku.0.contains(&const_oid::db::rfc5280::ID_KP_OCSP_SIGNING))
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Handshakes that asked for an OCSP response when the certificate's was stale (none

@@ -6,6 +6,7 @@
 
 pub(crate) mod otlp;
 
+use crate::config::file::{hex_into, to_hex as hex};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -75,21 +76,6 @@ pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
         span_id,
         sampled: flags & 1 == 1,
     })
-}
-
-/// `b` as lowercase hex into `out` (twice its length).
-fn hex_into(out: &mut [u8], b: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (o, x) in out.chunks_exact_mut(2).zip(b) {
-        o[0] = DIGITS[usize::from(x >> 4)];
-        o[1] = DIGITS[usize::from(x & 15)];
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    let mut out = vec![0u8; b.len() * 2];
-    hex_into(&mut out, b);
-    String::from_utf8(out).expect("hex digits")
 }
 
 fn unhex(s: &str, out: &mut [u8]) -> Option<()> {

@@ -68,7 +68,7 @@ impl ResetKey {
                 let Some(slot) = weak.upgrade() else { return };
                 let mut mine = [0u8; KEY_LEN];
                 boring::rand::rand_bytes(&mut mine).expect("rng");
-                let mut hex: String = mine.iter().map(|b| format!("{b:02x}")).collect();
+                let mut hex = crate::config::file::to_hex(&mine);
                 mine.zeroize();
                 let answer: Result<Vec<u8>, _> = store
                     .eval_within(&GET_OR_SET, &[&name], &[&hex], Duration::from_secs(1))
