@@ -60,7 +60,6 @@ pub fn check(
     issuer: &X509,
     now: SystemTime,
 ) -> Result<Checked, OcspError> {
-    let malformed = |e: der::Error| OcspError::Malformed(e.to_string());
     let outer = OcspResponse::from_der(response).map_err(malformed)?;
     if outer.response_status != OcspResponseStatus::Successful {
         return Err(OcspError::Unsuccessful(format!(
@@ -78,28 +77,8 @@ pub fn check(
         )));
     }
     let basic = BasicOcspResponse::from_der(bytes.response.as_bytes()).map_err(malformed)?;
-    let leaf_c = Certificate::from_der(
-        &leaf
-            .to_der()
-            .map_err(|e| OcspError::Malformed(e.to_string()))?,
-    )
-    .map_err(malformed)?;
-    let issuer_der = issuer
-        .to_der()
-        .map_err(|e| OcspError::Malformed(e.to_string()))?;
-    let issuer_c = Certificate::from_der(&issuer_der).map_err(malformed)?;
     // The entry for this certificate.
-    let serial = &leaf_c.tbs_certificate.serial_number;
-    let name_der = issuer_c
-        .tbs_certificate
-        .subject
-        .to_der()
-        .map_err(malformed)?;
-    let key_bits = issuer_c
-        .tbs_certificate
-        .subject_public_key_info
-        .subject_public_key
-        .raw_bytes();
+    let subject = Subject::of(leaf, issuer)?;
     let single = basic
         .tbs_response_data
         .responses
@@ -111,17 +90,15 @@ pub fn check(
                 const_oid::db::rfc5912::ID_SHA_256 => MessageDigest::sha256(),
                 _ => return false,
             };
-            let h = |b: &[u8]| {
-                boring::hash::hash(md, b)
-                    .map(|d| d.to_vec())
-                    .unwrap_or_default()
+            let Ok((name_hash, key_hash)) = subject.issuer_hashes(md) else {
+                return false;
             };
-            id.serial_number == *serial
-                && id.issuer_name_hash.as_bytes() == h(&name_der).as_slice()
-                && id.issuer_key_hash.as_bytes() == h(key_bits).as_slice()
+            id.serial_number == subject.serial
+                && id.issuer_name_hash.as_bytes() == name_hash.as_slice()
+                && id.issuer_key_hash.as_bytes() == key_hash.as_slice()
         })
         .ok_or_else(|| OcspError::OtherCertificate {
-            serial: crate::config::file::to_hex(serial.as_bytes()),
+            serial: crate::config::file::to_hex(subject.serial.as_bytes()),
         })?;
     match single.cert_status {
         CertStatus::Good(_) => {}
@@ -379,27 +356,9 @@ pub fn responder_url(leaf: &X509) -> Option<String> {
 /// index by), no nonce (responses are presigned and cached, and a stapled one has none).
 pub fn request_der(leaf: &X509, issuer: &X509) -> Result<Vec<u8>, OcspError> {
     use x509_ocsp::{CertId, OcspRequest, Request, TbsRequest};
-    let malformed = |e: String| OcspError::Malformed(e);
-    let leaf_c = Certificate::from_der(&leaf.to_der().map_err(|e| malformed(e.to_string()))?)
-        .map_err(|e| malformed(e.to_string()))?;
-    let issuer_c = Certificate::from_der(&issuer.to_der().map_err(|e| malformed(e.to_string()))?)
-        .map_err(|e| malformed(e.to_string()))?;
-    let sha1 = |b: &[u8]| {
-        boring::hash::hash(MessageDigest::sha1(), b)
-            .map(|d| d.to_vec())
-            .map_err(|e| malformed(e.to_string()))
-    };
-    let name = issuer_c
-        .tbs_certificate
-        .subject
-        .to_der()
-        .map_err(|e| malformed(e.to_string()))?;
-    let key = issuer_c
-        .tbs_certificate
-        .subject_public_key_info
-        .subject_public_key
-        .raw_bytes();
-    let octets = |v: Vec<u8>| der::asn1::OctetString::new(v).map_err(|e| malformed(e.to_string()));
+    let subject = Subject::of(leaf, issuer)?;
+    let (name_hash, key_hash) = subject.issuer_hashes(MessageDigest::sha1())?;
+    let octets = |v: Vec<u8>| der::asn1::OctetString::new(v).map_err(malformed);
     let req = OcspRequest {
         tbs_request: TbsRequest {
             request_list: vec![Request {
@@ -408,9 +367,9 @@ pub fn request_der(leaf: &X509, issuer: &X509) -> Result<Vec<u8>, OcspError> {
                         oid: const_oid::db::rfc5912::ID_SHA_1,
                         parameters: Some(der::asn1::Null.into()),
                     },
-                    issuer_name_hash: octets(sha1(&name)?)?,
-                    issuer_key_hash: octets(sha1(key)?)?,
-                    serial_number: leaf_c.tbs_certificate.serial_number.clone(),
+                    issuer_name_hash: octets(name_hash)?,
+                    issuer_key_hash: octets(key_hash)?,
+                    serial_number: subject.serial,
                 },
                 single_request_extensions: None,
             }],
@@ -418,7 +377,48 @@ pub fn request_der(leaf: &X509, issuer: &X509) -> Result<Vec<u8>, OcspError> {
         },
         optional_signature: None,
     };
-    req.to_der().map_err(|e| malformed(e.to_string()))
+    req.to_der().map_err(malformed)
+}
+
+/// What names a certificate in OCSP (RFC 6960 §4.1.1 CertID): its serial number, and its
+/// issuer's name (DER) and public key (the BIT STRING's bits), which a CertID carries hashed.
+struct Subject {
+    serial: x509_cert::serial_number::SerialNumber,
+    issuer_name: Vec<u8>,
+    issuer_key: Vec<u8>,
+}
+
+impl Subject {
+    fn of(leaf: &X509, issuer: &X509) -> Result<Subject, OcspError> {
+        let parse =
+            |c: &X509| Certificate::from_der(&c.to_der().map_err(malformed)?).map_err(malformed);
+        let (leaf, issuer) = (parse(leaf)?, parse(issuer)?);
+        let issuer = issuer.tbs_certificate;
+        Ok(Subject {
+            serial: leaf.tbs_certificate.serial_number,
+            issuer_name: issuer.subject.to_der().map_err(malformed)?,
+            issuer_key: issuer
+                .subject_public_key_info
+                .subject_public_key
+                .raw_bytes()
+                .to_vec(),
+        })
+    }
+
+    /// The issuer's name and key hashed with `md`, as a CertID carries them.
+    fn issuer_hashes(&self, md: MessageDigest) -> Result<(Vec<u8>, Vec<u8>), OcspError> {
+        let h = |b: &[u8]| {
+            boring::hash::hash(md, b)
+                .map(|d| d.to_vec())
+                .map_err(malformed)
+        };
+        Ok((h(&self.issuer_name)?, h(&self.issuer_key)?))
+    }
+}
+
+/// Any parsing or encoding failure, as [`OcspError::Malformed`].
+fn malformed(e: impl std::fmt::Display) -> OcspError {
+    OcspError::Malformed(e.to_string())
 }
 
 /// When to fetch again after `c` arrived: halfway through its validity, at least a minute
