@@ -222,7 +222,6 @@ impl Cluster {
             if let Some((t, ctx, start)) = try_span {
                 let status = match &result {
                     Ok(x) => Ok(x.response.status().as_u16()),
-                    Err(TryError::NotSent(..)) => Err("connect"),
                     Err(e) => Err(e.failure().as_str()),
                 };
                 let endpoint = self.endpoints[i].addr;
