@@ -13,14 +13,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../target}"
 # have their own profiles, so say it here too.
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
-# quiche builds a cdylib and a staticlib too, so cargo names its library files without a hash
-# (target/debug/deps/libquiche.{rlib,a,so}): the workspace's build (one set of features and
-# dependency versions) and the builds below (another) write the same files, and each build's
-# fingerprint still calls them fresh afterwards. Removing them before and after makes each
-# side rebuild its own instead of linking the other's (type mismatches between two `bytes`).
-forget_shared_quiche() { rm -f "$CARGO_TARGET_DIR"/debug/deps/libquiche.{rlib,a,so}; }
-forget_shared_quiche
-trap forget_shared_quiche EXIT
+# quiche is built as a Rust library only (vendor patch 0052), so its files carry a hash and this
+# build (other features and dependency versions) and the workspace's sit side by side.
 
 # Bounded, so a hanging test fails the run instead of eating CI's time.
 (cd quiche && timeout 900 cargo test --locked --lib)
