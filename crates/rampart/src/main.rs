@@ -8,9 +8,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// mimalloc: measured to cut the proxied-request CPU (docs/benchmarks-history.md); glibc malloc
-/// showed as ~9% of a keep-alive proxying profile. The `system-alloc` feature leaves the
-/// system allocator in place, for heap profilers that hook malloc.
-#[cfg(not(feature = "system-alloc"))]
+/// showed as ~9% of a keep-alive proxying profile. The C and C++ libraries use it too (the
+/// crate's `override` feature, see Cargo.toml). Building without the default `mimalloc`
+/// feature leaves the system allocator in place, for heap profilers that hook malloc.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
