@@ -273,6 +273,138 @@ async fn a_large_upload_streams_past_the_inspected_prefix_in_bounded_memory() {
     assert!(log.iter().all(|r| r["waf"] == "partial"), "{log:?}");
 }
 
+/// Overload: one inspection thread behind a one-request queue, and 48 form posts at once on
+/// one HTTP/2 connection. The blocking route refuses what it cannot inspect with 503 and
+/// `Retry-After`; the detecting route passes it on uninspected; the access log and the metric
+/// say so for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inspection_queue_refuses_on_blocking_routes_and_passes_on_detecting_ones() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = start_edited("", |text, dir| {
+        waf_routes(text, dir).replace("threads = 2", "threads = 1\nqueue = 1")
+    })
+    .await;
+    let form = format!("comment={}", "a".repeat(32 * 1024));
+    const N: usize = 48;
+    let mut statuses = Vec::new();
+    for path in ["/detect/discard", "/discard"] {
+        let url = fx.url(path);
+        let mut args = vec!["--http2", "-Z", "--parallel-max", "64"];
+        args.extend(["-w", "%{http_code} %header{retry-after}\n", "--data", &form]);
+        for _ in 0..N {
+            args.extend(["-o", "/dev/null", url.as_str()]);
+        }
+        let out = stdout(&run(curl(&fx, &args)).await);
+        let got: Vec<String> = out.lines().map(|l| l.trim().to_string()).collect();
+        assert_eq!(got.len(), N, "{path}: {out}");
+        statuses.push(got);
+    }
+    let (detect, block) = (&statuses[0], &statuses[1]);
+    assert!(
+        detect.iter().all(|s| !s.starts_with("503")),
+        "the detecting route passes what it cannot inspect: {detect:?}"
+    );
+    assert!(
+        block.iter().any(|s| s == "503 1"),
+        "the blocking route refuses with 503 and Retry-After: {block:?}"
+    );
+    let m = fx.gw().metrics.render();
+    for route in ["detect", "site"] {
+        let route_label = format!("route=\"{route}\"");
+        let overloaded = metric_sum(
+            &m,
+            "rampart_waf_requests_total",
+            &[&route_label, "result=\"overloaded\""],
+        );
+        assert!(overloaded >= 1.0, "{route}: {m}");
+    }
+    let log = access_log(&fx, 2 * N).await;
+    let unavailable = |route: &str| {
+        log.iter()
+            .filter(|r| r["route"] == route && r["waf"] == "unavailable")
+            .count()
+    };
+    assert!(unavailable("detect") >= 1, "{log:?}");
+    let refused = block.iter().filter(|s| s.starts_with("503")).count();
+    assert_eq!(unavailable("site"), refused, "{log:?}");
+}
+
+/// `waf.response_headers`: a route's own phase-3 rule (here: an upstream 404 withheld as 502)
+/// runs on the upstream's response in the transaction its request opened. Blocking routes
+/// replace the response with the request id; detecting ones log and pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_headers_are_inspected_when_the_route_asks() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = start_edited("", |text, dir| {
+        let rule = dir.join("responses.conf");
+        std::fs::write(
+            &rule,
+            "SecRule RESPONSE_STATUS \"@streq 404\" \"id:10001,phase:3,deny,status:502,log,msg:'upstream 404 withheld'\"\n",
+        )
+        .unwrap();
+        let routes = format!(
+            r#"
+[waf]
+log = "{log}"
+
+[[routes]]
+name = "detect"
+path_prefix = "/detect"
+cluster = "app"
+waf = {{ mode = "detect", response_headers = true, rules = ["{rule}"] }}
+
+[[routes]]
+name = "site"
+cluster = "app"
+waf = {{ mode = "block", response_headers = true, rules = ["{rule}"] }}
+"#,
+            log = dir.join("waf.log").display(),
+            rule = rule.display(),
+        );
+        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
+    })
+    .await;
+    let (status, _) = get(&fx, &[&fx.url("/headers")]).await;
+    assert_eq!(status, "200", "a 200 passes");
+    let (status, body) = get(&fx, &["-H", "x-request-id: waf-resp-1", &fx.url("/nope")]).await;
+    assert_eq!(status, "502", "{body}");
+    assert!(body.contains("waf-resp-1"), "{body}");
+    let (status, _) = get(&fx, &[&fx.url("/detect/nope")]).await;
+    assert_eq!(status, "404", "detect mode passes the response");
+    // The request phases still run first: an attack never reaches the upstream.
+    let (status, _) = get(&fx, &[&fx.url(SQLI)]).await;
+    assert_eq!(status, "403");
+    let lines = waf_log(&fx, 3).await;
+    let response_lines: Vec<_> = lines.iter().filter(|l| l["phase"] == "response").collect();
+    assert_eq!(response_lines.len(), 2, "{lines:?}");
+    assert!(response_lines.iter().any(|l| l["rule"] == 10001
+        && l["route"] == "site"
+        && l["action"] == "blocked"
+        && l["request_id"] == "waf-resp-1"
+        && l["status"] == 404));
+    assert!(response_lines
+        .iter()
+        .any(|l| l["rule"] == 10001 && l["route"] == "detect" && l["action"] == "logged"));
+    let m = fx.gw().metrics.render();
+    for (route, result) in [
+        ("site", "response_blocked"),
+        ("detect", "response_detected"),
+    ] {
+        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            metric_sum(&m, "rampart_waf_requests_total", &labels),
+            1.0,
+            "{m}"
+        );
+    }
+    let log = access_log(&fx, 4).await;
+    assert!(
+        log.iter().any(|r| r["waf"] == "response_blocked"),
+        "{log:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
     let _one = ONE_AT_A_TIME.lock().await;

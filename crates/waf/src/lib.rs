@@ -8,6 +8,8 @@
 //! - [`inspect`]: one request's connection, URI, headers and body (or the first part of it)
 //!   through phases 1 and 2; the [`Verdict`] says whether a disruptive rule (in the Core Rule
 //!   Set, the anomaly-score evaluation) stopped it, and lists the rules that matched.
+//!   [`inspect_keeping`] keeps the transaction [`Open`] for [`inspect_response`], which runs
+//!   the response's status and headers through phase 3.
 //!
 //! A [`Match`] carries a rule's id, message, severity and the *name* of the variable it matched
 //! (`ARGS:q`, `REQUEST_HEADERS:User-Agent`); ModSecurity's own log line also quotes the matched
@@ -25,7 +27,9 @@ pub use profile::{
     Profile,
 };
 pub use rules::RuleSet;
-pub use transaction::{inspect, Request, Verdict};
+pub use transaction::{
+    inspect, inspect_keeping, inspect_response, Open, Request, Response, Verdict,
+};
 
 /// What can go wrong loading ModSecurity or its rules.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,5 @@
-//! One request through ModSecurity's phases 1 (headers) and 2 (body).
+//! One request through ModSecurity's phases 1 (headers) and 2 (body), and optionally its
+//! response's headers through phase 3.
 
 use crate::ffi::{self, Intervention};
 use crate::log_line::{Collector, Match};
@@ -34,8 +35,42 @@ pub struct Verdict {
     pub matches: Vec<Match>,
 }
 
+/// What ModSecurity sees of a response (phase 3: its status line and headers).
+#[derive(Debug, Clone)]
+pub struct Response<'a> {
+    pub status: u16,
+    /// `HTTP/1.1`, `HTTP/2.0` or `HTTP/3.0`: the protocol the client is answered in.
+    pub protocol: &'a str,
+    pub headers: Vec<(&'a [u8], &'a [u8])>,
+}
+
 /// Frees the transaction whatever way `inspect` leaves.
 struct Transaction(*mut c_void);
+
+/// A request's transaction kept open after phases 1 and 2 ([`inspect_keeping`]), for
+/// [`inspect_response`] to run its response's headers through phase 3 with everything the
+/// request phases collected (the anomaly scores among it). Dropped unused (the exchange
+/// failed), it is freed without its logging phase.
+pub struct Open {
+    t: Transaction,
+    /// Where the log callback writes this transaction's matches: boxed, so its address (given
+    /// to ModSecurity at creation) stays put while `Open` moves.
+    matches: Box<Collector>,
+}
+
+// SAFETY: a ModSecurity transaction belongs to no thread; `Open` is the only handle to it
+// (and to its collector), so it is used by one thread at a time, as connectors that hand a
+// request between threads use it.
+unsafe impl Send for Open {}
+// SAFETY: nothing reaches the transaction or the collector through `&Open` (every use takes
+// `Open` by value), so shared references to it cannot race.
+unsafe impl Sync for Open {}
+
+impl std::fmt::Debug for Open {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Open").finish_non_exhaustive()
+    }
+}
 
 impl Drop for Transaction {
     fn drop(&mut self) {
@@ -49,6 +84,52 @@ impl Drop for Transaction {
 /// Runs `req` through `rules` on this thread (it may take a millisecond: call it where
 /// blocking is fine). Stops at the first phase a disruptive rule ends.
 pub fn inspect(rules: &RuleSet, req: &Request<'_>) -> Result<Verdict, WafError> {
+    inspect_request(rules, req, false).map(|(v, _)| v)
+}
+
+/// As [`inspect`], and when no rule stopped the request, keeps its transaction open for
+/// [`inspect_response`]. The rule set must outlive the returned [`Open`]: ModSecurity's
+/// transaction points into it (the caller keeps its `Arc` beside it).
+pub fn inspect_keeping(
+    rules: &RuleSet,
+    req: &Request<'_>,
+) -> Result<(Verdict, Option<Open>), WafError> {
+    inspect_request(rules, req, true)
+}
+
+/// Runs a response's status and headers through phase 3 of the transaction its request
+/// opened, then the logging phase, and frees it. The verdict lists only what matched from
+/// phase 3 on (the request's matches were in its own verdict).
+pub fn inspect_response(mut open: Open, resp: &Response<'_>) -> Result<Verdict, WafError> {
+    let api = ffi::api()?;
+    let t = open.t.0;
+    let protocol = CString::new(resp.protocol)
+        .map_err(|_| WafError::Transaction("the protocol holds a NUL byte".into()))?;
+    for (name, value) in &resp.headers {
+        // SAFETY: t is the live transaction `open` owns; the slices are valid for their
+        // lengths and libmodsecurity copies them.
+        unsafe {
+            (api.add_n_response_header)(t, name.as_ptr(), name.len(), value.as_ptr(), value.len())
+        };
+    }
+    // SAFETY: as above; `protocol` is NUL-terminated.
+    unsafe { (api.process_response_headers)(t, c_int::from(resp.status), protocol.as_ptr()) };
+    let blocked = disruption(api, t, &mut open.matches);
+    // SAFETY: as above.
+    unsafe { (api.process_logging)(t) };
+    let Open { t, matches } = open;
+    drop(t);
+    Ok(Verdict {
+        blocked,
+        matches: *matches,
+    })
+}
+
+fn inspect_request(
+    rules: &RuleSet,
+    req: &Request<'_>,
+    keep: bool,
+) -> Result<(Verdict, Option<Open>), WafError> {
     let api = ffi::api()?;
     let mut matches: Box<Collector> = Box::default();
     let data: *mut Collector = &mut *matches;
@@ -112,13 +193,22 @@ pub fn inspect(rules: &RuleSet, req: &Request<'_>) -> Result<Verdict, WafError> 
         unsafe { (api.process_request_body)(t.0) };
         Ok(disruption(api, t.0, &mut matches))
     })();
+    if keep && matches!(blocked, Ok(None)) {
+        // The request's matches go in its verdict; the collector starts again for phase 3.
+        let verdict = Verdict {
+            blocked: None,
+            matches: std::mem::take(&mut *matches),
+        };
+        return Ok((verdict, Some(Open { t, matches })));
+    }
     // SAFETY: as above.
     unsafe { (api.process_logging)(t.0) };
     drop(t);
-    Ok(Verdict {
+    let verdict = Verdict {
         blocked: blocked?,
         matches: *matches,
-    })
+    };
+    Ok((verdict, None))
 }
 
 /// The status a disruptive intervention asks for, if one is pending; its rule (whose line

@@ -1,9 +1,12 @@
 //! ModSecurity with the OWASP Core Rule Set as Debian installs them (`libmodsecurity3`,
 //! `modsecurity-crs`): attacks blocked, ordinary requests passed, detection-only mode,
-//! exclusions, a rule file that does not load.
+//! exclusions, a rule file that does not load, a response header rule (phase 3).
 
 use std::time::Instant;
-use waf::{crs_profile, inspect, CrsPaths, Exclusion, Mode, Profile, Request, RuleSet, Verdict};
+use waf::{
+    crs_profile, inspect, inspect_keeping, inspect_response, CrsPaths, Exclusion, Mode, Profile,
+    Request, Response, RuleSet, Verdict,
+};
 
 fn profile(mode: Mode) -> Profile {
     Profile {
@@ -246,5 +249,49 @@ fn a_rule_file_that_does_not_load_names_itself() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("bad.conf"), "{e}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Phase 3: a route's own rule on a response header runs in the transaction its request
+/// opened (kept across the exchange); the response's verdict has only what matched from
+/// phase 3 on, and a request stopped in its own phases keeps nothing open.
+#[test]
+fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
+    let dir = std::env::temp_dir().join(format!("waf-phase3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let leak = dir.join("leak.conf");
+    std::fs::write(
+        &leak,
+        "SecRule RESPONSE_HEADERS:X-Debug-Token \"@rx .\" \"id:10001,phase:3,deny,status:502,log,msg:'debug token in a response'\"\n",
+    )
+    .unwrap();
+    let mut p = profile(Mode::Block);
+    p.extra_rules = vec![leak];
+    let r = rules(&p);
+    let response = |debug: Option<&'static str>| {
+        let mut headers: Vec<(&[u8], &[u8])> = vec![(b"Content-Type", b"text/html")];
+        if let Some(v) = debug {
+            headers.push((b"X-Debug-Token", v.as_bytes()));
+        }
+        Response {
+            status: 200,
+            protocol: "HTTP/1.1",
+            headers,
+        }
+    };
+    for (debug, want) in [(Some("a1b2c3"), Some(502)), (None, None)] {
+        let (v, open) = inspect_keeping(&r, &ordinary()[0]).unwrap();
+        assert_eq!((v.blocked, ids(&v)), (None, vec![]));
+        let v = inspect_response(open.expect("kept open"), &response(debug)).unwrap();
+        assert_eq!(v.blocked, want, "{v:?}");
+        let want_ids: Vec<u32> = want.map(|_| 10001).into_iter().collect();
+        assert_eq!(ids(&v), want_ids, "{v:?}");
+    }
+    // A request the rules stopped keeps no transaction.
+    let (v, open) = inspect_keeping(&r, &attacks()[0].1).unwrap();
+    assert!(v.blocked.is_some() && open.is_none(), "{v:?}");
+    // A kept transaction dropped unused (the exchange failed) is freed without ado.
+    let (_, open) = inspect_keeping(&r, &ordinary()[1]).unwrap();
+    drop(open.expect("kept open"));
     std::fs::remove_dir_all(dir).ok();
 }

@@ -108,6 +108,12 @@ pub struct RouteWafConfig {
     /// More ModSecurity rule files, loaded after the Core Rule Set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<PathBuf>,
+    /// Also run the upstream's response status and headers through phase 3 (the route's own
+    /// `rules` on `RESPONSE_HEADERS`, `RESPONSE_STATUS`), in the transaction the request
+    /// opened; a blocking verdict replaces the response. Off by default: it holds each
+    /// request's ModSecurity transaction across the exchange and costs a second hand-off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub response_headers: bool,
 }
 
 /// One of a route's `waf.exclusions`.

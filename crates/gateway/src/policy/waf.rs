@@ -50,7 +50,7 @@ pub(crate) enum Inspection {
     /// A blocking route's rules stopped it: answer this status.
     Blocked(u16),
     /// It could not be inspected (the queue full, or ModSecurity failed): a blocking route
-    /// refuses it with 503.
+    /// refuses it with 503, a detecting one passes it on uninspected.
     Unavailable,
 }
 
@@ -58,6 +58,8 @@ pub(crate) enum Inspection {
 pub struct RouteWaf {
     pub(crate) mode: WafMode,
     pub(crate) body_limit: u64,
+    /// Whether the response's headers are inspected too (phase 3).
+    pub(crate) response_headers: bool,
     rules: Arc<RuleSet>,
     inspector: Arc<Inspector>,
 }
@@ -73,13 +75,16 @@ impl std::fmt::Debug for RouteWaf {
 }
 
 impl RouteWaf {
-    /// Inspects `input` on an inspection thread and says what to do with the request.
-    pub(crate) async fn inspect(&self, input: Input) -> Inspection {
+    /// Inspects `input` on an inspection thread and says what to do with the request. With
+    /// `response_headers` on, a request that may pass also gets its transaction back, for
+    /// [`RouteWaf::inspect_response`].
+    pub(crate) async fn inspect(&self, input: Input) -> (Inspection, Option<PendingResponse>) {
         let route = input.route.clone();
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job {
+        let job = Job::Request {
             rules: self.rules.clone(),
             mode: self.mode,
+            keep: self.response_headers,
             input,
             reply,
         };
@@ -87,16 +92,43 @@ impl RouteWaf {
             Ok(()) => answer.await.ok(),
             Err(_) => {
                 self.inspector.count(&route, "overloaded");
-                return self.unavailable();
+                return (Inspection::Unavailable, None);
             }
         };
         match verdict {
-            Some(Ok(v)) => match (v.blocked, self.mode) {
-                (Some(status), WafMode::Block) => Inspection::Blocked(status),
-                _ => Inspection::Pass,
+            Some(Ok((v, pending))) => match (v.blocked, self.mode) {
+                (Some(status), WafMode::Block) => (Inspection::Blocked(status), None),
+                _ => (Inspection::Pass, pending),
             },
             // The error is counted and logged by the thread.
-            Some(Err(())) | None => self.unavailable(),
+            Some(Err(())) | None => (Inspection::Unavailable, None),
+        }
+    }
+
+    /// Runs the upstream's response status and headers through phase 3 of the transaction
+    /// its request kept open, on an inspection thread. A response that cannot be inspected
+    /// (overload) passes: its request was.
+    pub(crate) async fn inspect_response(
+        &self,
+        pending: PendingResponse,
+        status: u16,
+        headers: &http::HeaderMap,
+    ) -> Inspection {
+        let route = pending.who.route.clone();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job::Response {
+            pending,
+            status,
+            headers: headers.clone(),
+            reply,
+        };
+        if self.inspector.jobs.try_send(job).is_err() {
+            self.inspector.count(&route, "response_overloaded");
+            return Inspection::Pass;
+        }
+        match answer.await {
+            Ok(Some(status)) if self.mode == WafMode::Block => Inspection::Blocked(status),
+            _ => Inspection::Pass,
         }
     }
 
@@ -108,20 +140,49 @@ impl RouteWaf {
             .with_label_values(&[route])
             .inc();
     }
-
-    fn unavailable(&self) -> Inspection {
-        match self.mode {
-            WafMode::Block => Inspection::Unavailable,
-            WafMode::Detect => Inspection::Pass,
-        }
-    }
 }
 
-struct Job {
+/// Work for an inspection thread.
+enum Job {
+    /// A request through phases 1 and 2; with `keep`, its transaction kept for the response.
+    Request {
+        rules: Arc<RuleSet>,
+        mode: WafMode,
+        keep: bool,
+        input: Input,
+        reply: tokio::sync::oneshot::Sender<RequestReply>,
+    },
+    /// A response's status and headers through phase 3; the reply is the status a
+    /// disruptive rule asked for, if one did.
+    Response {
+        pending: PendingResponse,
+        status: u16,
+        headers: http::HeaderMap,
+        reply: tokio::sync::oneshot::Sender<Option<u16>>,
+    },
+}
+
+type RequestReply = Result<(waf::Verdict, Option<PendingResponse>), ()>;
+
+/// A request's ModSecurity transaction kept open across the exchange, with what the match
+/// log says about the request.
+pub(crate) struct PendingResponse {
+    // Declared before `rules`, so dropped first: the transaction points into the rule set.
+    open: waf::Open,
     rules: Arc<RuleSet>,
     mode: WafMode,
-    input: Input,
-    reply: tokio::sync::oneshot::Sender<Result<waf::Verdict, ()>>,
+    /// `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`: what the client is answered in.
+    protocol: &'static str,
+    who: Who,
+}
+
+/// The request a log line is about.
+struct Who {
+    request_id: String,
+    route: String,
+    client: SocketAddr,
+    method: String,
+    path: String,
 }
 
 /// The gateway's WAF: inspection threads, the match log, the metrics and the compiled rule
@@ -172,7 +233,7 @@ impl Inspector {
             requests: IntCounterVec::new(
                 Opts::new(
                     "rampart_waf_requests_total",
-                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), error",
+                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), error; with response_headers also response_blocked, response_detected, response_overloaded, response_error",
                 ),
                 &["route", "result"],
             )?,
@@ -256,6 +317,7 @@ impl Inspector {
                 Ok(Some(Arc::new(RouteWaf {
                     mode: w.mode,
                     body_limit: w.body_limit,
+                    response_headers: w.response_headers,
                     rules,
                     inspector: self.clone(),
                 })))
@@ -304,27 +366,50 @@ impl Inspector {
     }
 }
 
-/// One inspection on an inspection thread: ModSecurity, the log lines, the counts, the reply.
+/// One job on an inspection thread: ModSecurity, the log lines, the counts, the reply.
 fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
-    let Job {
-        rules,
-        mode,
-        input,
-        reply,
-    } = job;
-    if reply.is_closed() {
-        return; // the request is gone
+    match job {
+        Job::Request {
+            rules,
+            mode,
+            keep,
+            input,
+            reply,
+        } => {
+            if reply.is_closed() {
+                return; // the request is gone
+            }
+            let _ = reply.send(run_request(rules, mode, keep, input, sink, m));
+        }
+        Job::Response {
+            pending,
+            status,
+            headers,
+            reply,
+        } => {
+            if reply.is_closed() {
+                return; // the request is gone (its transaction freed with `pending`)
+            }
+            let _ = reply.send(run_response(pending, status, &headers, sink, m));
+        }
     }
+}
+
+/// Phases 1 and 2 of one request.
+fn run_request(
+    rules: Arc<RuleSet>,
+    mode: WafMode,
+    keep: bool,
+    input: Input,
+    sink: &Mutex<Sink>,
+    m: &WafMetrics,
+) -> RequestReply {
     let t = Instant::now();
     let body = match input.body.len() {
         0 => Vec::new(),
         _ => input.body.concat(),
     };
-    let mut headers: Vec<(&[u8], &[u8])> = input
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
-        .collect();
+    let mut headers = header_pairs(&input.headers);
     if let (Some(a), false) = (
         &input.authority,
         input.headers.contains_key(http::header::HOST),
@@ -341,47 +426,142 @@ fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
         body: &body,
         body_complete: input.body_complete,
     };
-    let verdict = waf::inspect(&rules, &req);
-    m.seconds.observe(t.elapsed().as_secs_f64());
-    let route = input.route.as_str();
-    let result = match &verdict {
-        Ok(v) if v.blocked.is_some() && mode == WafMode::Block => "blocked",
-        Ok(v) if !v.matches.is_empty() => "detected",
-        Ok(_) => "pass",
-        Err(_) => "error",
+    let inspected = match keep {
+        true => waf::inspect_keeping(&rules, &req),
+        false => waf::inspect(&rules, &req).map(|v| (v, None)),
     };
-    m.requests.with_label_values(&[route, result]).inc();
-    let action = match mode {
-        WafMode::Block if result == "blocked" => "blocked",
+    m.seconds.observe(t.elapsed().as_secs_f64());
+    let who = Who {
+        request_id: input.request_id,
+        route: input.route,
+        client: input.client,
+        path: input.uri.split('?').next().unwrap_or("").to_string(),
+        method: input.method,
+    };
+    let (verdict, open) = match inspected {
+        Ok(v) => v,
+        Err(e) => {
+            m.requests.with_label_values(&[&who.route, "error"]).inc();
+            tracing::error!(route = %who.route, request_id = %who.request_id, error = %e, "waf: inspection failed");
+            return Err(());
+        }
+    };
+    let result = match &verdict {
+        v if v.blocked.is_some() && mode == WafMode::Block => "blocked",
+        v if !v.matches.is_empty() => "detected",
+        _ => "pass",
+    };
+    m.requests.with_label_values(&[&who.route, result]).inc();
+    let body_fields = serde_json::json!({
+        "body_inspected": body.len(),
+        "body_complete": input.body_complete,
+    });
+    log_matches(sink, m, &who, "request", result, &verdict, body_fields);
+    let pending = open.map(|open| PendingResponse {
+        open,
+        rules,
+        mode,
+        protocol: match input.http_version {
+            "1.0" => "HTTP/1.0",
+            "2.0" => "HTTP/2.0",
+            "3.0" => "HTTP/3.0",
+            _ => "HTTP/1.1",
+        },
+        who,
+    });
+    Ok((verdict, pending))
+}
+
+/// Phase 3 (and the logging phase) of a response: the status a disruptive rule asked for.
+fn run_response(
+    pending: PendingResponse,
+    status: u16,
+    headers: &http::HeaderMap,
+    sink: &Mutex<Sink>,
+    m: &WafMetrics,
+) -> Option<u16> {
+    let t = Instant::now();
+    let PendingResponse {
+        open,
+        rules,
+        mode,
+        protocol,
+        who,
+    } = pending;
+    let resp = waf::Response {
+        status,
+        protocol,
+        headers: header_pairs(headers),
+    };
+    let inspected = waf::inspect_response(open, &resp);
+    drop(rules); // after the transaction, freed by inspect_response
+    m.seconds.observe(t.elapsed().as_secs_f64());
+    let verdict = match inspected {
+        Ok(v) => v,
+        Err(e) => {
+            m.requests
+                .with_label_values(&[&who.route, "response_error"])
+                .inc();
+            tracing::error!(route = %who.route, request_id = %who.request_id, error = %e, "waf: response inspection failed");
+            return None;
+        }
+    };
+    let result = match &verdict {
+        v if v.blocked.is_some() && mode == WafMode::Block => "response_blocked",
+        v if !v.matches.is_empty() => "response_detected",
+        _ => return None, // counted with its request
+    };
+    m.requests.with_label_values(&[&who.route, result]).inc();
+    let status_field = serde_json::json!({ "status": status });
+    log_matches(sink, m, &who, "response", result, &verdict, status_field);
+    verdict.blocked
+}
+
+/// Header pairs as ModSecurity takes them.
+fn header_pairs(headers: &http::HeaderMap) -> Vec<(&[u8], &[u8])> {
+    headers
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+        .collect()
+}
+
+/// Counts each match by rule and writes its JSON line: rule id, message, the matched
+/// variable's name and severity, what was inspected (`extra`), never the client's bytes.
+fn log_matches(
+    sink: &Mutex<Sink>,
+    m: &WafMetrics,
+    who: &Who,
+    phase: &str,
+    result: &str,
+    verdict: &waf::Verdict,
+    extra: serde_json::Value,
+) {
+    let action = match result {
+        "blocked" | "response_blocked" => "blocked",
         _ => "logged",
     };
     let mut lines = String::new();
-    match &verdict {
-        Ok(v) => {
-            for hit in &v.matches {
-                m.matches.with_label_values(&[&hit.id.to_string()]).inc();
-                let line = serde_json::json!({
-                    "time": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-                    "request_id": input.request_id,
-                    "route": route,
-                    "client": input.client.ip().to_string(),
-                    "method": input.method,
-                    "path": input.uri.split('?').next().unwrap_or(""),
-                    "action": action,
-                    "rule": hit.id,
-                    "msg": hit.msg,
-                    "variable": hit.variable,
-                    "severity": hit.severity,
-                    "body_inspected": body.len(),
-                    "body_complete": input.body_complete,
-                });
-                lines.push_str(&line.to_string());
-                lines.push('\n');
-            }
+    for hit in &verdict.matches {
+        m.matches.with_label_values(&[&hit.id.to_string()]).inc();
+        let mut line = serde_json::json!({
+            "time": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            "request_id": who.request_id,
+            "route": who.route,
+            "client": who.client.ip().to_string(),
+            "method": who.method,
+            "path": who.path,
+            "phase": phase,
+            "action": action,
+            "rule": hit.id,
+            "msg": hit.msg,
+            "variable": hit.variable,
+            "severity": hit.severity,
+        });
+        if let (Some(line), Some(extra)) = (line.as_object_mut(), extra.as_object()) {
+            line.extend(extra.clone());
         }
-        Err(e) => {
-            tracing::error!(route, request_id = %input.request_id, error = %e, "waf: inspection failed");
-        }
+        lines.push_str(&line.to_string());
+        lines.push('\n');
     }
     if !lines.is_empty() {
         let mut sink = sink.lock().unwrap_or_else(|e| e.into_inner());
@@ -391,5 +571,4 @@ fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
             Sink::File(f) => f.write_all(lines.as_bytes()).and_then(|_| f.flush()),
         };
     }
-    let _ = reply.send(verdict.map_err(|_| ()));
 }

@@ -17,8 +17,10 @@
 //! 9. [`mirror::send_copy`]: a share of the route's requests copied to its shadow cluster.
 //! 10. [`forward::send`]: the exchange with the cluster, retried as the route says; a failure
 //!     is mapped to a status and to whose fault it was ([`Fault`]).
-//! 11. [`respond::response`]: the upstream's answer checked and rewritten for the client.
-//! 12. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
+//! 11. [`waf::inspect_response`]: the upstream's status and headers through the WAF, when
+//!     the route asks for it.
+//! 12. [`respond::response`]: the upstream's answer checked and rewritten for the client.
+//! 13. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
 //!     logged when its body ends.
 //!
 //! A phase either continues with what the next one needs or ends the request with an
@@ -195,6 +197,8 @@ pub(crate) struct RequestCtx<'a> {
     pub upstream_time: Option<Duration>,
     /// The request's trace (`[tracing]`): its span, continuing the client's `traceparent`.
     pub trace: Option<crate::trace::RequestTrace>,
+    /// The request's WAF transaction, kept for its response's headers (`waf.response_headers`).
+    pub waf_response: Option<crate::policy::waf::PendingResponse>,
 }
 
 impl<'a> RequestCtx<'a> {
@@ -262,6 +266,7 @@ impl<'a> RequestCtx<'a> {
             route: None,
             upstream_time: None,
             trace,
+            waf_response: None,
         }
     }
 
@@ -322,6 +327,7 @@ async fn run<'a>(
         mirror::send_copy(ctx, route, m, copy.as_deref());
     }
     let exchange = forward::send(ctx, cluster, route, (req, copy.as_deref()), upgrade).await?;
+    let exchange = waf::inspect_response(ctx, route, exchange).await?;
     ControlFlow::Continue(respond::response(ctx, cluster, exchange, exchange_plan))
 }
 

@@ -1,6 +1,9 @@
 //! Phase: the route's web application firewall ([`crate::policy::waf`]): the request's
 //! headers and the first `body_limit` bytes of its body inspected on an inspection thread;
-//! a blocking route's verdict answers 403 with the request id.
+//! a blocking route's verdict answers 403 with the request id, and a request it cannot have
+//! inspected (overload) 503; a detecting route passes both on. The access log says which.
+//! With `waf.response_headers`, [`inspect_response`] runs the upstream's status and headers
+//! through the same transaction's phase 3.
 
 use super::forward::{client_body_failed, refuse_unread};
 use super::{local, Outcome, Phase, RequestCtx};
@@ -8,6 +11,7 @@ use crate::body::ClientBody;
 use crate::config::WafMode;
 use crate::http::router::Route;
 use crate::policy::waf::{Input, Inspection};
+use crate::upstream::Exchange;
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
 use http_body::Frame;
@@ -61,7 +65,8 @@ pub(super) async fn inspect(
         request_id: ctx.request_id.clone(),
         route: route.name.clone(),
     };
-    let verdict = waf.inspect(input).await;
+    let (verdict, pending) = waf.inspect(input).await;
+    ctx.waf_response = pending;
     if ctx.logging() {
         ctx.rec.waf = match (verdict, body_complete) {
             (Inspection::Blocked(_), _) => Some("blocked"),
@@ -71,17 +76,18 @@ pub(super) async fn inspect(
         };
     }
     let body = crate::body::prefixed(frames, rest);
-    let resp = match verdict {
-        Inspection::Pass => return ControlFlow::Continue(Request::from_parts(parts, body)),
-        Inspection::Blocked(status) => local(
+    let resp = match (verdict, waf.mode) {
+        (Inspection::Pass, _) | (Inspection::Unavailable, WafMode::Detect) => {
+            return ControlFlow::Continue(Request::from_parts(parts, body))
+        }
+        (Inspection::Blocked(status), _) => local(
             StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
             format!(
                 "forbidden by the web application firewall (request id {})\n",
                 ctx.request_id
             ),
         ),
-        Inspection::Unavailable => {
-            debug_assert_eq!(waf.mode, WafMode::Block);
+        (Inspection::Unavailable, WafMode::Block) => {
             let mut r = local(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the web application firewall cannot inspect this request now; try again\n",
@@ -126,5 +132,38 @@ async fn read_prefix(
             Ok(Some(Err(_))) => return Err(false),
             Ok(None) => return Ok((frames, None)),
         }
+    }
+}
+
+/// Phase: the upstream's response status and headers inspected (phase 3) in the transaction
+/// its request kept open, when the route asks for it. A blocking verdict replaces the
+/// response (its body unread, its upstream connection closed) with the status the rule asked
+/// for and the request id.
+pub(super) async fn inspect_response(
+    ctx: &mut RequestCtx<'_>,
+    route: &Route,
+    exchange: Exchange,
+) -> Phase<Exchange> {
+    let (Some(waf), Some(pending)) = (&route.waf, ctx.waf_response.take()) else {
+        return ControlFlow::Continue(exchange);
+    };
+    let r = &exchange.response;
+    match waf
+        .inspect_response(pending, r.status().as_u16(), r.headers())
+        .await
+    {
+        Inspection::Blocked(status) => {
+            if ctx.logging() {
+                ctx.rec.waf = Some("response_blocked");
+            }
+            ControlFlow::Break(Outcome::Refused(local(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
+                format!(
+                    "response withheld by the web application firewall (request id {})\n",
+                    ctx.request_id
+                ),
+            )))
+        }
+        Inspection::Pass | Inspection::Unavailable => ControlFlow::Continue(exchange),
     }
 }
