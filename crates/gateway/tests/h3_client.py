@@ -154,6 +154,49 @@ async def rebind(client, host="::", port=0):
     client.transmit()
 
 
+# With --ocsp: the leaf certificate's entry extensions as the server sent them.
+PEER_CERT_EXTENSIONS = {}
+
+
+def patch_hello(ask_ocsp, rsa_only):
+    """aioquic sends no status_request and keeps the Certificate entries' extensions unread:
+    with ask_ocsp, add the extension (RFC 6066 §8: OCSP, no responder ids, no extensions) to the ClientHello
+    and keep the leaf entry's extensions, where TLS 1.3 carries a stapled response (RFC 8446
+    §4.4.2.1). With rsa_only, offer RSA-PSS signatures only (the server's RSA certificate)."""
+    import aioquic.tls as tls
+    send_hello = tls.Context._client_send_hello
+    set_peer = tls.Context._set_peer_certificate
+
+    def hello(self, output_buf):
+        if ask_ocsp and not any(t == tls.ExtensionType.STATUS_REQUEST
+                                for t, _ in self.handshake_extensions):
+            self.handshake_extensions.append((tls.ExtensionType.STATUS_REQUEST, b"\x01\x00\x00\x00\x00"))
+        if rsa_only:
+            self._signature_algorithms = [tls.SignatureAlgorithm.RSA_PSS_RSAE_SHA256]
+        return send_hello(self, output_buf)
+
+    def peer(self, certificate):
+        PEER_CERT_EXTENSIONS["leaf"] = certificate.certificates[0][1]
+        return set_peer(self, certificate)
+
+    tls.Context._client_send_hello = hello
+    tls.Context._set_peer_certificate = peer
+
+
+def stapled_ocsp(extensions):
+    """The OCSP response in a certificate entry's extensions (status_request: type 1, a 24-bit
+    length, the DER), or None."""
+    i = 0
+    while i + 4 <= len(extensions):
+        kind = int.from_bytes(extensions[i:i + 2], "big")
+        n = int.from_bytes(extensions[i + 2:i + 4], "big")
+        data = extensions[i + 4:i + 4 + n]
+        if kind == 5 and len(data) >= 4 and data[0] == 1:
+            return data[4:4 + int.from_bytes(data[1:4], "big")]
+        i += 4 + n
+    return None
+
+
 def local_addr(client):
     host, port = client._transport.get_extra_info("sockname")[:2]
     return f"{host.removeprefix('::ffff:')}:{port}"
@@ -195,7 +238,12 @@ async def main():
                    help="HOST[:PORT] the client moves to (default: any address, a new port)")
     p.add_argument("--idle-timeout", type=float, help="QUIC idle timeout (seconds)")
     p.add_argument("--timeout", type=float, default=120, help="seconds a response may take")
+    p.add_argument("--ocsp", action="store_true",
+                   help="ask for the server's OCSP response (status_request) and print its SHA-256")
+    p.add_argument("--rsa-only", action="store_true", help="offer RSA-PSS signatures only")
     args = p.parse_args()
+    if args.ocsp or args.rsa_only:
+        patch_hello(args.ocsp, args.rsa_only)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=args.host)
     config.verify_mode = ssl.CERT_NONE
     if args.idle_timeout:
@@ -269,6 +317,9 @@ async def main():
             peer = getattr(tls, "_peer_certificate", None)
             if peer is not None:
                 out["peer_subject"] = peer.subject.rfc4514_string()
+            if args.ocsp:
+                der = stapled_ocsp(PEER_CERT_EXTENSIONS.get("leaf", b""))
+                out["ocsp_sha256"] = der and hashlib.sha256(der).hexdigest()
             if args.print_cid:
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()

@@ -631,6 +631,44 @@ async fn an_ocsp_response_is_stapled_to_clients_that_ask() {
     assert!(out.contains("Cert Status: good"), "{out}");
 }
 
+/// The same stapling over HTTP/3: aioquic, asking with status_request, finds the response in
+/// the leaf certificate's entry (TLS 1.3) when the RSA certificate is chosen, and none with
+/// the ECDSA one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ocsp_response_is_stapled_over_http3_too() {
+    let fx = start_edited("[listeners.quic]\nenabled = true", |t, d| {
+        with_ocsp(t, d, "site-good.der")
+    })
+    .await;
+    let port = fx.gw().quic_listeners[0].1.port().to_string();
+    let want = std::fs::read(fx.dir.path().join("site-good.der")).unwrap();
+    let want: String = boring::sha::sha256(&want)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    for (extra, stapled) in [(Some("--rsa-only"), true), (None, false)] {
+        let mut c = std::process::Command::new("python3");
+        c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_client.py"))
+            .args(["--port", &port, "--path", "/", "--ocsp"])
+            .args(extra);
+        let out = tokio::task::spawn_blocking(move || c.output().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line: serde_json::Value =
+            serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+        assert_eq!(line["status"], 200, "{line}");
+        match stapled {
+            true => assert_eq!(line["ocsp_sha256"], want.as_str(), "{line}"),
+            false => assert!(line["ocsp_sha256"].is_null(), "{line}"),
+        }
+    }
+}
+
 /// A response that is not for the certificate, or says it is revoked, is refused at load with
 /// the field and the file named: nothing starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
