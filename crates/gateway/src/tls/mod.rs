@@ -361,14 +361,23 @@ fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::R
         ClientAuth::Required => SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
     };
     let ca_path = tls.client_ca.as_ref().expect("validated");
-    let (store, cas) = client_auth_material(ca_path, tls.client_crl.as_deref())?;
+    let material = client_auth_material(ca_path, tls.client_crl.as_deref())?;
     let mut names = boring::stack::Stack::new()?;
-    for name in cas {
-        names.push(name)?;
+    for name in &material.names {
+        names.push(dup_name(name)?)?;
     }
     b.set_verify(mode);
-    b.set_verify_cert_store(store)?;
+    b.set_verify_cert_store(material.store.clone())?;
     b.set_client_ca_list(names);
+    // The context keeps the material alive, so that contexts made from the same files (other
+    // names, the QUIC listener, the next reload) share it, and the cache forgets it after them.
+    static HOLDS: std::sync::OnceLock<boring::ex_data::Index<SslContext, Arc<ClientAuthMaterial>>> =
+        std::sync::OnceLock::new();
+    let index = match HOLDS.get() {
+        Some(i) => *i,
+        None => *HOLDS.get_or_init(|| SslContext::new_ex_index().expect("an ex_data index")),
+    };
+    b.set_ex_data(index, material);
     // Sessions resume only under the same client-certificate settings: a session made where
     // none was asked for must not resume for a name that requires one.
     let mut sid = boring::sha::Sha256::new();
@@ -381,18 +390,25 @@ fn require_client_certs(b: &mut SslContextBuilder, tls: &TlsConfig) -> anyhow::R
     Ok(())
 }
 
-/// The verify store of the CAs in `ca_path` (with the CRL in `crl_path`, checked) and the CAs'
-/// names (sent to clients as the acceptable ones). Parsed once per contents: every TLS context
-/// of every listener and name that uses the same files shares one store (a store is reference
-/// counted), and files whose contents changed are parsed again (a reload). Errors name the
-/// field and the file.
+/// What a client-certificate check is made of: the verify store of the CAs (with the CRL,
+/// checked) and the CAs' names (sent to clients as the acceptable ones).
+pub(crate) struct ClientAuthMaterial {
+    store: boring::x509::store::X509Store,
+    names: Vec<boring::x509::X509Name>,
+}
+
+/// The client-certificate material of the CAs in `ca_path` (and the CRL in `crl_path`). Parsed
+/// once per contents: every TLS context of every listener and name that uses the same files
+/// shares it while any of them lives (each holds the `Arc` in its ex_data), files whose
+/// contents changed are parsed again (a reload), and material no context holds any more is
+/// forgotten. Errors name the field and the file.
 fn client_auth_material(
     ca_path: &std::path::Path,
     crl_path: Option<&std::path::Path>,
-) -> anyhow::Result<(boring::x509::store::X509Store, Vec<boring::x509::X509Name>)> {
+) -> anyhow::Result<Arc<ClientAuthMaterial>> {
     use boring::x509::store::X509Store;
-    type Material = (X509Store, Vec<boring::x509::X509Name>);
-    static PARSED: std::sync::Mutex<Option<HashMap<Vec<u8>, Material>>> =
+    use std::sync::Weak;
+    static PARSED: std::sync::Mutex<Option<HashMap<Vec<u8>, Weak<ClientAuthMaterial>>>> =
         std::sync::Mutex::new(None);
     let pem = std::fs::read(ca_path)
         .map_err(|e| anyhow!("tls.client_ca: {}: cannot read: {e}", ca_path.display()))?;
@@ -408,12 +424,9 @@ fn client_auth_material(
     }
     let mut parsed = PARSED.lock().unwrap_or_else(|e| e.into_inner());
     let parsed = parsed.get_or_insert_with(HashMap::new);
-    if let Some((store, names)) = parsed.get(&key) {
-        let names = names
-            .iter()
-            .map(|n| dup_name(n))
-            .collect::<Result<_, _>>()?;
-        return Ok((store.clone(), names));
+    parsed.retain(|_, m| m.strong_count() > 0);
+    if let Some(m) = parsed.get(&key).and_then(Weak::upgrade) {
+        return Ok(m);
     }
     let cas = X509::stack_from_pem(&pem)
         .ok()
@@ -439,17 +452,10 @@ fn client_auth_material(
         })?;
         store.set_flags(boring::x509::verify::X509VerifyFlags::CRL_CHECK);
     }
-    let store = store.build();
-    // A few distinct files at most; forget them all rather than grow without bound.
-    if parsed.len() >= 64 {
-        parsed.clear();
-    }
-    let copies = names
-        .iter()
-        .map(|n| dup_name(n))
-        .collect::<Result<_, _>>()?;
-    parsed.insert(key, (store.clone(), copies));
-    Ok((store, names))
+    let store: X509Store = store.build();
+    let material = Arc::new(ClientAuthMaterial { store, names });
+    parsed.insert(key, Arc::downgrade(&material));
+    Ok(material)
 }
 
 /// A copy of `name` (boring 5.4 has no safe one).
@@ -696,7 +702,6 @@ impl ListenerCerts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use foreign_types::ForeignTypeRef;
 
     fn ca_pem(cn: &str) -> Vec<u8> {
         let key = boring::pkey::PKey::from_ec_key(
@@ -734,15 +739,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, ca_pem("first")).unwrap();
-        let (a, names) = client_auth_material(&path, None).unwrap();
-        let (b, _) = client_auth_material(&path, None).unwrap();
-        assert_eq!(a.as_ptr(), b.as_ptr(), "the same contents share one store");
-        assert_eq!(cn(&names[0]), "first");
+        let a = client_auth_material(&path, None).unwrap();
+        let b = client_auth_material(&path, None).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the same contents share one store");
+        assert_eq!(cn(&a.names[0]), "first");
+        // The cache holds no strong reference: once the contexts drop it, it is freed.
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(weak.upgrade().is_none(), "the cache keeps nothing alive");
+        let again = client_auth_material(&path, None).unwrap();
+        assert_eq!(cn(&again.names[0]), "first");
         // Changed contents (a reload): parsed again, the new CA's name.
         std::fs::write(&path, ca_pem("second")).unwrap();
-        let (c, names) = client_auth_material(&path, None).unwrap();
-        assert_ne!(a.as_ptr(), c.as_ptr());
-        assert_eq!(cn(&names[0]), "second");
+        let c = client_auth_material(&path, None).unwrap();
+        assert!(!Arc::ptr_eq(&again, &c));
+        assert_eq!(cn(&c.names[0]), "second");
         std::fs::write(&path, "not pem").unwrap();
         let e = client_auth_material(&path, None)
             .err()
