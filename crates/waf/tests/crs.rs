@@ -233,18 +233,23 @@ fn an_exclusion_removes_exactly_its_rule() {
     assert!(!ids(&inspect(&removed, &elsewhere).unwrap()).contains(&942100));
 }
 
+/// A rule file `NAME.conf` holding `text`, in a folder of its own (removed by the test).
+fn rule_file(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("waf-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{name}.conf"));
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
+}
+
 #[test]
 fn a_rule_file_that_does_not_load_names_itself() {
-    let dir = std::env::temp_dir().join(format!("waf-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad = dir.join("bad.conf");
-    std::fs::write(
-        &bad,
+    let (dir, bad) = rule_file(
+        "bad",
         "SecRule ARGS \"@rx a\" \"id:77,phase:2,deny\"\nSecRuleNoSuchDirective on\n",
-    )
-    .unwrap();
+    );
     let mut p = profile(Mode::Block);
-    p.extra_rules = vec![bad.clone()];
+    p.extra_rules = vec![bad];
     let e = RuleSet::new(&crs_profile(&p, &CrsPaths::default()).unwrap())
         .unwrap_err()
         .to_string();
@@ -257,14 +262,10 @@ fn a_rule_file_that_does_not_load_names_itself() {
 /// phase 3 on, and a request stopped in its own phases keeps nothing open.
 #[test]
 fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
-    let dir = std::env::temp_dir().join(format!("waf-phase3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let leak = dir.join("leak.conf");
-    std::fs::write(
-        &leak,
+    let (dir, leak) = rule_file(
+        "leak",
         "SecRule RESPONSE_HEADERS:X-Debug-Token \"@rx .\" \"id:10001,phase:3,deny,status:502,log,msg:'debug token in a response'\"\n",
-    )
-    .unwrap();
+    );
     let mut p = profile(Mode::Block);
     p.extra_rules = vec![leak];
     let r = rules(&p);
