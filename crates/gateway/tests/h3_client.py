@@ -319,7 +319,7 @@ async def main():
                 out["peer_subject"] = peer.subject.rfc4514_string()
             if args.ocsp:
                 der = stapled_ocsp(PEER_CERT_EXTENSIONS.get("leaf", b""))
-                out["ocsp_sha256"] = der and hashlib.sha256(der).hexdigest()
+                out["ocsp_sha256"] = None if der is None else hashlib.sha256(der).hexdigest()
             if args.print_cid:
                 # aioquic keeps the peer's current connection ID in a private field.
                 out["server_cid"] = client._quic._peer_cid.cid.hex()

@@ -339,7 +339,8 @@ async fn response_headers_are_inspected_when_the_route_asks() {
         let rule = dir.join("responses.conf");
         std::fs::write(
             &rule,
-            "SecRule RESPONSE_STATUS \"@streq 404\" \"id:10001,phase:3,deny,status:502,log,msg:'upstream 404 withheld'\"\n",
+            "SecRule RESPONSE_STATUS \"@streq 404\" \"id:10001,phase:3,deny,status:502,log,msg:'upstream 404 withheld'\"\n\
+             SecRule REQUEST_URI \"@beginsWith /dead\" \"id:10002,phase:5,pass,log,msg:'logging phase'\"\n",
         )
         .unwrap();
         let routes = format!(
@@ -354,9 +355,19 @@ cluster = "app"
 waf = {{ mode = "detect", response_headers = true, rules = ["{rule}"] }}
 
 [[routes]]
+name = "dead"
+path_prefix = "/dead"
+cluster = "dead"
+waf = {{ mode = "block", response_headers = true, rules = ["{rule}"] }}
+
+[[routes]]
 name = "site"
 cluster = "app"
 waf = {{ mode = "block", response_headers = true, rules = ["{rule}"] }}
+
+[[clusters]]
+name = "dead"
+endpoints = ["127.0.0.1:9"]
 "#,
             log = dir.join("waf.log").display(),
             rule = rule.display(),
@@ -374,7 +385,17 @@ waf = {{ mode = "block", response_headers = true, rules = ["{rule}"] }}
     // The request phases still run first: an attack never reaches the upstream.
     let (status, _) = get(&fx, &[&fx.url(SQLI)]).await;
     assert_eq!(status, "403");
-    let lines = waf_log(&fx, 3).await;
+    // An exchange that fails (nothing listens for "dead"): the kept transaction still gets
+    // its logging phase, whose match is logged.
+    let (status, _) = get(&fx, &["-H", "x-request-id: waf-dead-1", &fx.url("/dead/x")]).await;
+    assert_eq!(status, "502");
+    let lines = waf_log(&fx, 4).await;
+    assert!(
+        lines.iter().any(|l| l["phase"] == "logging"
+            && l["rule"] == 10002
+            && l["request_id"] == "waf-dead-1"),
+        "{lines:?}"
+    );
     let response_lines: Vec<_> = lines.iter().filter(|l| l["phase"] == "response").collect();
     assert_eq!(response_lines.len(), 2, "{lines:?}");
     assert!(response_lines.iter().any(|l| l["rule"] == 10001
@@ -398,7 +419,7 @@ waf = {{ mode = "block", response_headers = true, rules = ["{rule}"] }}
             "{m}"
         );
     }
-    let log = access_log(&fx, 4).await;
+    let log = access_log(&fx, 5).await;
     assert!(
         log.iter().any(|r| r["waf"] == "response_blocked"),
         "{log:?}"

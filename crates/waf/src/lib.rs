@@ -9,7 +9,8 @@
 //!   through phases 1 and 2; the [`Verdict`] says whether a disruptive rule (in the Core Rule
 //!   Set, the anomaly-score evaluation) stopped it, and lists the rules that matched.
 //!   [`inspect_keeping`] keeps the transaction [`Open`] for [`inspect_response`], which runs
-//!   the response's status and headers through phase 3.
+//!   the response's status and headers through phase 3 (or [`close`], when none came); the
+//!   logging phase (5) runs last either way.
 //!
 //! A [`Match`] carries a rule's id, message, severity and the *name* of the variable it matched
 //! (`ARGS:q`, `REQUEST_HEADERS:User-Agent`); ModSecurity's own log line also quotes the matched
@@ -28,7 +29,8 @@ pub use profile::{
 };
 pub use rules::RuleSet;
 pub use transaction::{
-    inspect, inspect_keeping, inspect_response, Open, Request, Response, Verdict,
+    close, inspect, inspect_keeping, inspect_response, Open, Request, Response, ResponseVerdict,
+    Verdict,
 };
 
 /// What can go wrong loading ModSecurity or its rules.

@@ -6,6 +6,7 @@ use crate::log_line::{Collector, Match};
 use crate::{RuleSet, WafError};
 use std::ffi::{c_int, c_void, CString};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// What ModSecurity sees of a request.
 #[derive(Debug, Clone)]
@@ -44,22 +45,86 @@ pub struct Response<'a> {
     pub headers: Vec<(&'a [u8], &'a [u8])>,
 }
 
-/// Frees the transaction whatever way `inspect` leaves.
-struct Transaction(*mut c_void);
+/// What a response's inspection found ([`inspect_response`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseVerdict {
+    /// Phase 3: the status a disruptive rule asked for, and what matched there.
+    pub blocked: Option<u16>,
+    pub matches: Vec<Match>,
+    /// The logging phase's matches (phase 5: the Core Rule Set's reports on the whole
+    /// transaction, such as 980130, the inbound anomaly score in detection-only mode): about
+    /// the request as much as the response.
+    pub logging: Vec<Match>,
+}
+
+/// One transaction and the collector its log callback writes to, freed together whatever way
+/// an inspection leaves. The collector is reached only through `matches`, the raw pointer
+/// ModSecurity was given, so Rust and the callback use the same pointer.
+struct Tx {
+    t: *mut c_void,
+    matches: *mut Collector,
+    /// The rule set the transaction points into, kept at least as long.
+    _rules: Arc<RuleSet>,
+}
+
+impl Tx {
+    fn new(api: &ffi::Api, rules: &Arc<RuleSet>) -> Result<Self, WafError> {
+        let matches = Box::into_raw(Box::<Collector>::default());
+        // SAFETY: the instance is live for the process and the rule set for the transaction
+        // (`_rules`); `matches` is a live collector until Drop, after the transaction is
+        // freed, and the log callback writes it only during the calls this module makes.
+        let t = unsafe { (api.new_transaction)(api.msc, rules.as_ptr(), matches.cast()) };
+        let tx = Tx {
+            t,
+            matches,
+            _rules: rules.clone(),
+        };
+        if t.is_null() {
+            return Err(WafError::Transaction(
+                "msc_new_transaction returned nothing".into(),
+            ));
+        }
+        Ok(tx)
+    }
+
+    /// The matches collected so far; the collector starts again.
+    fn take_matches(&mut self) -> Vec<Match> {
+        // SAFETY: `matches` is live (freed only in Drop) and no ModSecurity call is running.
+        std::mem::take(unsafe { &mut *self.matches })
+    }
+
+    /// The logging phase (5), then its matches.
+    fn log(&mut self, api: &ffi::Api) -> Vec<Match> {
+        let before = self.take_matches();
+        debug_assert!(before.is_empty(), "matches left before the logging phase");
+        // SAFETY: t is the live transaction.
+        unsafe { (api.process_logging)(self.t) };
+        self.take_matches()
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if !self.t.is_null() {
+            if let Ok(api) = ffi::api() {
+                // SAFETY: the transaction is live and freed once, here.
+                unsafe { (api.transaction_cleanup)(self.t) };
+            }
+        }
+        // SAFETY: made by Box::into_raw in Tx::new and freed once, here, after the
+        // transaction whose callback could write it.
+        drop(unsafe { Box::from_raw(self.matches) });
+    }
+}
 
 /// A request's transaction kept open after phases 1 and 2 ([`inspect_keeping`]), for
 /// [`inspect_response`] to run its response's headers through phase 3 with everything the
-/// request phases collected (the anomaly scores among it). Dropped unused (the exchange
-/// failed), it is freed without its logging phase.
-pub struct Open {
-    t: Transaction,
-    /// Where the log callback writes this transaction's matches: boxed, so its address (given
-    /// to ModSecurity at creation) stays put while `Open` moves.
-    matches: Box<Collector>,
-}
+/// request phases collected (the anomaly scores among it), or for [`close`] when no response
+/// came. It holds its rule set. Dropped unused, it is freed without its logging phase.
+pub struct Open(Tx);
 
 // SAFETY: a ModSecurity transaction belongs to no thread; `Open` is the only handle to it
-// (and to its collector), so it is used by one thread at a time, as connectors that hand a
+// and to its collector, so it is used by one thread at a time, as connectors that hand a
 // request between threads use it.
 unsafe impl Send for Open {}
 // SAFETY: nothing reaches the transaction or the collector through `&Open` (every use takes
@@ -72,106 +137,101 @@ impl std::fmt::Debug for Open {
     }
 }
 
-impl Drop for Transaction {
-    fn drop(&mut self) {
-        if let Ok(api) = ffi::api() {
-            // SAFETY: the transaction is live and freed once.
-            unsafe { (api.transaction_cleanup)(self.0) };
-        }
-    }
-}
-
 /// Runs `req` through `rules` on this thread (it may take a millisecond: call it where
-/// blocking is fine). Stops at the first phase a disruptive rule ends.
-pub fn inspect(rules: &RuleSet, req: &Request<'_>) -> Result<Verdict, WafError> {
+/// blocking is fine). Stops at the first phase a disruptive rule ends; the verdict includes
+/// the logging phase's matches.
+pub fn inspect(rules: &Arc<RuleSet>, req: &Request<'_>) -> Result<Verdict, WafError> {
     inspect_request(rules, req, false).map(|(v, _)| v)
 }
 
-/// As [`inspect`], and when no rule stopped the request, keeps its transaction open for
-/// [`inspect_response`]. The rule set must outlive the returned [`Open`]: ModSecurity's
-/// transaction points into it (the caller keeps its `Arc` beside it).
+/// As [`inspect`], and when no rule stopped the request, keeps its transaction open (before
+/// its logging phase) for [`inspect_response`] or [`close`].
 pub fn inspect_keeping(
-    rules: &RuleSet,
+    rules: &Arc<RuleSet>,
     req: &Request<'_>,
 ) -> Result<(Verdict, Option<Open>), WafError> {
     inspect_request(rules, req, true)
 }
 
 /// Runs a response's status and headers through phase 3 of the transaction its request
-/// opened, then the logging phase, and frees it. The verdict lists only what matched from
+/// opened, then the logging phase, and frees it. The verdict has only what matched from
 /// phase 3 on (the request's matches were in its own verdict).
-pub fn inspect_response(mut open: Open, resp: &Response<'_>) -> Result<Verdict, WafError> {
+pub fn inspect_response(open: Open, resp: &Response<'_>) -> Result<ResponseVerdict, WafError> {
     let api = ffi::api()?;
-    let t = open.t.0;
+    let Open(mut tx) = open;
     let protocol = CString::new(resp.protocol)
         .map_err(|_| WafError::Transaction("the protocol holds a NUL byte".into()))?;
     for (name, value) in &resp.headers {
-        // SAFETY: t is the live transaction `open` owns; the slices are valid for their
-        // lengths and libmodsecurity copies them.
+        // SAFETY: tx.t is the live transaction; the slices are valid for their lengths and
+        // libmodsecurity copies them.
         unsafe {
-            (api.add_n_response_header)(t, name.as_ptr(), name.len(), value.as_ptr(), value.len())
+            (api.add_n_response_header)(
+                tx.t,
+                name.as_ptr(),
+                name.len(),
+                value.as_ptr(),
+                value.len(),
+            )
         };
     }
     // SAFETY: as above; `protocol` is NUL-terminated.
-    unsafe { (api.process_response_headers)(t, c_int::from(resp.status), protocol.as_ptr()) };
-    let blocked = disruption(api, t, &mut open.matches);
-    // SAFETY: as above.
-    unsafe { (api.process_logging)(t) };
-    let Open { t, matches } = open;
-    drop(t);
-    Ok(Verdict {
+    unsafe { (api.process_response_headers)(tx.t, c_int::from(resp.status), protocol.as_ptr()) };
+    let blocked = disruption(api, &mut tx);
+    let matches = tx.take_matches();
+    let logging = tx.log(api);
+    Ok(ResponseVerdict {
         blocked,
-        matches: *matches,
+        matches,
+        logging,
     })
 }
 
+/// Ends a kept transaction whose response never came (the exchange failed): its logging
+/// phase, whose matches it returns, then frees it.
+pub fn close(open: Open) -> Result<Vec<Match>, WafError> {
+    let api = ffi::api()?;
+    let Open(mut tx) = open;
+    Ok(tx.log(api))
+}
+
 fn inspect_request(
-    rules: &RuleSet,
+    rules: &Arc<RuleSet>,
     req: &Request<'_>,
     keep: bool,
 ) -> Result<(Verdict, Option<Open>), WafError> {
     let api = ffi::api()?;
-    let mut matches: Box<Collector> = Box::default();
-    let data: *mut Collector = &mut *matches;
-    // SAFETY: the instance and rule set are live for the call and the transaction (the rule
-    // set is borrowed for all of this function); `data` outlives the transaction (dropped
-    // first, below) and is only written by the log callback during the calls made here.
-    let t = Transaction(unsafe { (api.new_transaction)(api.msc, rules.as_ptr(), data.cast()) });
-    if t.0.is_null() {
-        return Err(WafError::Transaction(
-            "msc_new_transaction returned nothing".into(),
-        ));
-    }
+    let mut tx = Tx::new(api, rules)?;
+    let t = tx.t;
     let cstr = |s: &str, what: &str| {
         CString::new(s).map_err(|_| WafError::Transaction(format!("the {what} holds a NUL byte")))
     };
     let blocked = (|| -> Result<Option<u16>, WafError> {
         let client = cstr(&req.client.ip().to_string(), "client address")?;
         let server = cstr(&req.server.ip().to_string(), "server address")?;
-        // SAFETY (every call below): t.0 is the live transaction, strings NUL-terminated,
-        // slices valid for their lengths; libmodsecurity copies what it keeps.
+        // SAFETY (every call below): t is the live transaction `tx` owns, strings
+        // NUL-terminated, slices valid for their lengths; libmodsecurity copies what it keeps.
         unsafe {
             (api.process_connection)(
-                t.0,
+                t,
                 client.as_ptr(),
                 c_int::from(req.client.port()),
                 server.as_ptr(),
                 c_int::from(req.server.port()),
             )
         };
-        if let Some(s) = disruption(api, t.0, &mut matches) {
+        if let Some(s) = disruption(api, &mut tx) {
             return Ok(Some(s));
         }
         let uri = cstr(req.uri, "URI")?;
         let method = cstr(req.method, "method")?;
         let version = cstr(req.http_version, "HTTP version")?;
         // SAFETY: as above.
-        unsafe { (api.process_uri)(t.0, uri.as_ptr(), method.as_ptr(), version.as_ptr()) };
+        unsafe { (api.process_uri)(t, uri.as_ptr(), method.as_ptr(), version.as_ptr()) };
         for (name, value) in &req.headers {
             // SAFETY: as above.
             unsafe {
                 (api.add_n_request_header)(
-                    t.0,
+                    t,
                     name.as_ptr(),
                     name.len(),
                     value.as_ptr(),
@@ -180,40 +240,43 @@ fn inspect_request(
             };
         }
         // SAFETY: as above.
-        unsafe { (api.process_request_headers)(t.0) };
-        if let Some(s) = disruption(api, t.0, &mut matches) {
+        unsafe { (api.process_request_headers)(t) };
+        if let Some(s) = disruption(api, &mut tx) {
             return Ok(Some(s));
         }
         if !req.body.is_empty() {
             // SAFETY: as above.
-            unsafe { (api.append_request_body)(t.0, req.body.as_ptr(), req.body.len()) };
+            unsafe { (api.append_request_body)(t, req.body.as_ptr(), req.body.len()) };
         }
         // Phase 2 runs for every request: the Core Rule Set decides there (949110).
         // SAFETY: as above.
-        unsafe { (api.process_request_body)(t.0) };
-        Ok(disruption(api, t.0, &mut matches))
+        unsafe { (api.process_request_body)(t) };
+        Ok(disruption(api, &mut tx))
     })();
+    let mut matches = tx.take_matches();
     if keep && matches!(blocked, Ok(None)) {
-        // The request's matches go in its verdict; the collector starts again for phase 3.
+        // The logging phase waits for the response (or `close`).
         let verdict = Verdict {
             blocked: None,
-            matches: std::mem::take(&mut *matches),
+            matches,
         };
-        return Ok((verdict, Some(Open { t, matches })));
+        return Ok((verdict, Some(Open(tx))));
     }
-    // SAFETY: as above.
-    unsafe { (api.process_logging)(t.0) };
-    drop(t);
-    let verdict = Verdict {
-        blocked: blocked?,
-        matches: *matches,
-    };
-    Ok((verdict, None))
+    matches.extend(tx.log(api));
+    drop(tx);
+    Ok((
+        Verdict {
+            blocked: blocked?,
+            matches,
+        },
+        None,
+    ))
 }
 
 /// The status a disruptive intervention asks for, if one is pending; its rule (whose line
 /// goes to the intervention, not the log callback) joins `matches`.
-fn disruption(api: &ffi::Api, t: *mut c_void, matches: &mut Collector) -> Option<u16> {
+fn disruption(api: &ffi::Api, tx: &mut Tx) -> Option<u16> {
+    let t = tx.t;
     let mut it = Intervention {
         status: 200,
         pause: 0,
@@ -228,6 +291,8 @@ fn disruption(api: &ffi::Api, t: *mut c_void, matches: &mut Collector) -> Option
         // SAFETY: a NUL-terminated string from libmodsecurity, freed below.
         let line = unsafe { std::ffi::CStr::from_ptr(it.log) }.to_string_lossy();
         if let Some(m) = crate::log_line::parse(&line) {
+            // SAFETY: the collector is live and no ModSecurity call is running.
+            let matches = unsafe { &mut *tx.matches };
             if !matches.contains(&m) {
                 matches.push(m);
             }

@@ -2,10 +2,11 @@
 //! `modsecurity-crs`): attacks blocked, ordinary requests passed, detection-only mode,
 //! exclusions, a rule file that does not load, a response header rule (phase 3).
 
+use std::sync::Arc;
 use std::time::Instant;
 use waf::{
-    crs_profile, inspect, inspect_keeping, inspect_response, CrsPaths, Exclusion, Mode, Profile,
-    Request, Response, RuleSet, Verdict,
+    close, crs_profile, inspect, inspect_keeping, inspect_response, CrsPaths, Exclusion, Mode,
+    Profile, Request, Response, RuleSet, Verdict,
 };
 
 fn profile(mode: Mode) -> Profile {
@@ -20,11 +21,11 @@ fn profile(mode: Mode) -> Profile {
     }
 }
 
-fn rules(p: &Profile) -> RuleSet {
+fn rules(p: &Profile) -> Arc<RuleSet> {
     let t = Instant::now();
     let r = RuleSet::new(&crs_profile(p, &CrsPaths::default()).unwrap()).unwrap();
     eprintln!("{} rules loaded in {:?}", r.len(), t.elapsed());
-    r
+    Arc::new(r)
 }
 
 fn request<'a>(
@@ -264,7 +265,8 @@ fn a_rule_file_that_does_not_load_names_itself() {
 fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
     let (dir, leak) = rule_file(
         "leak",
-        "SecRule RESPONSE_HEADERS:X-Debug-Token \"@rx .\" \"id:10001,phase:3,deny,status:502,log,msg:'debug token in a response'\"\n",
+        "SecRule RESPONSE_HEADERS:X-Debug-Token \"@rx .\" \"id:10001,phase:3,deny,status:502,log,msg:'debug token in a response'\"\n\
+         SecRule TX:ANOMALY_SCORE \"@gt 0\" \"id:10002,phase:5,pass,log,msg:'scored'\"\n",
     );
     let mut p = profile(Mode::Block);
     p.extra_rules = vec![leak];
@@ -285,14 +287,41 @@ fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
         assert_eq!((v.blocked, ids(&v)), (None, vec![]));
         let v = inspect_response(open.expect("kept open"), &response(debug)).unwrap();
         assert_eq!(v.blocked, want, "{v:?}");
+        let got: Vec<u32> = v.matches.iter().map(|m| m.id).collect();
         let want_ids: Vec<u32> = want.map(|_| 10001).into_iter().collect();
-        assert_eq!(ids(&v), want_ids, "{v:?}");
+        assert_eq!(got, want_ids, "{v:?}");
     }
     // A request the rules stopped keeps no transaction.
     let (v, open) = inspect_keeping(&r, &attacks()[0].1).unwrap();
     assert!(v.blocked.is_some() && open.is_none(), "{v:?}");
-    // A kept transaction dropped unused (the exchange failed) is freed without ado.
+    // A kept transaction dropped unused is freed without ado (the rule set it holds too).
     let (_, open) = inspect_keeping(&r, &ordinary()[1]).unwrap();
+    drop(r);
     drop(open.expect("kept open"));
+    // Detection only: an attack's logging phase (10002, phase 5, on the anomaly score) waits
+    // for the response, and comes apart from phase 3's matches; without a response, `close`
+    // runs it.
+    let mut p = profile(Mode::Detect);
+    p.extra_rules = vec![dir.join("leak.conf")];
+    let r = rules(&p);
+    let attack = &attacks()[0].1;
+    let (v, open) = inspect_keeping(&r, attack).unwrap();
+    assert!(
+        ids(&v).contains(&942100) && !ids(&v).contains(&10002),
+        "{v:?}"
+    );
+    let v = inspect_response(open.expect("kept open"), &response(None)).unwrap();
+    assert!(v.matches.is_empty(), "{v:?}");
+    let logged: Vec<u32> = v.logging.iter().map(|m| m.id).collect();
+    assert_eq!(logged, [10002], "{v:?}");
+    let (_, open) = inspect_keeping(&r, attack).unwrap();
+    let logged: Vec<u32> = close(open.expect("kept open"))
+        .unwrap()
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(logged, [10002]);
+    // Not kept, the logging phase's matches are in the request's verdict.
+    assert!(ids(&inspect(&r, attack).unwrap()).contains(&10002));
     std::fs::remove_dir_all(dir).ok();
 }

@@ -43,8 +43,8 @@ pub struct AccessRecord {
     pub fault: Option<&'static str>,
     /// What the route's WAF did: `inspected`, `partial` (the body past `waf.body_limit`
     /// uninspected), `blocked`, `unavailable` (not inspected: overloaded or failed) or
-    /// `response_blocked` (`waf.response_headers`: the upstream's answer withheld); absent on
-    /// routes without one.
+    /// `response_blocked` / `response_unavailable` (`waf.response_headers`: the upstream's
+    /// answer withheld / passed uninspected); absent on routes without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waf: Option<&'static str>,
     /// The request's W3C trace id (its `traceparent`'s, or the one `[tracing]` started).

@@ -107,7 +107,8 @@ impl RouteWaf {
 
     /// Runs the upstream's response status and headers through phase 3 of the transaction
     /// its request kept open, on an inspection thread. A response that cannot be inspected
-    /// (overload) passes: its request was.
+    /// (overload, a ModSecurity error) is `Unavailable`: the phase passes it on (its request
+    /// was inspected) and logs it.
     pub(crate) async fn inspect_response(
         &self,
         pending: PendingResponse,
@@ -124,12 +125,20 @@ impl RouteWaf {
         };
         if self.inspector.jobs.try_send(job).is_err() {
             self.inspector.count(&route, "response_overloaded");
-            return Inspection::Pass;
+            return Inspection::Unavailable;
         }
         match answer.await {
-            Ok(Some(status)) if self.mode == WafMode::Block => Inspection::Blocked(status),
-            _ => Inspection::Pass,
+            Ok(Ok(Some(status))) if self.mode == WafMode::Block => Inspection::Blocked(status),
+            Ok(Ok(_)) => Inspection::Pass,
+            Ok(Err(())) | Err(_) => Inspection::Unavailable,
         }
+    }
+
+    /// Ends a kept transaction whose response never came (the exchange failed): its logging
+    /// phase runs on an inspection thread, and its matches are logged. With the queue full it
+    /// is freed here, unlogged.
+    pub(crate) fn close(&self, pending: PendingResponse) {
+        let _ = self.inspector.jobs.try_send(Job::Close { pending });
     }
 
     /// Counts a body larger than the route inspects.
@@ -153,23 +162,23 @@ enum Job {
         reply: tokio::sync::oneshot::Sender<RequestReply>,
     },
     /// A response's status and headers through phase 3; the reply is the status a
-    /// disruptive rule asked for, if one did.
+    /// disruptive rule asked for, if one did (Err: ModSecurity failed).
     Response {
         pending: PendingResponse,
         status: u16,
         headers: http::HeaderMap,
-        reply: tokio::sync::oneshot::Sender<Option<u16>>,
+        reply: tokio::sync::oneshot::Sender<Result<Option<u16>, ()>>,
     },
+    /// A kept transaction whose response never came: its logging phase, then freed.
+    Close { pending: PendingResponse },
 }
 
 type RequestReply = Result<(waf::Verdict, Option<PendingResponse>), ()>;
 
-/// A request's ModSecurity transaction kept open across the exchange, with what the match
-/// log says about the request.
+/// A request's ModSecurity transaction kept open across the exchange (it holds its rule
+/// set), with what the match log says about the request.
 pub(crate) struct PendingResponse {
-    // Declared before `rules`, so dropped first: the transaction points into the rule set.
     open: waf::Open,
-    rules: Arc<RuleSet>,
     mode: WafMode,
     /// `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`: what the client is answered in.
     protocol: &'static str,
@@ -254,7 +263,7 @@ impl Inspector {
             seconds: Histogram::with_opts(
                 HistogramOpts::new(
                     "rampart_waf_inspection_seconds",
-                    "Time an inspection thread spent on one request",
+                    "Time an inspection thread spent on one request's phases 1 and 2",
                 )
                 .buckets(vec![
                     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
@@ -388,10 +397,12 @@ fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
             reply,
         } => {
             if reply.is_closed() {
-                return; // the request is gone (its transaction freed with `pending`)
+                run_close(pending, sink, m); // the request is gone: its logging phase only
+                return;
             }
             let _ = reply.send(run_response(pending, status, &headers, sink, m));
         }
+        Job::Close { pending } => run_close(pending, sink, m),
     }
 }
 
@@ -456,10 +467,17 @@ fn run_request(
         "body_inspected": body.len(),
         "body_complete": input.body_complete,
     });
-    log_matches(sink, m, &who, "request", result, &verdict, body_fields);
+    log_matches(
+        sink,
+        m,
+        &who,
+        "request",
+        result == "blocked",
+        &verdict.matches,
+        body_fields,
+    );
     let pending = open.map(|open| PendingResponse {
         open,
-        rules,
         mode,
         protocol: match input.http_version {
             "1.0" => "HTTP/1.0",
@@ -479,11 +497,9 @@ fn run_response(
     headers: &http::HeaderMap,
     sink: &Mutex<Sink>,
     m: &WafMetrics,
-) -> Option<u16> {
-    let t = Instant::now();
+) -> Result<Option<u16>, ()> {
     let PendingResponse {
         open,
-        rules,
         mode,
         protocol,
         who,
@@ -493,28 +509,64 @@ fn run_response(
         protocol,
         headers: header_pairs(headers),
     };
-    let inspected = waf::inspect_response(open, &resp);
-    drop(rules); // after the transaction, freed by inspect_response
-    m.seconds.observe(t.elapsed().as_secs_f64());
-    let verdict = match inspected {
+    let verdict = match waf::inspect_response(open, &resp) {
         Ok(v) => v,
         Err(e) => {
             m.requests
                 .with_label_values(&[&who.route, "response_error"])
                 .inc();
             tracing::error!(route = %who.route, request_id = %who.request_id, error = %e, "waf: response inspection failed");
-            return None;
+            return Err(());
         }
     };
     let result = match &verdict {
-        v if v.blocked.is_some() && mode == WafMode::Block => "response_blocked",
-        v if !v.matches.is_empty() => "response_detected",
-        _ => return None, // counted with its request
+        v if v.blocked.is_some() && mode == WafMode::Block => Some("response_blocked"),
+        v if !v.matches.is_empty() => Some("response_detected"),
+        _ => None, // counted with its request
     };
-    m.requests.with_label_values(&[&who.route, result]).inc();
+    if let Some(result) = result {
+        m.requests.with_label_values(&[&who.route, result]).inc();
+    }
     let status_field = serde_json::json!({ "status": status });
-    log_matches(sink, m, &who, "response", result, &verdict, status_field);
-    verdict.blocked
+    let blocked = result == Some("response_blocked");
+    log_matches(
+        sink,
+        m,
+        &who,
+        "response",
+        blocked,
+        &verdict.matches,
+        status_field.clone(),
+    );
+    log_matches(
+        sink,
+        m,
+        &who,
+        "logging",
+        false,
+        &verdict.logging,
+        status_field,
+    );
+    Ok(verdict.blocked)
+}
+
+/// The logging phase of a kept transaction whose response never came.
+fn run_close(pending: PendingResponse, sink: &Mutex<Sink>, m: &WafMetrics) {
+    let PendingResponse { open, who, .. } = pending;
+    match waf::close(open) {
+        Ok(logged) => log_matches(
+            sink,
+            m,
+            &who,
+            "logging",
+            false,
+            &logged,
+            serde_json::json!({}),
+        ),
+        Err(e) => {
+            tracing::error!(route = %who.route, request_id = %who.request_id, error = %e, "waf: closing a transaction failed");
+        }
+    }
 }
 
 /// Header pairs as ModSecurity takes them.
@@ -532,16 +584,13 @@ fn log_matches(
     m: &WafMetrics,
     who: &Who,
     phase: &str,
-    result: &str,
-    verdict: &waf::Verdict,
+    blocked: bool,
+    matches: &[waf::Match],
     extra: serde_json::Value,
 ) {
-    let action = match result {
-        "blocked" | "response_blocked" => "blocked",
-        _ => "logged",
-    };
+    let action = if blocked { "blocked" } else { "logged" };
     let mut lines = String::new();
-    for hit in &verdict.matches {
+    for hit in matches {
         m.matches.with_label_values(&[&hit.id.to_string()]).inc();
         let mut line = serde_json::json!({
             "time": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),

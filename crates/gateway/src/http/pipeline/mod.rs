@@ -300,6 +300,7 @@ pub async fn handle(
     let outcome = match run(&mut ctx, req).await {
         ControlFlow::Break(o) | ControlFlow::Continue(o) => o,
     };
+    waf::close_unanswered(&mut ctx);
     Ok(finish(ctx, outcome, is_h3, start))
 }
 

@@ -164,6 +164,23 @@ pub(super) async fn inspect_response(
                 ),
             )))
         }
-        Inspection::Pass | Inspection::Unavailable => ControlFlow::Continue(exchange),
+        Inspection::Unavailable => {
+            if ctx.logging() {
+                ctx.rec.waf = Some("response_unavailable");
+            }
+            ControlFlow::Continue(exchange)
+        }
+        Inspection::Pass => ControlFlow::Continue(exchange),
+    }
+}
+
+/// After the phases: a transaction kept for a response that never came (the exchange failed
+/// or was refused) gets its logging phase on an inspection thread.
+pub(super) fn close_unanswered(ctx: &mut RequestCtx<'_>) {
+    if let (Some(pending), Some(waf)) = (
+        ctx.waf_response.take(),
+        ctx.route.and_then(|r| r.waf.as_ref()),
+    ) {
+        waf.close(pending);
     }
 }
