@@ -165,7 +165,7 @@ def patch_hello(ask_ocsp, rsa_only):
     §4.4.2.1). With rsa_only, offer RSA-PSS signatures only (the server's RSA certificate)."""
     import aioquic.tls as tls
     send_hello = tls.Context._client_send_hello
-    set_peer = tls.Context._set_peer_certificate
+    pull_certificate = tls.pull_certificate
 
     def hello(self, output_buf):
         if ask_ocsp and not any(t == tls.ExtensionType.STATUS_REQUEST
@@ -175,12 +175,16 @@ def patch_hello(ask_ocsp, rsa_only):
             self._signature_algorithms = [tls.SignatureAlgorithm.RSA_PSS_RSAE_SHA256]
         return send_hello(self, output_buf)
 
-    def peer(self, certificate):
-        PEER_CERT_EXTENSIONS["leaf"] = certificate.certificates[0][1]
-        return set_peer(self, certificate)
+    def pull(buf):
+        # The client's only Certificate message is the server's (this client sends none
+        # without --cert, and reads none of its own).
+        certificate = pull_certificate(buf)
+        if certificate.certificates:
+            PEER_CERT_EXTENSIONS.setdefault("leaf", certificate.certificates[0][1])
+        return certificate
 
     tls.Context._client_send_hello = hello
-    tls.Context._set_peer_certificate = peer
+    tls.pull_certificate = pull
 
 
 def stapled_ocsp(extensions):
