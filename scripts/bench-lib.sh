@@ -63,6 +63,16 @@ bench_upstream() {
   (wait_port "$2") || { echo "the demo upstream's log:" >&2; cat "$log" >&2; exit 1; }
 }
 
+# The common start of a benchmark: BIN (default target/release/rampart, built if missing) made
+# absolute, and OUT (default $1) created and made absolute, so both survive a `cd`.
+bench_start() {
+  OUT=${OUT:-$1}
+  BIN=${BIN:-./target/release/rampart}
+  [ -x "$BIN" ] || cargo build --release -p rampart
+  BIN=$(realpath "$BIN")
+  mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+}
+
 # The common start of the scripts that watch the gateway with perf during bulk downloads
 # (profile-bulk.sh, counters-bulk.sh): DURATION (7s), PROFILE_S (3), BIN and PERF defaulted, the
 # binary built if missing, OUT (default $1) created and made absolute, the certificates, the
@@ -71,12 +81,9 @@ bench_upstream() {
 bench_perf_setup() {
   DURATION=${DURATION:-7s}
   PROFILE_S=${PROFILE_S:-3}
-  OUT=${OUT:-$1}
-  BIN=${BIN:-./target/release/rampart}
-  [ -x "$BIN" ] || cargo build --release -p rampart
   PERF=${PERF:-perf}
   command -v "$PERF" >/dev/null || { echo "perf not found (apt install linux-perf)" >&2; exit 1; }
-  mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+  bench_start "$1"
   bench_site_certs "$OUT/certs"
   UP=18080; GW=18443
   bench_h3_gateway_config "$OUT/rampart.toml" batch $GW $UP

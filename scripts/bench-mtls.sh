@@ -12,11 +12,8 @@ cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-4s}
-OUT=${OUT:-target/bench-mtls}
-BIN=${BIN:-./target/release/rampart}
-[ -x "$BIN" ] || cargo build --release -p rampart
-BIN=$(realpath "$BIN")
-mkdir -p "$OUT/clients" && OUT=$(cd "$OUT" && pwd)
+bench_start target/bench-mtls
+mkdir -p "$OUT/clients"
 bench_site_certs "$OUT/certs"
 [ -f "$OUT/clients/alice.pem" ] || (cd "$OUT/clients" && sh "$OLDPWD/crates/gateway/tests/data/client-certs.sh")
 UP=18080; GW=18443

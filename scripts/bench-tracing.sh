@@ -11,11 +11,7 @@ cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
-OUT=${OUT:-target/bench-tracing}
-BIN=${BIN:-./target/release/rampart}
-[ -x "$BIN" ] || cargo build --release -p rampart
-BIN=$(realpath "$BIN")
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+bench_start target/bench-tracing
 bench_site_certs "$OUT/certs"
 UP=18080; GW=18443
 bench_h3_gateway_config "$OUT/off.toml" batch $GW $UP

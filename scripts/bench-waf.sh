@@ -16,15 +16,11 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 CONC=${CONC:-16}
-OUT=${OUT:-target/bench-waf}
-BIN=${BIN:-./target/release/rampart}
 SET=$PWD/scripts/data/waf-requests.jsonl
 MODULE=/usr/lib/nginx/modules/ngx_http_modsecurity_module.so
 command -v nginx >/dev/null && [ -e $MODULE ] ||
   { echo "needs nginx and libnginx-mod-http-modsecurity (WITH_BENCH_TOOLS=1 scripts/install-deps.sh)" >&2; exit 1; }
-[ -x "$BIN" ] || cargo build --release -p rampart
-BIN=$(realpath "$BIN")
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+bench_start target/bench-waf
 rm -f "$OUT/probe.txt"
 bench_site_certs "$OUT/certs"
 UP=18080; GW=18443; NGX=18444
