@@ -35,10 +35,21 @@ pub fn hex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    let mut out = vec![0u8; s.len() / 2];
+    hex_from(s, &mut out)?;
+    Some(out)
+}
+
+/// Hex digits into `out`, in place (no allocation: read per request); `None` unless `s` has
+/// exactly two digits per byte of `out`.
+pub fn hex_from(s: &str, out: &mut [u8]) -> Option<()> {
+    if s.len() != out.len() * 2 {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(())
 }
 
 /// `b` as lowercase hex digits into `out` (twice its length): written in place, so no

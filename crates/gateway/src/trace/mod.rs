@@ -6,7 +6,7 @@
 
 pub(crate) mod otlp;
 
-use crate::config::file::{hex_into, to_hex as hex};
+use crate::config::file::{hex_from, hex_into, to_hex as hex};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,8 +65,8 @@ pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
     }
     let mut trace_id = [0u8; 16];
     let mut span_id = [0u8; 8];
-    unhex(trace, &mut trace_id)?;
-    unhex(parent, &mut span_id)?;
+    hex_from(trace, &mut trace_id)?;
+    hex_from(parent, &mut span_id)?;
     if trace_id == [0; 16] || span_id == [0; 8] {
         return None;
     }
@@ -76,13 +76,6 @@ pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
         span_id,
         sampled: flags & 1 == 1,
     })
-}
-
-fn unhex(s: &str, out: &mut [u8]) -> Option<()> {
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(())
 }
 
 /// A random, non-zero id (8 or 16 bytes).
