@@ -511,13 +511,12 @@ impl Metrics {
                 n as f64,
             );
         }
-        families.single(
-            Kind::Counter,
-            "rampart_tls_ocsp_stale_total",
-            "Handshakes whose certificate's OCSP response was stale (past nextUpdate, less a minute): none stapled",
-            crate::tls::ocsp::STALE.load(std::sync::atomic::Ordering::Relaxed) as f64,
-        );
         for (name, help, n) in [
+            (
+                "rampart_tls_ocsp_stale_total",
+                "Handshakes whose certificate's OCSP response was stale (past nextUpdate, less a minute): none stapled",
+                &crate::tls::ocsp::STALE,
+            ),
             (
                 "rampart_tls_ocsp_fetches_total",
                 "OCSP responses fetched from certificates' responders that checked (ocsp_fetch)",
