@@ -40,8 +40,9 @@ pub struct Verdict {
 #[derive(Debug, Clone)]
 pub struct Response<'a> {
     pub status: u16,
-    /// `HTTP/1.1`, `HTTP/2.0` or `HTTP/3.0`: the protocol the client is answered in.
-    pub protocol: &'a str,
+    /// `1.1`, `2.0` or `3.0`, as [`Request::http_version`]: the protocol the client is
+    /// answered in.
+    pub http_version: &'a str,
     pub headers: Vec<(&'a [u8], &'a [u8])>,
 }
 
@@ -159,8 +160,8 @@ pub fn inspect_keeping(
 pub fn inspect_response(open: Open, resp: &Response<'_>) -> Result<ResponseVerdict, WafError> {
     let api = ffi::api()?;
     let Open(mut tx) = open;
-    let protocol = CString::new(resp.protocol)
-        .map_err(|_| WafError::Transaction("the protocol holds a NUL byte".into()))?;
+    let protocol = CString::new(format!("HTTP/{}", resp.http_version))
+        .map_err(|_| WafError::Transaction("the HTTP version holds a NUL byte".into()))?;
     for (name, value) in &resp.headers {
         // SAFETY: tx.t is the live transaction; the slices are valid for their lengths and
         // libmodsecurity copies them.

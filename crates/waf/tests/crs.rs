@@ -278,7 +278,7 @@ fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
         }
         Response {
             status: 200,
-            protocol: "HTTP/1.1",
+            http_version: "1.1",
             headers,
         }
     };

@@ -180,8 +180,8 @@ type RequestReply = Result<(waf::Verdict, Option<PendingResponse>), ()>;
 pub(crate) struct PendingResponse {
     open: waf::Open,
     mode: WafMode,
-    /// `HTTP/1.1`, `HTTP/2.0`, `HTTP/3.0`: what the client is answered in.
-    protocol: &'static str,
+    /// The request's `1.1`, `2.0`, `3.0`: what the client is answered in.
+    http_version: &'static str,
     who: Who,
 }
 
@@ -479,12 +479,7 @@ fn run_request(
     let pending = open.map(|open| PendingResponse {
         open,
         mode,
-        protocol: match input.http_version {
-            "1.0" => "HTTP/1.0",
-            "2.0" => "HTTP/2.0",
-            "3.0" => "HTTP/3.0",
-            _ => "HTTP/1.1",
-        },
+        http_version: input.http_version,
         who,
     });
     Ok((verdict, pending))
@@ -501,12 +496,12 @@ fn run_response(
     let PendingResponse {
         open,
         mode,
-        protocol,
+        http_version,
         who,
     } = pending;
     let resp = waf::Response {
         status,
-        protocol,
+        http_version,
         headers: header_pairs(headers),
     };
     let verdict = match waf::inspect_response(open, &resp) {
