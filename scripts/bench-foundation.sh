@@ -53,15 +53,7 @@ endpoints = ["127.0.0.1:$UP_PORT"]
 CFG
 }
 
-cat > "$OUT/nginx.conf" <<CFG
-worker_processes 1;
-daemon off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+{ bench_nginx_head; cat <<CFG
   upstream up { server 127.0.0.1:$UP_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NGX_PORT ssl http2;
@@ -76,6 +68,7 @@ http {
   }
 }
 CFG
+} > "$OUT/nginx.conf"
 
 
 bench() { # $1=label $2=pid $3=port, rest = bench args

@@ -63,6 +63,23 @@ bench_upstream() {
   (wait_port "$2") || { echo "the demo upstream's log:" >&2; cat "$log" >&2; exit 1; }
 }
 
+# The start of an nginx config as the benchmarks run nginx (one worker in the foreground, its
+# pid and error log in $OUT, keep-alive without a request limit, no access log), up to and
+# with `http {`; what follows is the caller's. $1: lines before it (a load_module).
+bench_nginx_head() {
+  cat <<CFG
+${1:-}
+worker_processes 1;
+daemon off;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+CFG
+}
+
 # The common start of a benchmark: BIN (default target/release/rampart, built if missing) made
 # absolute, and OUT (default $1) created and made absolute, so both survive a `cd`.
 bench_start() {

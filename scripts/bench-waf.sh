@@ -33,16 +33,7 @@ grep -q 'waf = {' "$OUT/waf.toml" || { echo "waf.toml: no waf line" >&2; exit 1;
 # Without the WAF the attacks reach the upstream: the same requests, any status taken.
 sed 's/"expect": 403/"expect": 0/' "$SET" > "$OUT/any-status.jsonl"
 nginx_config() { # $1: file, $2: the modsecurity lines
-  cat > "$1" <<CFG
-load_module $MODULE;
-worker_processes 1;
-daemon off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
+  { bench_nginx_head "load_module $MODULE;"; cat <<CFG
   client_body_buffer_size 128k;
   upstream up { server 127.0.0.1:$UP; keepalive 64; }
   server {
@@ -56,6 +47,7 @@ http {
   }
 }
 CFG
+  } > "$1"
 }
 nginx_config "$OUT/nginx-off.conf" "modsecurity off;"
 nginx_config "$OUT/nginx-waf.conf" "modsecurity on; modsecurity_rules_file $OUT/modsec.conf;"
