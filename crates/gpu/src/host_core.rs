@@ -115,8 +115,10 @@ pub fn be_to_limbs(be: &[u8], limbs: usize) -> Option<Vec<u32>> {
         return None;
     }
     let mut out = vec![0u32; limbs];
-    for (k, &b) in be.iter().rev().enumerate() {
-        out[k / 4] |= (b as u32) << (8 * (k % 4));
+    for (limb, chunk) in out.iter_mut().zip(be.rchunks(4)) {
+        let mut bytes = [0u8; 4];
+        bytes[4 - chunk.len()..].copy_from_slice(chunk);
+        *limb = u32::from_be_bytes(bytes);
     }
     Some(out)
 }
@@ -124,8 +126,9 @@ pub fn be_to_limbs(be: &[u8], limbs: usize) -> Option<Vec<u32>> {
 /// Limbs to `len` big-endian bytes (the value must fit; higher bytes are dropped).
 pub fn limbs_to_be(limbs: &[u32], len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
-    for (k, o) in out.iter_mut().rev().enumerate() {
-        *o = limbs.get(k / 4).map_or(0, |l| (l >> (8 * (k % 4))) as u8);
+    for (chunk, limb) in out.rchunks_mut(4).zip(limbs) {
+        let bytes = limb.to_be_bytes();
+        chunk.copy_from_slice(&bytes[4 - chunk.len()..]);
     }
     out
 }

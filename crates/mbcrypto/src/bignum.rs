@@ -3,44 +3,52 @@
 
 use crate::lanes::MASK52;
 
-/// Big-endian bytes to `limbs` little-endian 52-bit limbs. The value must fit.
+/// Big-endian bytes to `limbs` little-endian 52-bit limbs. The value must fit. Reads the bytes
+/// as 64-bit words, then cuts each limb out of at most two words (positions are public).
 pub(crate) fn bytes_to_limbs(be: &[u8], limbs: usize) -> Vec<u64> {
-    let mut out = vec![0u64; limbs + 1];
-    for (k, &b) in be.iter().rev().enumerate() {
-        let bit = k * 8;
-        let (i, s) = (bit / 52, bit % 52);
-        out[i] |= (b as u64) << s;
-        if s > 44 {
-            out[i + 1] |= (b as u64) >> (52 - s);
+    // One spare word, so that the last limb's upper word always exists.
+    let words = bytes_to_words(
+        be,
+        (be.len().div_ceil(8)).max((limbs * 52).div_ceil(64)) + 1,
+    );
+    let mut out = vec![0u64; limbs];
+    for (i, limb) in out.iter_mut().enumerate() {
+        let (w, s) = (i * 52 / 64, i * 52 % 64);
+        let mut v = words[w] >> s;
+        if s > 12 {
+            v |= words[w + 1] << (64 - s);
         }
+        *limb = v & MASK52;
     }
-    for l in out.iter_mut() {
-        *l &= MASK52;
-    }
-    out.truncate(limbs);
     out
 }
 
-/// 52-bit limbs to `len` big-endian bytes (the value must fit).
+/// 52-bit limbs to `len` big-endian bytes (the value must fit). Packs the limbs into 64-bit
+/// words, then writes the words big-endian.
 pub(crate) fn limbs_to_bytes(limbs: &[u64], len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    for (k, o) in out.iter_mut().rev().enumerate() {
-        let bit = k * 8;
-        let (i, s) = (bit / 52, bit % 52);
-        let mut v = limbs.get(i).copied().unwrap_or(0) >> s;
-        if s > 44 {
-            v |= limbs.get(i + 1).copied().unwrap_or(0) << (52 - s);
+    let mut words = vec![0u64; len.div_ceil(8).max((limbs.len() * 52).div_ceil(64)) + 1];
+    for (i, &limb) in limbs.iter().enumerate() {
+        let (w, s) = (i * 52 / 64, i * 52 % 64);
+        words[w] |= limb << s;
+        if s > 12 {
+            words[w + 1] |= limb >> (64 - s);
         }
-        *o = v as u8;
+    }
+    let mut out = vec![0u8; len];
+    for (k, chunk) in out.rchunks_mut(8).enumerate() {
+        let bytes = words[k].to_be_bytes();
+        chunk.copy_from_slice(&bytes[8 - chunk.len()..]);
     }
     out
 }
 
-/// Big-endian bytes to `words` little-endian 64-bit words.
+/// Big-endian bytes to `words` little-endian 64-bit words (bytes beyond them are dropped).
 pub(crate) fn bytes_to_words(be: &[u8], words: usize) -> Vec<u64> {
     let mut out = vec![0u64; words];
-    for (k, &b) in be.iter().rev().enumerate() {
-        out[k / 8] |= (b as u64) << (8 * (k % 8));
+    for (w, chunk) in out.iter_mut().zip(be.rchunks(8)) {
+        let mut bytes = [0u8; 8];
+        bytes[8 - chunk.len()..].copy_from_slice(chunk);
+        *w = u64::from_be_bytes(bytes);
     }
     out
 }
@@ -110,6 +118,47 @@ pub(crate) fn sub_small(be: &[u8], small: u8) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The byte-at-a-time conversions the word-wise ones replaced.
+    fn bytes_to_limbs_bytewise(be: &[u8], limbs: usize) -> Vec<u64> {
+        let mut out = vec![0u64; limbs + 2];
+        for (k, &b) in be.iter().rev().enumerate() {
+            let (i, s) = (k * 8 / 52, k * 8 % 52);
+            out[i] |= (b as u64) << s;
+            if s > 44 {
+                out[i + 1] |= (b as u64) >> (52 - s);
+            }
+        }
+        out.iter_mut().for_each(|l| *l &= MASK52);
+        out.truncate(limbs);
+        out
+    }
+
+    #[test]
+    fn word_wise_conversions_match_byte_wise() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        for len in [1usize, 5, 8, 9, 13, 64, 127, 128, 256, 384, 512] {
+            for _ in 0..20 {
+                let bytes: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+                let limbs = (len * 8).div_ceil(52);
+                for extra in [0, 1, 3] {
+                    let got = bytes_to_limbs(&bytes, limbs + extra);
+                    assert_eq!(got, bytes_to_limbs_bytewise(&bytes, limbs + extra));
+                    assert_eq!(limbs_to_bytes(&got, len), bytes);
+                }
+                let mut padded = vec![0u8; 3];
+                padded.extend_from_slice(&bytes);
+                assert_eq!(
+                    limbs_to_bytes(&bytes_to_limbs(&bytes, limbs), len + 3),
+                    padded
+                );
+            }
+        }
+        assert_eq!(
+            bytes_to_words(&[1, 2, 3, 4, 5, 6, 7, 8, 9], 2),
+            vec![0x0203_0405_0607_0809, 1]
+        );
+    }
 
     #[test]
     fn limbs_round_trip() {
