@@ -19,28 +19,36 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels/rsa_kernel.cu");
     println!("cargo:rerun-if-changed=kernels/emulate.cpp");
     println!("cargo:rerun-if-changed=kernels/rsa_group.h");
+    println!("cargo:rerun-if-changed=kernels/rsa_fp64.h");
     // Once per kernel shape the CUDA build can be given, each under its own name: windows 4, 5,
     // 6 with one thread per request; window 5 with two; groups of 4, 8 and 16 lanes per CRT
     // half (8, 16, 32 threads per request) with the table in local memory, and 8 lanes with it
     // in shared memory (windows 5 and 4: the engine's default).
-    for (window, split, shared) in [
-        (4, 1, false),
-        (5, 1, false),
-        (6, 1, false),
-        (5, 2, false),
-        (5, 8, false),
-        (5, 16, false),
-        (5, 32, false),
-        (5, 16, true),
-        (4, 16, true),
+    // Two threads per request with FP64 arithmetic (rsa_fp64.h), windows 5 and 4.
+    for (window, split, shared, fp64) in [
+        (4, 1, false, false),
+        (5, 1, false, false),
+        (6, 1, false, false),
+        (5, 2, false, false),
+        (5, 2, false, true),
+        (4, 2, false, true),
+        (5, 8, false, false),
+        (5, 16, false, false),
+        (5, 32, false, false),
+        (5, 16, true, false),
+        (4, 16, true, false),
     ] {
-        let name = match (split, shared) {
-            (1, _) => format!("rsa_emulate_launch_w{window}"),
-            (_, false) => format!("rsa_emulate_launch_w{window}_s{split}"),
-            (_, true) => format!("rsa_emulate_launch_w{window}_s{split}_sh"),
+        let name = match (split, shared, fp64) {
+            (1, _, _) => format!("rsa_emulate_launch_w{window}"),
+            (_, _, true) => format!("rsa_emulate_launch_w{window}_s{split}_f64"),
+            (_, false, _) => format!("rsa_emulate_launch_w{window}_s{split}"),
+            (_, true, _) => format!("rsa_emulate_launch_w{window}_s{split}_sh"),
         };
         cc::Build::new()
             .define("RSA_TABLE_SHARED", if shared { "1" } else { "0" })
+            .define("RSA_FP64", if fp64 { "1" } else { "0" })
+            // Rounding modes are honoured (no folding across fesetround).
+            .flag_if_supported("-frounding-math")
             .cpp(true)
             .file("kernels/emulate.cpp")
             .include("kernels")

@@ -81,7 +81,8 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
 }
 
 /// The gpu engine's settings for `gpu:SHAPE`: threads per request, then `sh` (window table in
-/// shared memory), `cc` (carry chains), `wN` (window width), `bN` (N threads per block)
+/// shared memory), `cc` (carry chains), `f` (FP64 arithmetic, with 2 threads per request),
+/// `wN` (window width), `bN` (N threads per block)
 /// and `p` (the device's work in a `rampart gpu-worker` process, as the gateway runs it) in any
 /// order, e.g. `16shccb64`; empty for the defaults. Settings not named keep the defaults'
 /// values, except `sh` and `cc`, which are off unless named.
@@ -108,6 +109,9 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
         } else if let Some(r) = rest.strip_prefix("cc") {
             config.carry_chains = true;
             rest = r;
+        } else if let Some(r) = rest.strip_prefix('f') {
+            config.fp64 = true;
+            rest = r;
         } else if let Some(r) = rest.strip_prefix('w') {
             let (window, r) = number(r);
             config.window =
@@ -125,7 +129,9 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
                 .ok_or_else(|| format!("gpu:{shape}: b needs threads per block, as in b64"))?;
             rest = r;
         } else {
-            return Err(format!("gpu:{shape}: unknown {rest:?} (sh, cc, wN, bN, p)"));
+            return Err(format!(
+                "gpu:{shape}: unknown {rest:?} (sh, cc, f, wN, bN, p)"
+            ));
         }
     }
     config

@@ -6,7 +6,7 @@
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
 //!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2|8|16|32]
 //!     [--table-shared | --table-local] [--carry-chains | --no-carry-chains]
-//!     [--kernel-dir DIR | --cubin FILE]
+//!     [--fp64 (with --split 2)] [--kernel-dir DIR | --cubin FILE]
 //! device_bench cpu-side [BITS]   # the CPU's share of a GPU signature (needs no device)
 //! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after
 //! device_bench engine-fault [--split S ...]   # the engine over a worker process whose device
@@ -14,7 +14,7 @@
 //! device_bench --emit-ptx FILE [--kernel-dir DIR] [--window W] [--split S]   # needs NVRTC only
 //!     [--define NAME=VALUE]...   # a kernel option the engine does not set
 //! ```
-//! `--kernel-dir` compiles `DIR/rsa_core.h` + `DIR/rsa_group.h` + `DIR/rsa_kernel.cu` instead of the built-in text:
+//! `--kernel-dir` compiles `DIR/rsa_core.h` + `rsa_group.h` + `rsa_fp64.h` + `rsa_kernel.cu` instead of the built-in text:
 //! a changed kernel measured without rebuilding (the self-check still compares it with the CPU
 //! build of the built-in core). `--cubin` loads a module built elsewhere for this device (NVRTC
 //! and ptxas on the build machine), so the device spends no time compiling; it must have been
@@ -71,6 +71,7 @@ fn main() {
             "--table-local" => config.table_shared = false,
             "--carry-chains" => config.carry_chains = true,
             "--no-carry-chains" => config.carry_chains = false,
+            "--fp64" => config.fp64 = true,
             "--kernel-dir" => kernel_dir = Some(value("--kernel-dir")),
             "--cubin" => cubin = Some(value("--cubin")),
             "--emit-ptx" => emit_ptx = Some(value("--emit-ptx")),
@@ -86,7 +87,7 @@ fn main() {
         let read = |f: &str| {
             std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_else(|e| panic!("{f}: {e}"))
         };
-        read("rsa_core.h") + &read("rsa_group.h") + &read("rsa_kernel.cu")
+        read("rsa_core.h") + &read("rsa_group.h") + &read("rsa_fp64.h") + &read("rsa_kernel.cu")
     };
     if positional.first().map(String::as_str) == Some("cpu-side") {
         // The CPU's share of a GPU signature (no device needed).

@@ -100,6 +100,10 @@ static thread_local rsa_dim3 threadIdx;
 #endif
 
 #include "rsa_core.h"
+#if RSA_FP64
+#include <cfenv>
+#include "rsa_fp64.h"
+#endif
 #if RSA_FIBERS
 #include "rsa_group.h"
 #endif
@@ -115,6 +119,11 @@ static int rsa_emulate_thread(int half, unsigned int t, rsa_u32 *out, const rsa_
                               const rsa_u32 *keys, const rsa_u32 *key_index,
                               unsigned int count) {
     threadIdx.x = t;
+#if RSA_FP64
+    /* rsa_fp64.h's one rounding fma is __fma_rz on the device; its other operations are exact
+     * in any mode. The mode is per OS thread, and each of this shape's threads is one. */
+    std::fesetround(FE_TOWARDZERO);
+#endif
     switch (half) {
     case 32: rsa_crt_batch_32(out, in, keys, key_index, count); return 0;
     case 48: rsa_crt_batch_48(out, in, keys, key_index, count); return 0;

@@ -20,6 +20,18 @@
 #ifndef RSA_SPLIT
 #define RSA_SPLIT 1
 #endif
+/* FP64 arithmetic for each CRT half (-DRSA_FP64=1, rsa_fp64.h): two threads per request only. */
+#ifndef RSA_FP64
+#define RSA_FP64 0
+#endif
+#if RSA_FP64 && RSA_SPLIT != 2
+#error "RSA_FP64 needs RSA_SPLIT=2"
+#endif
+#if RSA_FP64
+#define RSA_HALF(res, in, key, half, N, work) rsa_f_crt_half<N>(res, in, key, half, work)
+#else
+#define RSA_HALF(res, in, key, half, N, work) rsa_crt_half(res, in, key, half, N, work)
+#endif
 /* Largest block the split kernel's shared hand-over is sized for (the host checks launches). */
 #define RSA_MAX_BLOCK 256
 
@@ -48,7 +60,7 @@
         rsa_u32 work[RSA_HALF_WORK_WORDS(N) + N];                                              \
         rsa_u32 *res = work + RSA_HALF_WORK_WORDS(N);                                          \
         const rsa_u32 *key = keys + (rsa_u64)(active ? key_index[i] : 0) * RSA_KEY_WORDS(N);   \
-        if (active) rsa_crt_half(res, in + (rsa_u64)i * 2 * N, key, (int)half, N, work);       \
+        if (active) RSA_HALF(res, in + (rsa_u64)i * 2 * N, key, (int)half, N, work);           \
         if (active && half)                                                                    \
             for (int j = 0; j < N; j++) mq_shared[slot * N + j] = res[j];                      \
         __syncthreads();                                                                       \

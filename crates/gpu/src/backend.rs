@@ -217,6 +217,7 @@ impl StreamRunner for SimRunner {
                     threads_per_request: 2,
                     table_shared: false,
                     carry_chains: false,
+                    fp64: false,
                 },
                 half,
                 128,

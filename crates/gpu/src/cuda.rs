@@ -21,11 +21,13 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The kernel source NVRTC compiles: the core, the group arithmetic, then the entry points.
+/// The kernel source NVRTC compiles: the core, the group and FP64 arithmetic, then the entry
+/// points.
 pub fn kernel_source() -> String {
     [
         include_str!("../kernels/rsa_core.h"),
         include_str!("../kernels/rsa_group.h"),
+        include_str!("../kernels/rsa_fp64.h"),
         include_str!("../kernels/rsa_kernel.cu"),
     ]
     .concat()
@@ -141,6 +143,7 @@ fn nvrtc_options(arch: String, shape: KernelShape) -> Result<Vec<String>, GpuErr
         format!("-DRSA_SPLIT={}", shape.threads_per_request),
         format!("-DRSA_TABLE_SHARED={}", u8::from(shape.table_shared)),
         format!("-DRSA_PTX={}", u8::from(shape.carry_chains)),
+        format!("-DRSA_FP64={}", u8::from(shape.fp64)),
     ])
 }
 
@@ -529,6 +532,7 @@ mod tests {
             threads_per_request,
             table_shared,
             carry_chains,
+            fp64: false,
         };
         let ptx = compile_kernel((9, 0), shape(1, false, false))
             .unwrap()
@@ -544,6 +548,18 @@ mod tests {
             .unwrap()
             .to_src();
         assert!(split.contains(".shared") && split.contains("bar.sync"));
+        // FP64 arithmetic: the split product's round-toward-zero fma.
+        let fp64 = compile_kernel(
+            (9, 0),
+            KernelShape {
+                fp64: true,
+                ..shape(2, false, false)
+            },
+        )
+        .unwrap()
+        .to_src();
+        assert!(fp64.contains("fma.rz.f64"));
+        assert!(!split.contains("fma.rz.f64"));
         // The group kernels: shuffles and ballots, and the carry chains when asked for.
         for tpr in [8, 16, 32] {
             let group = compile_kernel((9, 0), shape(tpr, true, true))
@@ -567,6 +583,7 @@ mod tests {
             threads_per_request: 2,
             table_shared: false,
             carry_chains: false,
+            fp64: false,
         };
         let cubin = compile_cubin(&kernel_source(), (9, 0), shape).unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF");

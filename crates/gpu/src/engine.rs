@@ -83,6 +83,9 @@ pub struct GpuConfig {
     /// The group kernels' multiply-accumulate rows as PTX carry chains; ignored with 1 or 2
     /// threads per request.
     pub carry_chains: bool,
+    /// FP64 arithmetic for each CRT half (`kernels/rsa_fp64.h`); with 2 threads per request
+    /// only, ignored with any other count.
+    pub fp64: bool,
     /// Run the device's work in this worker process ([`crate::process`]: a device fault then
     /// costs a worker, which the next probe starts again), or in this process (`None`).
     pub worker: Option<crate::process::WorkerCommand>,
@@ -90,7 +93,7 @@ pub struct GpuConfig {
 
 impl GpuConfig {
     /// The kernel shape these settings build (`table_shared` and `carry_chains` apply to the
-    /// group kernels only, and are ignored with 1 or 2 threads per request).
+    /// group kernels only, and are ignored with 1 or 2 threads per request; `fp64` only to 2).
     pub fn shape(&self) -> crate::host_core::KernelShape {
         let group = self.threads_per_request > 2;
         crate::host_core::KernelShape {
@@ -98,6 +101,7 @@ impl GpuConfig {
             threads_per_request: self.threads_per_request,
             table_shared: self.table_shared && group,
             carry_chains: self.carry_chains && group,
+            fp64: self.fp64 && self.threads_per_request == 2,
         }
     }
 }
@@ -121,6 +125,7 @@ impl Default for GpuConfig {
             threads_per_request: 16,
             table_shared: true,
             carry_chains: true,
+            fp64: false,
             kernel_cache: None,
             worker: None,
         }

@@ -60,6 +60,8 @@ mod ffi {
         rsa_emulate_launch_w5,
         rsa_emulate_launch_w6,
         rsa_emulate_launch_w5_s2,
+        rsa_emulate_launch_w5_s2_f64,
+        rsa_emulate_launch_w4_s2_f64,
         rsa_emulate_launch_w5_s8,
         rsa_emulate_launch_w5_s16,
         rsa_emulate_launch_w5_s32,
@@ -298,6 +300,7 @@ pub fn emulate_launch_windowed(
         threads_per_request: 1,
         table_shared: false,
         carry_chains: false,
+        fp64: false,
     };
     emulate_launch_shaped(shape, half, block, keys, key_index, input, out)
 }
@@ -316,6 +319,10 @@ pub struct KernelShape {
     /// `madc.hi.cc`) instead of portable C. CUDA only: the host emulation runs the portable
     /// rows, and the device's self-check compares the two.
     pub carry_chains: bool,
+    /// Each CRT half's exponentiation in FP64 arithmetic (52-bit limbs in doubles, products by
+    /// fused multiply-add: `kernels/rsa_fp64.h`) instead of 32-bit integer multiply-adds. Two
+    /// threads per request only.
+    pub fp64: bool,
 }
 
 /// Threads per request a kernel can be built for.
@@ -349,6 +356,12 @@ impl KernelShape {
         if !THREADS_PER_REQUEST.contains(&self.threads_per_request) {
             return Err(format!(
                 "{} threads per request: expected one of {THREADS_PER_REQUEST:?}",
+                self.threads_per_request
+            ));
+        }
+        if self.fp64 && self.threads_per_request != 2 {
+            return Err(format!(
+                "FP64 arithmetic runs one thread per CRT half: 2 threads per request, not {}",
                 self.threads_per_request
             ));
         }
@@ -395,18 +408,21 @@ pub fn emulate_launch_shaped(
         window,
         threads_per_request,
         table_shared,
+        fp64,
         ..
     } = shape;
-    let launch = match (window, threads_per_request, table_shared) {
-        (4, 1, false) => ffi::rsa_emulate_launch_w4,
-        (5, 1, false) => ffi::rsa_emulate_launch_w5,
-        (6, 1, false) => ffi::rsa_emulate_launch_w6,
-        (5, 2, false) => ffi::rsa_emulate_launch_w5_s2,
-        (5, 8, false) => ffi::rsa_emulate_launch_w5_s8,
-        (5, 16, false) => ffi::rsa_emulate_launch_w5_s16,
-        (5, 32, false) => ffi::rsa_emulate_launch_w5_s32,
-        (5, 16, true) => ffi::rsa_emulate_launch_w5_s16_sh,
-        (4, 16, true) => ffi::rsa_emulate_launch_w4_s16_sh,
+    let launch = match (window, threads_per_request, table_shared, fp64) {
+        (4, 1, false, false) => ffi::rsa_emulate_launch_w4,
+        (5, 1, false, false) => ffi::rsa_emulate_launch_w5,
+        (6, 1, false, false) => ffi::rsa_emulate_launch_w6,
+        (5, 2, false, false) => ffi::rsa_emulate_launch_w5_s2,
+        (5, 2, false, true) => ffi::rsa_emulate_launch_w5_s2_f64,
+        (4, 2, false, true) => ffi::rsa_emulate_launch_w4_s2_f64,
+        (5, 8, false, false) => ffi::rsa_emulate_launch_w5_s8,
+        (5, 16, false, false) => ffi::rsa_emulate_launch_w5_s16,
+        (5, 32, false, false) => ffi::rsa_emulate_launch_w5_s32,
+        (5, 16, true, false) => ffi::rsa_emulate_launch_w5_s16_sh,
+        (4, 16, true, false) => ffi::rsa_emulate_launch_w4_s16_sh,
         _ => panic!("no emulated kernel for {shape:?}"),
     };
     if let Err(e) = shape.check(block) {

@@ -200,6 +200,7 @@ fn two_threads_per_request_kernel_emulated_matches_boringssl() {
         threads_per_request: 2,
         table_shared: false,
         carry_chains: false,
+        fp64: false,
     };
     let keys: Vec<Rsa<boring::pkey::Private>> =
         (0..2).map(|_| Rsa::generate(2048).unwrap()).collect();
@@ -232,6 +233,7 @@ fn group_kernels_emulated_match_boringssl() {
         threads_per_request,
         table_shared,
         carry_chains: false,
+        fp64: false,
     };
     // The engine's default: 16 threads per request, shared table, 4-bit window.
     let default = KernelShape {
@@ -261,6 +263,38 @@ fn group_kernels_emulated_match_boringssl() {
             check_launch(&keys, &index, 1, &mut rng, |table, index, input, out| {
                 emulate_launch_shaped(shape, half, block, table, index, input, out)
             });
+        }
+    }
+}
+
+/// FP64 arithmetic (`kernels/rsa_fp64.h`: 52-bit limbs in doubles, products split exactly by a
+/// round-toward-zero fma), two threads per request, emulated in round-toward-zero mode: right
+/// results at every key size, windows 5 and 4, keys mixed within a block, and idle threads.
+#[test]
+fn fp64_kernels_emulated_match_boringssl() {
+    use gpu_engine::host_core::{emulate_launch_shaped, KernelShape};
+    let mut rng = fastrand::Rng::with_seed(13);
+    let shape = |window| KernelShape {
+        window,
+        threads_per_request: 2,
+        table_shared: false,
+        carry_chains: false,
+        fp64: true,
+    };
+    for bits in [2048u32, 3072, 4096] {
+        let keys: Vec<Rsa<boring::pkey::Private>> =
+            (0..2).map(|_| Rsa::generate(bits).unwrap()).collect();
+        let half = bits as usize / 64;
+        for (window, block, index) in [(5, 4u32, vec![1u32, 0, 1]), (4, 6, vec![0, 1])] {
+            check_launch(
+                &keys,
+                &index,
+                block as usize,
+                &mut rng,
+                |table, index, input, out| {
+                    emulate_launch_shaped(shape(window), half, block, table, index, input, out)
+                },
+            );
         }
     }
 }

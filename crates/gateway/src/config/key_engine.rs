@@ -227,6 +227,9 @@ impl GpuEngineConfig {
             threads_per_request: self.threads_per_request,
             table_shared: self.table_shared,
             carry_chains: self.carry_chains,
+            // FP64 arithmetic is measured on devices first (`device_bench --fp64`, `rampart
+            // bench engine --engines gpu:2f`), not yet a gateway setting.
+            fp64: false,
             threads_per_block: self.threads_per_block,
             window: self.window,
             batch_deadline_base: self.batch_deadline,

@@ -30,6 +30,8 @@ pub(crate) fn settings_args(config: &crate::GpuConfig) -> Vec<String> {
         u8::from(config.table_shared).to_string(),
         "--carry-chains".into(),
         u8::from(config.carry_chains).to_string(),
+        "--fp64".into(),
+        u8::from(config.fp64).to_string(),
     ];
     if let Some(dir) = &config.kernel_cache {
         a.push("--kernel-cache".into());
@@ -72,6 +74,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--threads-per-request" => o.config.threads_per_request = num(flag)? as u32,
             "--table-shared" => o.config.table_shared = num(flag)? != 0,
             "--carry-chains" => o.config.carry_chains = num(flag)? != 0,
+            "--fp64" => o.config.fp64 = num(flag)? != 0,
             "--kernel-cache" => o.config.kernel_cache = Some(value.into()),
             "--fds" => {
                 let fds: Vec<i32> = value

@@ -1,0 +1,264 @@
+/*
+ * FP64 arithmetic: one CRT half's exponentiation on one thread with 52-bit limbs held in
+ * doubles, the limb products formed by the FP64 pipe's fused multiply-add (-DRSA_FP64=1 with
+ * two threads per request). C++ (templates on the limb count); compiled by NVRTC after
+ * rsa_core.h, and for the host by emulate.cpp.
+ *
+ * Why: an RSA-2048 signature on 32-bit limbs is about 10.6 M IMADs, and the IMAD pipe caps a
+ * GPU at that count. A 1024-bit prime is 20 limbs of 52 bits instead of 32 of 32 bits: 400 limb
+ * products per multiplication instead of 1,024, each two DFMAs and one DADD on the FP64 pipe
+ * (as fast as the IMAD pipe on an H100) plus 64-bit integer additions on the integer pipe.
+ *
+ * A product a*b of two 52-bit integers (a, b < 2^52, exact in a double) splits exactly (the
+ * technique of Emmart, Zheng and Weems, ARITH 2018):
+ *   h = fma_rz(a, b, 2^104)           = 2^104 + H*2^52,  H = floor(a*b / 2^52)
+ *   l = fma_rz(a, b, (2^104 + 2^52) - h) = 2^52 + L,     L = a*b - H*2^52 < 2^52
+ * Both results keep their exponent, so their bit patterns are a constant plus H or L: the
+ * integer additions sum bit patterns and subtract the constants (multiples of 2^52) once per
+ * limb and step. Only h rounds (toward zero, as asked); every other FP64 operation here is
+ * exact, so the host emulation runs the whole launch in round-toward-zero mode and computes
+ * what the device does. Each step adds one product's low part and the previous limb's high
+ * part into a limb (one three-input 64-bit addition) and keeps nothing else live.
+ *
+ * Montgomery multiplication is CIOS with R = 2^(52*N): step i adds a*b_i and q*m (q chosen so
+ * the lowest limb becomes a multiple of 2^52) into 64-bit accumulators and moves them down one
+ * limb; b's limbs are read from memory (one load a step), a and m stay in registers.
+ *
+ * Constant time as the 32-bit core: no branch or index depends on a secret; the window table
+ * (in local memory) is scanned whole under a mask.
+ */
+#ifndef RSA_FP64_H
+#define RSA_FP64_H
+
+#ifdef __CUDACC__
+#define RSA_FFN __device__ __forceinline__ static
+RSA_FFN double rsa_f_fma_rz(double a, double b, double c) { return __fma_rz(a, b, c); }
+RSA_FFN rsa_u64 rsa_f_bits(double x) { return (rsa_u64)__double_as_longlong(x); }
+RSA_FFN double rsa_f_double(rsa_u64 x) { return __longlong_as_double((long long)x); }
+#else
+#include <math.h>
+#include <string.h>
+#define RSA_FFN static inline
+/* The emulator sets the rounding mode toward zero for the launch (emulate.cpp). */
+RSA_FFN double rsa_f_fma_rz(double a, double b, double c) { return fma(a, b, c); }
+RSA_FFN rsa_u64 rsa_f_bits(double x) {
+    rsa_u64 u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+RSA_FFN double rsa_f_double(rsa_u64 x) {
+    double d;
+    memcpy(&d, &x, sizeof d);
+    return d;
+}
+#endif
+
+#define RSA_F_MASK52 0xfffffffffffffull
+/* Bit patterns: 2^52 (whose mantissa field holds an integer below 2^52 added to it), 2^104
+ * (likewise for multiples of 2^52), and 2^104 + 2^52. */
+#define RSA_F_B52 0x4330000000000000ull
+#define RSA_F_B104 0x4670000000000000ull
+#define RSA_F_B104_52 0x4670000000000001ull
+/* What a step's bit patterns add to a limb beyond its integers, mod 2^64: the lowest limb gets
+ * two low halves, the top one two high halves, the others two of each (subtracted with the
+ * high halves). */
+#define RSA_F_BIAS_LOW (2 * RSA_F_B52)
+#define RSA_F_BIAS_MID (2 * RSA_F_B52 + 2 * RSA_F_B104)
+#define RSA_F_BIAS_TOP (2 * RSA_F_B104)
+
+/* Steps of a multiplication unrolled together (the accumulators move down a limb a step: in
+ * an unrolled run that is renaming, between runs moves). */
+#ifndef RSA_F_UNROLL
+#define RSA_F_UNROLL 2
+#endif
+
+/* 52-bit limbs for a prime of N 32-bit limbs: enough for 32N bits. */
+#define RSA_F_LIMBS(N) ((32 * (N) + 51) / 52)
+
+/* An integer below 2^52 as a double (exact). */
+RSA_FFN double rsa_f_of(rsa_u64 x) {
+    return rsa_f_double(x | RSA_F_B52) - rsa_f_double(RSA_F_B52);
+}
+
+/* The bit patterns of a*b's high part (H + B104) and low part (L + B52). */
+RSA_FFN void rsa_f_split(double a, double b, rsa_u64 *hi, rsa_u64 *lo) {
+    double h = rsa_f_fma_rz(a, b, rsa_f_double(RSA_F_B104));
+    double l = rsa_f_fma_rz(a, b, rsa_f_double(RSA_F_B104_52) - h);
+    *hi = rsa_f_bits(h);
+    *lo = rsa_f_bits(l);
+}
+
+/* -m^-1 mod 2^52 for odd m (m's lowest 64 bits; Newton: a fixed number of steps). */
+RSA_FFN rsa_u64 rsa_f_neg_inv52(rsa_u64 m0) {
+    rsa_u64 inv = 1;
+    for (int i = 0; i < 6; i++) inv *= 2 - m0 * inv;
+    return (0 - inv) & RSA_F_MASK52;
+}
+
+/* x (N 32-bit limbs) as K 52-bit limbs, each an integer in a double. */
+template <int N, int K> RSA_FFN void rsa_f_from32(double *out, const rsa_u32 *x) {
+    RSA_UNROLL for (int k = 0; k < K; k++) {
+        int w = 52 * k / 32, s = 52 * k % 32;
+        rsa_u64 lo = (rsa_u64)x[w] | ((w + 1 < N ? (rsa_u64)x[w + 1] : 0) << 32);
+        rsa_u64 v = lo >> s;
+        if (s > 12 && w + 2 < N) v |= (rsa_u64)x[w + 2] << (64 - s);
+        out[k] = rsa_f_of(v & RSA_F_MASK52);
+    }
+}
+
+/* K 52-bit limbs (integers below 2^52) as N 32-bit limbs; the value must fit. */
+template <int N, int K> RSA_FFN void rsa_f_to32(rsa_u32 *out, const rsa_u64 *x) {
+    RSA_UNROLL for (int i = 0; i < N; i++) {
+        int k = 32 * i / 52, s = 32 * i % 52;
+        rsa_u64 v = x[k] >> s;
+        if (s > 20 && k + 1 < K) v |= x[k + 1] << (52 - s);
+        out[i] = (rsa_u32)v;
+    }
+}
+
+/*
+ * Montgomery multiplication: r = a*b*R^-1 mod m, R = 2^(52K), for a, b < m (b's limbs read
+ * from memory, bm); r < m, as doubles (r) and as integers (ri, may be null). r may alias a.
+ */
+template <int K>
+RSA_FFN void rsa_f_mont_mul(double *r, rsa_u64 *ri, const double *a, const double *bm,
+                            const double *m, rsa_u64 m0inv) {
+    rsa_u64 t[K + 1];
+    RSA_UNROLL for (int j = 0; j <= K; j++) t[j] = 0;
+    /* The constants the bit patterns bring stay in the accumulators (mod 2^64) until a limb
+     * leaves through the bottom, whose constant is then known: at step i the lowest limb has
+     * been in the middle i times and at the bottom once. */
+    rsa_u64 bottom = RSA_F_BIAS_LOW;
+#ifdef __CUDACC__
+#pragma unroll RSA_F_UNROLL
+#endif
+    for (int i = 0; i < K; i++) {
+        double bi = bm[i];
+        rsa_u64 h, l, up = 0;
+        /* Each product's low part into its limb, its high part into the limb above. */
+        RSA_UNROLL for (int j = 0; j < K; j++) {
+            rsa_f_split(a[j], bi, &h, &l);
+            t[j] += l + up;
+            up = h;
+        }
+        t[K] += up;
+        /* Only t's lowest 52 bits matter for q, and the patterns' constants are multiples of
+         * 2^52. */
+        rsa_u64 q = (t[0] * m0inv) & RSA_F_MASK52;
+        double qd = rsa_f_of(q);
+        up = 0;
+        RSA_UNROLL for (int j = 0; j < K; j++) {
+            rsa_f_split(m[j], qd, &h, &l);
+            t[j] += l + up;
+            up = h;
+        }
+        t[K] += up;
+        /* t[0] less its constant is a multiple of 2^52: move down one limb, keeping the carry. */
+        rsa_u64 carry = (t[0] - bottom) >> 52;
+        bottom += RSA_F_BIAS_MID;
+        RSA_UNROLL for (int j = 0; j < K; j++) t[j] = t[j + 1];
+        t[K] = 0;
+        t[0] += carry;
+    }
+    /* Limb j has been at positions j+1 .. K: in the middle K-1-j times, at the top once. */
+    RSA_UNROLL for (int j = 0; j < K; j++)
+        t[j] -= (rsa_u64)(K - 1 - j) * RSA_F_BIAS_MID + RSA_F_BIAS_TOP;
+    /* Normalize to 52-bit limbs (the value is below 2m < 2^(52K+1)), then subtract m once
+     * under a mask when it is not below m. */
+    rsa_u64 c = 0;
+    RSA_UNROLL for (int j = 0; j < K; j++) {
+        rsa_u64 v = t[j] + c;
+        c = v >> 52;
+        t[j] = v & RSA_F_MASK52;
+    }
+    rsa_u64 top = c, d[K], borrow = 0;
+    RSA_UNROLL for (int j = 0; j < K; j++) {
+        rsa_u64 mj = rsa_f_bits(m[j] + rsa_f_double(RSA_F_B52)) & RSA_F_MASK52;
+        rsa_u64 v = t[j] - mj - borrow;
+        borrow = v >> 63;
+        d[j] = v & RSA_F_MASK52;
+    }
+    /* keep t only when top == 0 and the subtraction borrowed (t < m). */
+    rsa_u64 keep = (rsa_u64)0 - ((1 ^ (top & 1)) & borrow);
+    RSA_UNROLL for (int j = 0; j < K; j++) {
+        rsa_u64 v = (t[j] & keep) | (d[j] & ~keep);
+        if (ri) ri[j] = v;
+        r[j] = rsa_f_of(v);
+    }
+}
+
+/*
+ * One CRT half on one thread with FP64 arithmetic: res = (in mod m)^dm mod m as in
+ * rsa_crt_half (rsa_core.h), whose 32-bit code brings the input into this arithmetic's
+ * Montgomery form: with R32 = 2^(32N), R = 2^(52K) = R32 * 2^E,
+ *   y = R32^3 * 2^E * R32^-1 * R32^-1 ... = 2^E * R32 mod m = R mod m (the form of 1), and
+ *   x = (in*R32 mod m) * y * R32^-1 = in * R mod m.
+ * `work`: RSA_HALF_WORK_WORDS(N) words of scratch for those 32-bit steps.
+ */
+template <int N>
+RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key, int half,
+                            rsa_u32 *work) {
+    const int K = RSA_F_LIMBS(N), E = 52 * RSA_F_LIMBS(N) - 32 * N;
+    const rsa_u32 *m32 = key + (half ? RSA_K_Q(N) : RSA_K_P(N));
+    rsa_u32 m0inv32 = key[half ? RSA_K_Q0INV(N) : RSA_K_P0INV(N)];
+    const rsa_u32 *rrr = key + (half ? RSA_K_RRR_Q(N) : RSA_K_RRR_P(N));
+    const rsa_u32 *exp = key + (half ? RSA_K_DQ(N) : RSA_K_DP(N));
+    rsa_u32 *x = work, *y = work + N, *u = work + 2 * N;
+    /* u = R32^2 mod m (R32^3 * 1 * R32^-1), then y = 2^E * R32^2 * R32^-1 = R mod m. */
+    RSA_UNROLL for (int j = 0; j < N; j++) y[j] = 0;
+    y[0] = 1;
+    rsa_mont_mul(u, rrr, y, m32, m0inv32, N);
+    y[0] = 0;
+    y[E / 32] = (rsa_u32)1 << (E % 32);
+    rsa_mont_mul(y, y, u, m32, m0inv32, N);
+    /* x = in*R32 mod m as in rsa_crt_half, then x*y*R32^-1 = in*R mod m. */
+    rsa_redc(x, in, m32, m0inv32, N);
+    rsa_mont_mul(x, x, rrr, m32, m0inv32, N);
+    rsa_mont_mul(x, x, y, m32, m0inv32, N);
+
+    double m[K], r[K], b[K];
+    rsa_f_from32<N, K>(m, m32);
+    rsa_u64 m0inv = rsa_f_neg_inv52((rsa_u64)m32[0] | ((rsa_u64)m32[1] << 32));
+    /* The window table: x^e in Montgomery form for e < RSA_TABLE. */
+    double table[RSA_TABLE * K], xm[K];
+    rsa_f_from32<N, K>(table, y);
+    rsa_f_from32<N, K>(xm, x);
+    RSA_UNROLL for (int j = 0; j < K; j++) table[K + j] = xm[j];
+    for (int e = 2; e < RSA_TABLE; e++)
+        rsa_f_mont_mul<K>(table + e * K, (rsa_u64 *)0, table + (e - 1) * K, xm, m, m0inv);
+    int pos = RSA_EXP_BITS(N) - RSA_WINDOW;
+    rsa_u64 sel[K];
+    /* Entry `idx`, every entry read under a mask (constant time in idx). */
+#define RSA_F_SELECT(dst, idx)                                                                 \
+    {                                                                                          \
+        rsa_u32 want = (idx);                                                                  \
+        RSA_UNROLL for (int j = 0; j < K; j++) sel[j] = 0;                                     \
+        for (int e = 0; e < RSA_TABLE; e++) {                                                  \
+            rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ want) & 1);      \
+            RSA_UNROLL for (int j = 0; j < K; j++) sel[j] |= rsa_f_bits(table[e * K + j]) & mask; \
+        }                                                                                      \
+        RSA_UNROLL for (int j = 0; j < K; j++) dst[j] = rsa_f_double(sel[j]);                  \
+    }
+    RSA_F_SELECT(r, rsa_window(exp, pos));
+    while (pos > 0) {
+        pos -= RSA_WINDOW;
+#ifdef __CUDACC__
+#pragma unroll 1
+#endif
+        for (int s = 0; s < RSA_WINDOW; s++) {
+            RSA_UNROLL for (int j = 0; j < K; j++) b[j] = r[j];
+            rsa_f_mont_mul<K>(r, (rsa_u64 *)0, r, b, m, m0inv);
+        }
+        RSA_F_SELECT(b, rsa_window(exp, pos));
+        rsa_f_mont_mul<K>(r, (rsa_u64 *)0, r, b, m, m0inv);
+    }
+#undef RSA_F_SELECT
+    /* Out of the Montgomery domain: r * 1 * R^-1, fully reduced. */
+    RSA_UNROLL for (int j = 0; j < K; j++) b[j] = 0;
+    b[0] = 1;
+    rsa_u64 ri[K];
+    rsa_f_mont_mul<K>(r, ri, r, b, m, m0inv);
+    rsa_f_to32<N, K>(res, ri);
+}
+
+#endif /* RSA_FP64_H */
