@@ -190,9 +190,10 @@ RSA_FFN void rsa_f_mont_mul(double *r, rsa_u64 *ri, const double *a, const doubl
 /*
  * One CRT half on one thread with FP64 arithmetic: res = (in mod m)^dm mod m as in
  * rsa_crt_half (rsa_core.h), whose 32-bit code brings the input into this arithmetic's
- * Montgomery form: with R32 = 2^(32N), R = 2^(52K) = R32 * 2^E,
- *   y = R32^3 * 2^E * R32^-1 * R32^-1 ... = 2^E * R32 mod m = R mod m (the form of 1), and
- *   x = (in*R32 mod m) * y * R32^-1 = in * R mod m.
+ * Montgomery form. With R32 = 2^(32N) and R = 2^(52K) = R32 * 2^E (32-bit Montgomery
+ * products mont(a, b) = a*b*R32^-1):
+ *   u = mont(R32^3, 1) = R32^2,  y = mont(2^E, u) = 2^E * R32 = R mod m (the form of 1),
+ *   x = mont(mont(REDC(in), R32^3), y) = in * R32 * 2^E = in * R mod m.
  * `work`: RSA_HALF_WORK_WORDS(N) words of scratch for those 32-bit steps.
  */
 template <int N>
