@@ -47,7 +47,8 @@ if [ "${1:-}" = --prepare ]; then
 g16w5 --split 16 --table-local --no-carry-chains --window 5;g16shw4 --split 16 --no-carry-chains;\
 g16ccw4 --split 16 --table-local;g16shccw4 --split 16;g16shccw5 --split 16 --window 5;\
 g8shccw4 --split 8;g32shccw4 --split 32;g16shccw4b64 --split 16 --block 64;\
-s2f64w4 --split 2 --fp64 --window 4;s2f64w5 --split 2 --fp64 --window 5}"
+s2f64w4 --split 2 --fp64 --window 4;s2f64w5 --split 2 --fp64 --window 5;\
+g8f64w4 --split 8 --fp64;g16f64w4 --split 16 --fp64}"
     for v in "${variants[@]}"; do
       set -- $v; name=$1; shift
       LD_LIBRARY_PATH=${NVRTC_LIB:-} target/release/examples/device_bench --emit-ptx "$D/$name.ptx" "$@"
@@ -202,7 +203,7 @@ PY
   say "best RSA-2048 shape within p99 ${P99_MS} ms: $best ($best_flags): $best_rate signs/s"
   # BIG_VARIANTS (space-separated) and BIG_SIZES: the shapes and batch sizes for RSA-3072/4096.
   for bits in 3072 4096; do
-    for v in ${BIG_VARIANTS:-s1w5 s2w5 g16w5 g16ccw4 g16shccw4 s2f64w4} $best; do
+    for v in ${BIG_VARIANTS:-s1w5 s2w5 g16w5 g16ccw4 g16shccw4 s2f64w4 g16f64w4} $best; do
       [ -f "$C/$v.flags" ] || continue
       say "kernel: RSA-$bits, $v"
       timeout 90 $D/device_bench $bits "$SECS" --sizes ${BIG_SIZES:-1,4096,65536} $(cat $C/$v.flags) --cubin $C/$v.cubin | grep -E '^(batch|crossover)|panicked'

@@ -100,12 +100,12 @@ static thread_local rsa_dim3 threadIdx;
 #endif
 
 #include "rsa_core.h"
+#if RSA_FIBERS
+#include "rsa_group.h"
+#endif
 #if RSA_FP64
 #include <cfenv>
 #include "rsa_fp64.h"
-#endif
-#if RSA_FIBERS
-#include "rsa_group.h"
 #endif
 #include "rsa_kernel.cu"
 
@@ -121,7 +121,7 @@ static int rsa_emulate_thread(int half, unsigned int t, rsa_u32 *out, const rsa_
     threadIdx.x = t;
 #if RSA_FP64
     /* rsa_fp64.h's one rounding fma is __fma_rz on the device; its other operations are exact
-     * in any mode. The mode is per OS thread, and each of this shape's threads is one. */
+     * in any mode. The mode is per OS thread (fibers share theirs). */
     std::fesetround(FE_TOWARDZERO);
 #endif
     switch (half) {
@@ -195,5 +195,8 @@ extern "C" int RSA_EMULATE_LAUNCH(int half, unsigned int grid, unsigned int bloc
             rsa_emulate_thread(half, t, out, in, keys, key_index, count);
 #endif
     }
+#if RSA_FP64
+    std::fesetround(FE_TONEAREST); /* the caller's thread ran fibers, or none */
+#endif
     return 0;
 }

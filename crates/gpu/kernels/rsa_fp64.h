@@ -262,4 +262,228 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     rsa_f_to32<N, K>(res, ri);
 }
 
+#ifdef RSA_GROUP_H
+/*
+ * The group mapping (-DRSA_FP64=1 with 8, 16 or 32 threads per request): one CRT half over a
+ * group of G lanes as in rsa_group.h, each lane holding L = K/G of the K 52-bit limbs (K rounded
+ * up to a multiple of G; the spare limbs of m are zero). Step j of the multiplication
+ * broadcasts b's limb j and q (two 32-bit shuffles each) and moves the accumulator down one
+ * limb (each lane takes the next lane's lowest); the high parts of a lane's top products wait
+ * in `over` for the limb that moves into its top. Carries between lanes are settled once per
+ * multiplication, with ballots as in rsa_g_settle.
+ */
+
+/* 52-bit limbs of a group kernel's numbers: RSA_F_LIMBS rounded up to whole lanes. */
+#define RSA_FG_LIMBS(N, G) ((RSA_F_LIMBS(N) + (G) - 1) / (G) * (G))
+
+template <int G> RSA_FFN rsa_u64 rsa_fg_shfl(rsa_u64 v, int src) {
+    rsa_u32 lo = rsa_g_shfl<G>((rsa_u32)v, src);
+    rsa_u32 hi = rsa_g_shfl<G>((rsa_u32)(v >> 32), src);
+    return ((rsa_u64)hi << 32) | lo;
+}
+
+/* Normalizes this lane's L limbs (52 bits each) with `in` added at the bottom; returns the
+ * carry out of its top. */
+template <int L> RSA_FFN rsa_u64 rsa_fg_carry(rsa_u64 *t, rsa_u64 in) {
+    rsa_u64 c = in;
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        rsa_u64 v = t[k] + c;
+        c = v >> 52;
+        t[k] = v & RSA_F_MASK52;
+    }
+    return c;
+}
+
+/* Settles carries between lanes (each lane's `carry` is owed to the next lane's lowest limb)
+ * and returns what leaves the top lane: a carry into each lane, then a generate/propagate
+ * ballot for the 0-or-1 carries that remain. */
+template <int L, int G> RSA_FFN rsa_u64 rsa_fg_settle(rsa_u64 *t, rsa_u64 carry, int lane) {
+    rsa_u64 in = rsa_fg_shfl<G>(carry, (lane + G - 1) & (G - 1));
+    in = lane == 0 ? 0 : in;
+    rsa_u64 top = rsa_fg_shfl<G>(carry, G - 1);
+    rsa_u64 c = rsa_fg_carry<L>(t, in);
+    rsa_u64 ones = RSA_F_MASK52;
+    RSA_UNROLL for (int k = 0; k < L; k++) ones &= t[k];
+    rsa_u64 g = rsa_g_ballot<G>((int)c), p = rsa_g_ballot<G>(ones == RSA_F_MASK52);
+    rsa_u64 sum = (g << 1) + p;
+    rsa_fg_carry<L>(t, ((sum ^ p) >> lane) & 1);
+    return top + ((sum >> G) & 1);
+}
+
+/* Group Montgomery multiplication: r = a*b*R^-1 mod m, R = 2^(52K), for a, b < m, this
+ * lane's L limbs of each; r < m, as doubles (r) and integers (ri, may be null). r may alias a
+ * or b. */
+template <int K, int G>
+RSA_FFN void rsa_fg_mont_mul(double *r, rsa_u64 *ri, const double *a, const double *b,
+                             const double *m, rsa_u64 m0inv, int lane) {
+    const int L = K / G;
+    rsa_u64 t[K / G], over = 0;
+    RSA_UNROLL for (int k = 0; k < L; k++) t[k] = 0;
+    rsa_u64 bottom = RSA_F_BIAS_LOW; /* lane 0's lowest limb's constant, as in rsa_f_mont_mul */
+    for (int s = 0; s < G; s++) {
+        RSA_UNROLL for (int j = 0; j < L; j++) {
+            double bi = rsa_f_double(rsa_fg_shfl<G>(rsa_f_bits(b[j]), s));
+            rsa_u64 h, l, up = 0;
+            RSA_UNROLL for (int k = 0; k < L; k++) {
+                rsa_f_split(a[k], bi, &h, &l);
+                t[k] += l + up;
+                up = h;
+            }
+            over += up;
+            rsa_u64 q = rsa_fg_shfl<G>((t[0] * m0inv) & RSA_F_MASK52, 0);
+            double qd = rsa_f_of(q);
+            up = 0;
+            RSA_UNROLL for (int k = 0; k < L; k++) {
+                rsa_f_split(m[k], qd, &h, &l);
+                t[k] += l + up;
+                up = h;
+            }
+            over += up;
+            rsa_u64 low = rsa_fg_shfl<G>(t[0], (lane + 1) & (G - 1));
+            low = lane == G - 1 ? 0 : low;
+            rsa_u64 carry = lane == 0 ? (t[0] - bottom) >> 52 : 0;
+            bottom += RSA_F_BIAS_MID;
+            RSA_UNROLL for (int k = 0; k < L - 1; k++) t[k] = t[k + 1];
+            t[L - 1] = low + over;
+            over = 0;
+            t[0] += carry;
+        }
+    }
+    /* Limb p = lane*L + k has been at positions p+1 .. K (see rsa_f_mont_mul). */
+    RSA_UNROLL for (int k = 0; k < L; k++)
+        t[k] -= (rsa_u64)(K - 1 - (lane * L + k)) * RSA_F_BIAS_MID + RSA_F_BIAS_TOP;
+    rsa_u64 c = rsa_fg_carry<L>(t, 0);
+    rsa_u64 top = rsa_fg_settle<L, G>(t, c, lane);
+    /* t - m, borrows between lanes settled as in rsa_g_sub; keep t when it was below m. */
+    rsa_u64 d[K / G], borrow = 0, any = 0;
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        rsa_u64 mk = rsa_f_bits(m[k] + rsa_f_double(RSA_F_B52)) & RSA_F_MASK52;
+        rsa_u64 v = t[k] - mk - borrow;
+        borrow = v >> 63;
+        d[k] = v & RSA_F_MASK52;
+        any |= d[k];
+    }
+    rsa_u64 g = rsa_g_ballot<G>((int)borrow), p = rsa_g_ballot<G>(any == 0);
+    rsa_u64 sum = (g << 1) + p;
+    rsa_u64 in = ((sum ^ p) >> lane) & 1;
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        rsa_u64 v = d[k] - in;
+        in = v >> 63;
+        d[k] = v & RSA_F_MASK52;
+    }
+    rsa_u64 below = (sum >> G) & 1;
+    rsa_u64 keep = (rsa_u64)0 - ((1 ^ (top & 1)) & below);
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        rsa_u64 v = (t[k] & keep) | (d[k] & ~keep);
+        if (ri) ri[k] = v;
+        r[k] = rsa_f_of(v);
+    }
+}
+
+/* This lane's L 52-bit limbs (from limb lane*L) of a number of N 32-bit limbs in `x`. */
+template <int N, int L> RSA_FFN void rsa_fg_from32(double *out, const rsa_u32 *x, int lane) {
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        int bit = 52 * (lane * L + k), w = bit / 32, s = bit % 32;
+        rsa_u64 v = 0;
+        if (w < N) v = (rsa_u64)x[w] >> s;
+        if (w + 1 < N) v |= (rsa_u64)x[w + 1] << (32 - s);
+        if (s > 12 && w + 2 < N) v |= (rsa_u64)x[w + 2] << (64 - s);
+        out[k] = rsa_f_of(v & RSA_F_MASK52);
+    }
+}
+
+/*
+ * One CRT half over a group with FP64 arithmetic: res (this lane's N/G 32-bit limbs) =
+ * (in mod m)^dm mod m, as rsa_g_crt_half. The 32-bit group code brings the input into the
+ * FP64 Montgomery form as rsa_f_crt_half does; numbers change limb size through `stage`
+ * (2K words of shared memory for this group), with a block barrier on each side, so every
+ * thread of the block must call this.
+ */
+template <int N, int G>
+RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key, int half,
+                             int lane, rsa_u32 *stage) {
+    const int L32 = N / G, K = RSA_FG_LIMBS(N, G), L = K / G, E = 52 * K - 32 * N;
+    const rsa_u32 *mk = key + (half ? RSA_K_Q(N) : RSA_K_P(N));
+    const rsa_u32 *rrr = key + (half ? RSA_K_RRR_Q(N) : RSA_K_RRR_P(N));
+    const rsa_u32 *exp = key + (half ? RSA_K_DQ(N) : RSA_K_DP(N));
+    rsa_u32 m0inv32 = key[half ? RSA_K_Q0INV(N) : RSA_K_P0INV(N)];
+    rsa_u32 m32[N / G], x[N / G], y[N / G], u[N / G], r32[N / G];
+    RSA_UNROLL for (int k = 0; k < L32; k++) {
+        m32[k] = mk[lane * L32 + k];
+        u[k] = rrr[lane * L32 + k];
+        y[k] = 0;
+    }
+    y[0] = lane == 0 ? 1 : 0;
+    rsa_g_mont_mul<N, G>(r32, u, y, m32, m0inv32, lane); /* R32^2 */
+    RSA_UNROLL for (int k = 0; k < L32; k++) {
+        x[k] = in[lane * L32 + k];
+        y[k] = in[N + lane * L32 + k];
+    }
+    rsa_g_mont_mul<N, G>(x, r32, x, m32, m0inv32, lane);
+    rsa_g_mont_mul<N, G>(y, u, y, m32, m0inv32, lane);
+    rsa_g_add_mod<N, G>(x, x, y, m32, lane); /* in*R32 mod m */
+    /* y = 2^E * R32 = R mod m; x = in*R mod m. */
+    RSA_UNROLL for (int k = 0; k < L32; k++)
+        y[k] = lane * L32 + k == E / 32 ? (rsa_u32)1 << (E % 32) : 0;
+    rsa_g_mont_mul<N, G>(y, y, r32, m32, m0inv32, lane);
+    rsa_g_mont_mul<N, G>(x, x, y, m32, m0inv32, lane);
+
+    double m[K / G], xm[K / G], rr[K / G], b[K / G];
+    rsa_fg_from32<N, L>(m, mk, lane);
+    rsa_u64 m0inv = rsa_f_neg_inv52((rsa_u64)mk[0] | ((rsa_u64)mk[1] << 32));
+    /* x and y to this group's stage, each lane's 52-bit limbs from it. */
+    double table[RSA_TABLE * (K / G)];
+    RSA_UNROLL for (int k = 0; k < L32; k++) stage[lane * L32 + k] = y[k];
+    __syncthreads();
+    rsa_fg_from32<N, L>(table, stage, lane);
+    __syncthreads();
+    RSA_UNROLL for (int k = 0; k < L32; k++) stage[lane * L32 + k] = x[k];
+    __syncthreads();
+    rsa_fg_from32<N, L>(xm, stage, lane);
+    __syncthreads();
+    RSA_UNROLL for (int k = 0; k < L; k++) table[L + k] = xm[k];
+    for (int e = 2; e < RSA_TABLE; e++) {
+        RSA_UNROLL for (int k = 0; k < L; k++) rr[k] = table[(e - 1) * L + k];
+        rsa_fg_mont_mul<K, G>(rr, (rsa_u64 *)0, rr, xm, m, m0inv, lane);
+        RSA_UNROLL for (int k = 0; k < L; k++) table[e * L + k] = rr[k];
+    }
+    /* Entry `idx` of the table, every entry read under a mask (constant time in idx). */
+#define RSA_FG_SELECT(dst, idx)                                                                \
+    {                                                                                          \
+        rsa_u32 want = (idx);                                                                  \
+        rsa_u64 sel[K / G];                                                                    \
+        RSA_UNROLL for (int k = 0; k < L; k++) sel[k] = 0;                                     \
+        for (int e = 0; e < RSA_TABLE; e++) {                                                  \
+            rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ want) & 1);      \
+            RSA_UNROLL for (int k = 0; k < L; k++) sel[k] |= rsa_f_bits(table[e * L + k]) & mask; \
+        }                                                                                      \
+        RSA_UNROLL for (int k = 0; k < L; k++) dst[k] = rsa_f_double(sel[k]);                  \
+    }
+    int pos = RSA_EXP_BITS(N) - RSA_WINDOW;
+    RSA_FG_SELECT(rr, rsa_window(exp, pos));
+    while (pos > 0) {
+        pos -= RSA_WINDOW;
+        for (int s = 0; s < RSA_WINDOW; s++)
+            rsa_fg_mont_mul<K, G>(rr, (rsa_u64 *)0, rr, rr, m, m0inv, lane);
+        RSA_FG_SELECT(b, rsa_window(exp, pos));
+        rsa_fg_mont_mul<K, G>(rr, (rsa_u64 *)0, rr, b, m, m0inv, lane);
+    }
+#undef RSA_FG_SELECT
+    /* Out of the Montgomery domain, fully reduced; then to 32-bit limbs through the stage. */
+    RSA_UNROLL for (int k = 0; k < L; k++) b[k] = 0;
+    b[0] = lane == 0 ? 1.0 : 0.0;
+    rsa_u64 ri[K / G];
+    rsa_fg_mont_mul<K, G>(rr, ri, rr, b, m, m0inv, lane);
+    rsa_u64 *stage64 = (rsa_u64 *)stage;
+    RSA_UNROLL for (int k = 0; k < L; k++) stage64[lane * L + k] = ri[k];
+    __syncthreads();
+    RSA_UNROLL for (int i = 0; i < L32; i++) {
+        int bit = 32 * (lane * L32 + i), k = bit / 52, s = bit % 52;
+        rsa_u64 v = stage64[k] >> s;
+        if (s > 20 && k + 1 < K) v |= stage64[k + 1] << (52 - s);
+        res[i] = (rsa_u32)v;
+    }
+}
+#endif /* RSA_GROUP_H */
+
 #endif /* RSA_FP64_H */

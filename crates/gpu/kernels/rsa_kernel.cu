@@ -20,12 +20,14 @@
 #ifndef RSA_SPLIT
 #define RSA_SPLIT 1
 #endif
-/* FP64 arithmetic for each CRT half (-DRSA_FP64=1, rsa_fp64.h): two threads per request only. */
+/* FP64 arithmetic for each CRT half (-DRSA_FP64=1, rsa_fp64.h): one thread per half with two
+ * threads per request, or a group of lanes (8, 16, 32 threads per request; window table in a
+ * local array). */
 #ifndef RSA_FP64
 #define RSA_FP64 0
 #endif
-#if RSA_FP64 && RSA_SPLIT != 2
-#error "RSA_FP64 needs RSA_SPLIT=2"
+#if RSA_FP64 && RSA_SPLIT == 1
+#error "RSA_FP64 needs RSA_SPLIT=2, 8, 16 or 32"
 #endif
 #if RSA_FP64
 #define RSA_HALF(res, in, key, half, N, work) rsa_f_crt_half<N>(res, in, key, half, work)
@@ -88,6 +90,18 @@ RSA_DYNAMIC_SHARED
     rsa_u32 tab[RSA_TABLE * (N / RSA_GROUP)];                                                  \
     int stride = 1;
 #endif
+#if RSA_FP64
+/* Each group's stage for changing limb sizes (rsa_fg_crt_half): 2K words. */
+#define RSA_GROUP_HALF(N)                                                                      \
+    __shared__ rsa_u64 fg_stage[(RSA_MAX_BLOCK / RSA_GROUP) * RSA_FG_LIMBS(N, RSA_GROUP)];     \
+    rsa_fg_crt_half<N, RSA_GROUP>(res, in + (rsa_u64)r * 2 * N, key, half, lane,               \
+                                  (rsa_u32 *)(fg_stage + (threadIdx.x / RSA_GROUP) *           \
+                                                             RSA_FG_LIMBS(N, RSA_GROUP)));
+#else
+#define RSA_GROUP_HALF(N)                                                                      \
+    RSA_TABLE_DECL(N)                                                                          \
+    rsa_g_crt_half<N, RSA_GROUP>(res, in + (rsa_u64)r * 2 * N, key, half, lane, tab, stride);
+#endif
 /* Every lane of a warp runs every step (shuffles and ballots need them all): lanes past `count`
  * compute request 0 again and store nothing. The block is a multiple of 2 * RSA_GROUP threads,
  * at most RSA_MAX_BLOCK (the host checks launches). */
@@ -105,10 +119,8 @@ RSA_DYNAMIC_SHARED
         int active = i < count;                                                                \
         unsigned int r = active ? i : 0;                                                       \
         const rsa_u32 *key = keys + (rsa_u64)key_index[r] * RSA_KEY_WORDS(N);                  \
-        RSA_TABLE_DECL(N)                                                                      \
         rsa_u32 res[N / RSA_GROUP];                                                            \
-        rsa_g_crt_half<N, RSA_GROUP>(res, in + (rsa_u64)r * 2 * N, key, half, lane, tab,       \
-                                     stride);                                                  \
+        RSA_GROUP_HALF(N)                                                                      \
         /* Both halves' results to shared memory; then both groups run the recombination on     \
          * them (the shuffles need every lane) and the p group's lanes store it. */            \
         rsa_u32 *mine = hand_shared + slot * 2 * N;                                            \

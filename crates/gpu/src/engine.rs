@@ -83,8 +83,8 @@ pub struct GpuConfig {
     /// The group kernels' multiply-accumulate rows as PTX carry chains; ignored with 1 or 2
     /// threads per request.
     pub carry_chains: bool,
-    /// FP64 arithmetic for each CRT half (`kernels/rsa_fp64.h`); with 2 threads per request
-    /// only, ignored with any other count.
+    /// FP64 arithmetic for each CRT half (`kernels/rsa_fp64.h`), with 2, 8, 16 or 32 threads
+    /// per request (ignored with 1); the window table then stays in local memory.
     pub fp64: bool,
     /// Run the device's work in this worker process ([`crate::process`]: a device fault then
     /// costs a worker, which the next probe starts again), or in this process (`None`).
@@ -99,9 +99,9 @@ impl GpuConfig {
         crate::host_core::KernelShape {
             window: self.window,
             threads_per_request: self.threads_per_request,
-            table_shared: self.table_shared && group,
+            table_shared: self.table_shared && group && !self.fp64,
             carry_chains: self.carry_chains && group,
-            fp64: self.fp64 && self.threads_per_request == 2,
+            fp64: self.fp64 && self.threads_per_request > 1,
         }
     }
 }

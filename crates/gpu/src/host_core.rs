@@ -62,6 +62,8 @@ mod ffi {
         rsa_emulate_launch_w5_s2,
         rsa_emulate_launch_w5_s2_f64,
         rsa_emulate_launch_w4_s2_f64,
+        rsa_emulate_launch_w4_s8_f64,
+        rsa_emulate_launch_w4_s16_f64,
         rsa_emulate_launch_w5_s8,
         rsa_emulate_launch_w5_s16,
         rsa_emulate_launch_w5_s32,
@@ -320,8 +322,8 @@ pub struct KernelShape {
     /// rows, and the device's self-check compares the two.
     pub carry_chains: bool,
     /// Each CRT half's exponentiation in FP64 arithmetic (52-bit limbs in doubles, products by
-    /// fused multiply-add: `kernels/rsa_fp64.h`) instead of 32-bit integer multiply-adds. Two
-    /// threads per request only.
+    /// fused multiply-add: `kernels/rsa_fp64.h`) instead of 32-bit integer multiply-adds: on one
+    /// thread with 2 threads per request, or over a group; the window table in local memory.
     pub fp64: bool,
 }
 
@@ -359,11 +361,11 @@ impl KernelShape {
                 self.threads_per_request
             ));
         }
-        if self.fp64 && self.threads_per_request != 2 {
-            return Err(format!(
-                "FP64 arithmetic runs one thread per CRT half: 2 threads per request, not {}",
-                self.threads_per_request
-            ));
+        if self.fp64 && (self.threads_per_request == 1 || self.table_shared) {
+            return Err(
+                "FP64 arithmetic needs 2, 8, 16 or 32 threads per request and its window table in local memory"
+                    .into(),
+            );
         }
         if (self.table_shared || self.carry_chains) && self.group().is_none() {
             return Err(
@@ -418,6 +420,8 @@ pub fn emulate_launch_shaped(
         (5, 2, false, false) => ffi::rsa_emulate_launch_w5_s2,
         (5, 2, false, true) => ffi::rsa_emulate_launch_w5_s2_f64,
         (4, 2, false, true) => ffi::rsa_emulate_launch_w4_s2_f64,
+        (4, 8, false, true) => ffi::rsa_emulate_launch_w4_s8_f64,
+        (4, 16, false, true) => ffi::rsa_emulate_launch_w4_s16_f64,
         (5, 8, false, false) => ffi::rsa_emulate_launch_w5_s8,
         (5, 16, false, false) => ffi::rsa_emulate_launch_w5_s16,
         (5, 32, false, false) => ffi::rsa_emulate_launch_w5_s32,

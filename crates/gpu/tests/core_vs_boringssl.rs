@@ -268,15 +268,16 @@ fn group_kernels_emulated_match_boringssl() {
 }
 
 /// FP64 arithmetic (`kernels/rsa_fp64.h`: 52-bit limbs in doubles, products split exactly by a
-/// round-toward-zero fma), two threads per request, emulated in round-toward-zero mode: right
-/// results at every key size, windows 5 and 4, keys mixed within a block, and idle threads.
+/// round-toward-zero fma), emulated in round-toward-zero mode: one thread per CRT half with
+/// windows 5 and 4, and groups of 4 and 8 lanes per half (fibers exchanging values as a warp
+/// does): right results at every key size, keys mixed within a block, and idle threads.
 #[test]
 fn fp64_kernels_emulated_match_boringssl() {
     use gpu_engine::host_core::{emulate_launch_shaped, KernelShape};
     let mut rng = fastrand::Rng::with_seed(13);
-    let shape = |window| KernelShape {
+    let shape = |window, threads_per_request| KernelShape {
         window,
-        threads_per_request: 2,
+        threads_per_request,
         table_shared: false,
         carry_chains: false,
         fp64: true,
@@ -285,16 +286,37 @@ fn fp64_kernels_emulated_match_boringssl() {
         let keys: Vec<Rsa<boring::pkey::Private>> =
             (0..2).map(|_| Rsa::generate(bits).unwrap()).collect();
         let half = bits as usize / 64;
-        for (window, block, index) in [(5, 4u32, vec![1u32, 0, 1]), (4, 6, vec![0, 1])] {
+        // Every shape at 2048 bits, two at each larger size (the emulation is slow there).
+        // Blocks of 4 and 6 threads leave the last one partly idle; a warp of 8 threads per
+        // request, its last of 4 slots.
+        let one_thread = [(5, 4u32, vec![1u32, 0, 1]), (4, 6, vec![0, 1])];
+        let groups = [(8u32, vec![1u32, 0, 1]), (16, vec![0])];
+        let (one_thread, groups) = match bits {
+            2048 => (&one_thread[..], &groups[..]),
+            3072 => (&one_thread[..1], &groups[1..]),
+            _ => (&one_thread[1..], &groups[..1]),
+        };
+        for (window, block, index) in one_thread {
+            let (window, block) = (*window, *block);
             check_launch(
                 &keys,
-                &index,
+                index,
                 block as usize,
                 &mut rng,
                 |table, index, input, out| {
-                    emulate_launch_shaped(shape(window), half, block, table, index, input, out)
+                    emulate_launch_shaped(shape(window, 2), half, block, table, index, input, out)
                 },
             );
         }
+        for (tpr, index) in groups {
+            check_launch(&keys, index, 1, &mut rng, |table, index, input, out| {
+                emulate_launch_shaped(shape(4, *tpr), half, 32, table, index, input, out)
+            });
+        }
     }
+    // The emulation leaves this thread's rounding mode as it found it.
+    assert_eq!(
+        std::hint::black_box(1.0f64) / std::hint::black_box(10.0),
+        0.1
+    );
 }
