@@ -53,6 +53,14 @@ RSA_FFN double rsa_f_double(rsa_u64 x) {
 }
 #endif
 
+/* A loop the compiler must not unroll: the window table's scan, whose unrolled loads it would
+ * otherwise hoist into registers (all 16 entries at once: 255 registers and spills). */
+#ifdef __CUDACC__
+#define RSA_ROLLED _Pragma("unroll 1")
+#else
+#define RSA_ROLLED
+#endif
+
 #define RSA_F_MASK52 0xfffffffffffffull
 /* Bit patterns: 2^52 (whose mantissa field holds an integer below 2^52 added to it), 2^104
  * (likewise for multiples of 2^52), and 2^104 + 2^52. */
@@ -234,7 +242,7 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     {                                                                                          \
         rsa_u32 want = (idx);                                                                  \
         RSA_UNROLL for (int j = 0; j < K; j++) sel[j] = 0;                                     \
-        for (int e = 0; e < RSA_TABLE; e++) {                                                  \
+        RSA_ROLLED for (int e = 0; e < RSA_TABLE; e++) {                                       \
             rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ want) & 1);      \
             RSA_UNROLL for (int j = 0; j < K; j++) sel[j] |= rsa_f_bits(table[e * K + j]) & mask; \
         }                                                                                      \
@@ -453,7 +461,7 @@ RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key
         rsa_u32 want = (idx);                                                                  \
         rsa_u64 sel[K / G];                                                                    \
         RSA_UNROLL for (int k = 0; k < L; k++) sel[k] = 0;                                     \
-        for (int e = 0; e < RSA_TABLE; e++) {                                                  \
+        RSA_ROLLED for (int e = 0; e < RSA_TABLE; e++) {                                       \
             rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ want) & 1);      \
             RSA_UNROLL for (int k = 0; k < L; k++) sel[k] |= rsa_f_bits(table[e * L + k]) & mask; \
         }                                                                                      \
