@@ -173,8 +173,10 @@ elif [ "${ONLY:-}" = engine ]; then
   done
   say "the engine over a worker process whose device faults on its fifth batch"
   timeout 120 $D/device_bench engine-fault
-  say "rampart bench engine: the device's work in this process (gpu:16shccw4) and in a worker (…p)"
-  timeout 150 $D/rampart bench engine --engines gpu:16shccw4,gpu:16shccw4p --levels "${LEVELS:-1,1024,16384,65536}" -d 2s
+  # ENGINE_SPECS: other shapes as `rampart bench engine` names them (e.g. gpu:16f for FP64
+  # arithmetic over groups of 8 lanes, gpu:16shccw4s3 for three streams).
+  say "rampart bench engine: ${ENGINE_SPECS:-gpu:16shccw4 in this process and gpu:16shccw4p in a worker}"
+  timeout 150 $D/rampart bench engine --engines "${ENGINE_SPECS:-gpu:16shccw4,gpu:16shccw4p}" --levels "${LEVELS:-1,1024,16384,65536}" -d 2s
 elif [ -d "$C" ]; then
   # Prebuilt modules (--prepare): shapes measured side by side, no JIT on the device.
   say "kernel shapes, RSA-2048 (prebuilt cubins; registers and spills as ptxas reported them)"

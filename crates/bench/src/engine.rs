@@ -81,8 +81,8 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
 }
 
 /// The gpu engine's settings for `gpu:SHAPE`: threads per request, then `sh` (window table in
-/// shared memory), `cc` (carry chains), `f` (FP64 arithmetic, with 2 threads per request),
-/// `wN` (window width), `bN` (N threads per block)
+/// shared memory), `cc` (carry chains), `f` (FP64 arithmetic), `wN` (window width), `sN` (N
+/// CUDA streams, batches in flight at once), `bN` (N threads per block)
 /// and `p` (the device's work in a `rampart gpu-worker` process, as the gateway runs it) in any
 /// order, e.g. `16shccb64`; empty for the defaults. Settings not named keep the defaults'
 /// values, except `sh` and `cc`, which are off unless named.
@@ -109,6 +109,16 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
         } else if let Some(r) = rest.strip_prefix("cc") {
             config.carry_chains = true;
             rest = r;
+        } else if let Some(r) = rest
+            .strip_prefix('s')
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        {
+            let (streams, r) = number(r);
+            config.streams = streams
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("gpu:{shape}: s needs 1 or more streams, as in s3"))?
+                as usize;
+            rest = r;
         } else if let Some(r) = rest.strip_prefix('f') {
             config.fp64 = true;
             rest = r;
@@ -130,7 +140,7 @@ fn gpu_config(shape: &str) -> Result<gpu_engine::GpuConfig, String> {
             rest = r;
         } else {
             return Err(format!(
-                "gpu:{shape}: unknown {rest:?} (sh, cc, f, wN, bN, p)"
+                "gpu:{shape}: unknown {rest:?} (sh, cc, f, wN, sN, bN, p)"
             ));
         }
     }
@@ -405,5 +415,13 @@ mod tests {
             .contains("threads per request first"));
         assert!(gpu_config("16b48").unwrap_err().contains("multiple of 32"));
         assert_eq!(gpu_config("").unwrap().threads_per_request, 16);
+        // Streams after `sh` (no confusion), and FP64 with its local table.
+        let c = gpu_config("16shccs3").unwrap();
+        assert_eq!((c.streams, c.table_shared), (3, true));
+        assert!(gpu_config("16s0")
+            .unwrap_err()
+            .contains("1 or more streams"));
+        let c = gpu_config("16shf").unwrap();
+        assert!(c.fp64 && c.shape().fp64 && !c.shape().table_shared);
     }
 }
