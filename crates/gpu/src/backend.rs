@@ -9,7 +9,7 @@
 //! kernel (its CUDA entry point compiled for the host, [`crate::host_core::emulate_launch_shaped`]) and can inject errors, deadline overruns and corrupted results. It drives the
 //! engine's tests and the scheduler tests in CI, where no GPU exists.
 
-use crate::host_core::{emulate_launch_shaped, KeyLayout};
+use crate::host_core::{emulate_launch_shaped, KernelShape, KeyLayout};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -111,7 +111,19 @@ pub struct SimulatedGpu {
     control: Arc<SimControl>,
     /// The device's compute: one batch at a time.
     device: Arc<Mutex<()>>,
+    /// The kernel whose host build computes the results.
+    kernel: KernelShape,
 }
+
+/// The shape the simulated device runs unless told otherwise: the 32-bit kernel with two
+/// threads per request (fast to emulate).
+const SIMULATED_KERNEL: KernelShape = KernelShape {
+    window: crate::host_core::DEFAULT_WINDOW,
+    threads_per_request: 2,
+    table_shared: false,
+    carry_chains: false,
+    fp64: false,
+};
 
 impl SimulatedGpu {
     pub fn new(cost: CostModel, streams: usize, max_batch: usize) -> Self {
@@ -121,7 +133,15 @@ impl SimulatedGpu {
             max_batch: max_batch.max(1),
             control: Arc::default(),
             device: Arc::default(),
+            kernel: SIMULATED_KERNEL,
         }
+    }
+
+    /// Computes results with the host build of `kernel` (one the host emulation is built for,
+    /// in blocks of 128 threads) instead of the default shape.
+    pub fn with_kernel(mut self, kernel: KernelShape) -> Self {
+        self.kernel = kernel;
+        self
     }
 
     pub fn control(&self) -> Arc<SimControl> {
@@ -151,6 +171,7 @@ impl BatchBackend for SimulatedGpu {
         }
         Ok(Box::new(SimRunner {
             cost: self.cost,
+            kernel: self.kernel,
             control: self.control.clone(),
             device: self.device.clone(),
             half: 0,
@@ -165,6 +186,7 @@ impl BatchBackend for SimulatedGpu {
 
 struct SimRunner {
     cost: CostModel,
+    kernel: KernelShape,
     control: Arc<SimControl>,
     device: Arc<Mutex<()>>,
     half: usize,
@@ -209,16 +231,9 @@ impl StreamRunner for SimRunner {
         {
             let _device = self.device.lock().unwrap_or_else(|e| e.into_inner());
             self.output.resize(items * 2 * half, 0);
-            // The default kernel's entry point itself (two threads per request, each block's
-            // threads at once), on the host.
+            // The kernel's entry point itself (each block's threads at once), on the host.
             emulate_launch_shaped(
-                crate::host_core::KernelShape {
-                    window: crate::host_core::DEFAULT_WINDOW,
-                    threads_per_request: 2,
-                    table_shared: false,
-                    carry_chains: false,
-                    fp64: false,
-                },
+                self.kernel,
                 half,
                 128,
                 &self.keys,

@@ -420,3 +420,34 @@ async fn an_unreachable_latency_target_is_reported_and_signing_goes_on() {
     assert_eq!(gpu.gpu_signed(), 60);
     assert_eq!(gpu.cpu_reruns(), 0);
 }
+
+/// The engine over a simulated device that computes with the FP64 kernel (one thread per CRT
+/// half, emulated; the group shapes are slow to emulate): every signature verifies and none
+/// goes back to the CPU.
+#[tokio::test]
+async fn the_fp64_kernel_signs_through_the_engine() {
+    let shape = GpuConfig {
+        threads_per_request: 2,
+        fp64: true,
+        ..GpuConfig::default()
+    }
+    .shape();
+    assert!(shape.fp64 && !shape.table_shared);
+    let sim = SimulatedGpu::new(
+        CostModel {
+            launch: ms(1),
+            per_item: Duration::from_micros(5),
+        },
+        2,
+        4096,
+    )
+    .with_kernel(shape);
+    let control = sim.control();
+    let engine = GpuEngine::with_backend(Arc::new(sim), config());
+    engine.add_key(&key_der()).unwrap();
+    let key = private_key();
+    sign_many(&engine, &key, 16).await;
+    assert_eq!(engine.gpu_signed(), 16);
+    assert_eq!(engine.cpu_reruns(), 0);
+    assert_eq!(control.items.load(Ordering::SeqCst), 16);
+}
