@@ -38,7 +38,7 @@ if [ "${1:-}" = --prepare ]; then
     rm -rf "$D/cubins"; mkdir -p "$D/cubins"
     # name: device_bench flags (s = threads per request, g = group kernel of that many threads
     # per request, sh = window table in shared memory, cc = carry chains, f64 = FP64 arithmetic
-    # (rsa_fp64.h), w = window, b = block;
+    # (rsa_fp64.h; m: squarings as multiplications), w = window, b = block;
     # --define NAME=VALUE passes a kernel option the engine does not set).
     # VARIANTS (';'-separated) picks some of them.
     # The engine's defaults (shared table, carry chains, 4-bit window) apply unless a flag says
@@ -48,7 +48,7 @@ g16w5 --split 16 --table-local --no-carry-chains --window 5;g16shw4 --split 16 -
 g16ccw4 --split 16 --table-local;g16shccw4 --split 16;g16shccw5 --split 16 --window 5;\
 g8shccw4 --split 8;g32shccw4 --split 32;g16shccw4b64 --split 16 --block 64;\
 s2f64w4 --split 2 --fp64 --window 4;s2f64w5 --split 2 --fp64 --window 5;\
-g8f64w4 --split 8 --fp64;g16f64w4 --split 16 --fp64}"
+s2f64w4m --split 2 --fp64 --window 4 --define RSA_F_SQR=0;g8f64w4 --split 8 --fp64;g16f64w4 --split 16 --fp64}"
     for v in "${variants[@]}"; do
       set -- $v; name=$1; shift
       LD_LIBRARY_PATH=${NVRTC_LIB:-} target/release/examples/device_bench --emit-ptx "$D/$name.ptx" "$@"

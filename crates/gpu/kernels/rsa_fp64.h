@@ -80,6 +80,11 @@ RSA_FFN double rsa_f_double(rsa_u64 x) {
 #define RSA_F_UNROLL 2
 #endif
 
+/* The one-thread kernel's squarings by rsa_f_mont_sqr (fewer products, more registers). */
+#ifndef RSA_F_SQR
+#define RSA_F_SQR 1
+#endif
+
 /* 52-bit limbs for a prime of N 32-bit limbs: enough for 32N bits. */
 #define RSA_F_LIMBS(N) ((32 * (N) + 51) / 52)
 
@@ -121,6 +126,36 @@ template <int N, int K> RSA_FFN void rsa_f_to32(rsa_u32 *out, const rsa_u64 *x) 
         rsa_u64 v = x[k] >> s;
         if (s > 20 && k + 1 < K) v |= x[k + 1] << (52 - s);
         out[i] = (rsa_u32)v;
+    }
+}
+
+/*
+ * The end of a multiplication: t (K limbs, not normalized, plus `top` above them; the value
+ * below 2m < 2^(52K+1)) normalized to 52-bit limbs, m subtracted once under a mask when the
+ * value is not below m; to r as doubles and to ri (may be null) as integers.
+ */
+template <int K>
+RSA_FFN void rsa_f_settle(double *r, rsa_u64 *ri, rsa_u64 *t, rsa_u64 top, const double *m) {
+    rsa_u64 c = 0;
+    RSA_UNROLL for (int j = 0; j < K; j++) {
+        rsa_u64 v = t[j] + c;
+        c = v >> 52;
+        t[j] = v & RSA_F_MASK52;
+    }
+    top += c;
+    rsa_u64 d[K], borrow = 0;
+    RSA_UNROLL for (int j = 0; j < K; j++) {
+        rsa_u64 mj = rsa_f_bits(m[j] + rsa_f_double(RSA_F_B52)) & RSA_F_MASK52;
+        rsa_u64 v = t[j] - mj - borrow;
+        borrow = v >> 63;
+        d[j] = v & RSA_F_MASK52;
+    }
+    /* keep t only when top == 0 and the subtraction borrowed (t < m). */
+    rsa_u64 keep = (rsa_u64)0 - ((1 ^ (top & 1)) & borrow);
+    RSA_UNROLL for (int j = 0; j < K; j++) {
+        rsa_u64 v = (t[j] & keep) | (d[j] & ~keep);
+        if (ri) ri[j] = v;
+        r[j] = rsa_f_of(v);
     }
 }
 
@@ -171,28 +206,57 @@ RSA_FFN void rsa_f_mont_mul(double *r, rsa_u64 *ri, const double *a, const doubl
     /* Limb j has been at positions j+1 .. K: in the middle K-1-j times, at the top once. */
     RSA_UNROLL for (int j = 0; j < K; j++)
         t[j] -= (rsa_u64)(K - 1 - j) * RSA_F_BIAS_MID + RSA_F_BIAS_TOP;
-    /* Normalize to 52-bit limbs (the value is below 2m < 2^(52K+1)), then subtract m once
-     * under a mask when it is not below m. */
-    rsa_u64 c = 0;
-    RSA_UNROLL for (int j = 0; j < K; j++) {
-        rsa_u64 v = t[j] + c;
-        c = v >> 52;
-        t[j] = v & RSA_F_MASK52;
+    rsa_f_settle<K>(r, ri, t, 0, m);
+}
+
+/*
+ * Montgomery squaring (-DRSA_F_SQR=1): r = a*a*R^-1 mod m for a < m; r may alias a. The square
+ * first (each cross product a_i*a_j, i < j, once, then doubled; then the diagonal), then the
+ * reduction: K(K+1)/2 + K^2 limb products instead of 2K^2. Fully unrolled, so the 2K-limb
+ * square stays in registers; every addition takes its part's constant off with it (a
+ * three-input addition with a constant is no dearer than one without), so the limbs hold true
+ * values throughout.
+ */
+template <int K>
+RSA_FFN void rsa_f_mont_sqr(double *r, const double *a, const double *m, rsa_u64 m0inv) {
+    rsa_u64 w[2 * K + 1];
+    RSA_UNROLL for (int p = 0; p <= 2 * K; p++) w[p] = 0;
+    rsa_u64 h, l, up;
+    /* Row i: a_i*a_j for j > i, low parts at i+j, high parts one limb up. */
+    RSA_UNROLL for (int i = 0; i < K - 1; i++) {
+        rsa_f_split(a[i], a[i + 1], &h, &l);
+        w[2 * i + 1] += l - RSA_F_B52;
+        up = h;
+        RSA_UNROLL for (int j = i + 2; j < K; j++) {
+            rsa_f_split(a[i], a[j], &h, &l);
+            w[i + j] += l + up - (RSA_F_B52 + RSA_F_B104);
+            up = h;
+        }
+        w[i + K] += up - RSA_F_B104;
     }
-    rsa_u64 top = c, d[K], borrow = 0;
-    RSA_UNROLL for (int j = 0; j < K; j++) {
-        rsa_u64 mj = rsa_f_bits(m[j] + rsa_f_double(RSA_F_B52)) & RSA_F_MASK52;
-        rsa_u64 v = t[j] - mj - borrow;
-        borrow = v >> 63;
-        d[j] = v & RSA_F_MASK52;
+    RSA_UNROLL for (int p = 0; p < 2 * K; p++) w[p] += w[p];
+    RSA_UNROLL for (int i = 0; i < K; i++) {
+        rsa_f_split(a[i], a[i], &h, &l);
+        w[2 * i] += l - RSA_F_B52;
+        w[2 * i + 1] += h - RSA_F_B104;
     }
-    /* keep t only when top == 0 and the subtraction borrowed (t < m). */
-    rsa_u64 keep = (rsa_u64)0 - ((1 ^ (top & 1)) & borrow);
-    RSA_UNROLL for (int j = 0; j < K; j++) {
-        rsa_u64 v = (t[j] & keep) | (d[j] & ~keep);
-        if (ri) ri[j] = v;
-        r[j] = rsa_f_of(v);
+    /* Reduction: row i adds q_i*m at limb i, which makes limb i a multiple of 2^52; its carry
+     * goes to limb i+1. */
+    RSA_UNROLL for (int i = 0; i < K; i++) {
+        rsa_u64 q = (w[i] * m0inv) & RSA_F_MASK52;
+        double qd = rsa_f_of(q);
+        rsa_f_split(m[0], qd, &h, &l);
+        w[i] += l - RSA_F_B52;
+        up = h;
+        RSA_UNROLL for (int j = 1; j < K; j++) {
+            rsa_f_split(m[j], qd, &h, &l);
+            w[i + j] += l + up - (RSA_F_B52 + RSA_F_B104);
+            up = h;
+        }
+        w[i + K] += up - RSA_F_B104;
+        w[i + 1] += w[i] >> 52;
     }
+    rsa_f_settle<K>(r, (rsa_u64 *)0, w + K, w[2 * K], m);
 }
 
 /*
@@ -255,8 +319,12 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
 #pragma unroll 1
 #endif
         for (int s = 0; s < RSA_WINDOW; s++) {
+#if RSA_F_SQR
+            rsa_f_mont_sqr<K>(r, r, m, m0inv);
+#else
             RSA_UNROLL for (int j = 0; j < K; j++) b[j] = r[j];
             rsa_f_mont_mul<K>(r, (rsa_u64 *)0, r, b, m, m0inv);
+#endif
         }
         RSA_F_SELECT(b, rsa_window(exp, pos));
         rsa_f_mont_mul<K>(r, (rsa_u64 *)0, r, b, m, m0inv);
