@@ -7,7 +7,8 @@
 //!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2|8|16|32]
 //!     [--table-shared | --table-local] [--carry-chains | --no-carry-chains]
 //!     [--fp64 (with --split 2)] [--kernel-dir DIR | --cubin FILE]
-//! device_bench cpu-side [BITS]   # the CPU's share of a GPU signature (needs no device)
+//! device_bench cpu-side [BITS [THREADS]]   # the CPU's share of a GPU signature (needs no
+//!                                           # device), on THREADS threads at once
 //! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after
 //! device_bench engine-fault [--split S ...]   # the engine over a worker process whose device
 //!                                             # faults: CPU re-runs, a new worker, back on the GPU
@@ -20,6 +21,10 @@
 //! and ptxas on the build machine), so the device spends no time compiling; it must have been
 //! built for the `--split` given.
 //! Without `--sizes`: 1, 4, 16, … 65,536.
+
+/// The gateway's allocator (crates/rampart), so the CPU side is measured as the engine runs it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use gpu_engine::{bench_batch, crossover, GpuConfig, GpuKey};
 use std::time::{Duration, Instant};
@@ -93,15 +98,22 @@ fn main() {
         // The CPU's share of a GPU signature (no device needed).
         // `cpu-side BITS` for one size (the CPU build computing the outputs of the larger
         // ones, untimed, takes most of a minute).
+        // `cpu-side BITS THREADS`: that many threads at once (CPU time per signature).
         let only: Option<u32> = positional.get(1).map(|b| b.parse().expect("bits"));
+        let threads: usize = positional.get(2).map_or(1, |t| t.parse().expect("threads"));
         for bits in [2048u32, 3072, 4096]
             .into_iter()
             .filter(|b| only.is_none_or(|o| o == *b))
         {
             let key = rsa_key(bits);
             let alg = keyengine::SignatureAlgorithm::RsaPssSha256;
-            let (prepare, finish) = gpu_engine::bench_cpu_side(&key, alg, 2000);
-            println!("RSA-{bits}: prepare (PSS, blinding) {prepare:?}, finish (unblinding, verification) {finish:?}");
+            let (prepare, finish) = gpu_engine::bench_cpu_side(&key, alg, 2000, threads);
+            let on = if threads > 1 {
+                format!(" (CPU time, {threads} threads at once)")
+            } else {
+                String::new()
+            };
+            println!("RSA-{bits}: prepare (PSS, blinding) {prepare:?}, finish (unblinding, verification) {finish:?}{on}");
         }
         return;
     }

@@ -148,48 +148,90 @@ pub fn bench_batch(
 
 /// The CPU's share of one GPU signature, measured without a device: encoding and blinding
 /// (`prepare`), then unblinding and verifying with the public key (`finish`), each in chunks of
-/// 64 as the engine's CPU threads take a batch, averaged over `count` requests (rounded up to
-/// whole chunks) with `alg` on one thread. Returns (prepare, finish).
+/// 64 as the engine's CPU threads take a batch, over `count` requests per thread (rounded up to
+/// whole chunks) with `alg`, on `threads` threads at once (the engine runs both steps on every
+/// core; a core loaded beside others may be slower than one alone). Each step runs once untimed
+/// (allocator and caches warm), then `ROUNDS` times, each timed from a barrier that starts every
+/// thread to the last thread's end; the finishing rounds reuse one round's results. Returns the
+/// median round of (prepare, finish) as CPU time per signature: wall time × threads /
+/// signatures.
 pub fn bench_cpu_side(
     key: &GpuKey,
     alg: keyengine::SignatureAlgorithm,
     count: usize,
+    threads: usize,
 ) -> (Duration, Duration) {
-    let count = count.max(1);
+    const ROUNDS: usize = 5;
+    let (count, threads) = (count.max(1).next_multiple_of(64), threads.max(1));
     let digest = alg.hash().digest(b"rampart bench cpu side");
-    let t = Instant::now();
-    let items: Vec<crate::key::PrepareItem> = (0..64)
-        .map(|_| crate::key::PrepareItem {
-            key,
-            alg,
-            digest: &digest,
-        })
-        .collect();
-    let prepared: Vec<_> = (0..count.div_ceil(64))
-        .flat_map(|_| crate::key::prepare_batch(&items))
-        .map(|p| p.expect("encodes"))
-        .collect();
-    let count = prepared.len();
-    let prepare = t.elapsed() / count as u32;
-    // What the device would return, computed here (not timed).
-    let raw: Vec<Vec<u32>> = prepared.iter().map(|p| key.crt().crt(&p.input)).collect();
-    let items: Vec<crate::key::Finish> = prepared
-        .iter()
-        .zip(&raw)
-        .map(|(p, r)| crate::key::Finish {
-            key,
-            prepared: p,
-            raw: r,
-            alg,
-            digest: &digest,
-        })
-        .collect();
-    let t = Instant::now();
-    for chunk in items.chunks(64) {
-        let sigs = crate::key::finish_batch(chunk);
-        assert!(sigs.iter().all(Option::is_some), "verifies");
-    }
-    (prepare, t.elapsed() / count as u32)
+    let barrier = std::sync::Barrier::new(threads + 1);
+    let (prepare, finish) = std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let items: Vec<crate::key::PrepareItem> = (0..64)
+                    .map(|_| crate::key::PrepareItem {
+                        key,
+                        alg,
+                        digest: &digest,
+                    })
+                    .collect();
+                let prepare = || -> Vec<crate::key::Prepared> {
+                    (0..count / 64)
+                        .flat_map(|_| crate::key::prepare_batch(&items))
+                        .map(|p| p.expect("encodes"))
+                        .collect()
+                };
+                let mut prepared = prepare();
+                for _ in 0..ROUNDS {
+                    barrier.wait();
+                    prepared = prepare();
+                    barrier.wait();
+                }
+                // What the device would return, computed here (not timed).
+                let raw: Vec<Vec<u32>> = prepared.iter().map(|p| key.crt().crt(&p.input)).collect();
+                let items: Vec<crate::key::Finish> = prepared
+                    .iter()
+                    .zip(&raw)
+                    .map(|(p, r)| crate::key::Finish {
+                        key,
+                        prepared: p,
+                        raw: r,
+                        alg,
+                        digest: &digest,
+                    })
+                    .collect();
+                let finish = || {
+                    for chunk in items.chunks(64) {
+                        let sigs = crate::key::finish_batch(chunk);
+                        assert!(sigs.iter().all(Option::is_some), "verifies");
+                    }
+                };
+                finish();
+                for _ in 0..ROUNDS {
+                    barrier.wait();
+                    finish();
+                    barrier.wait();
+                }
+            });
+        }
+        let median_round = || {
+            let mut walls: Vec<Duration> = (0..ROUNDS)
+                .map(|_| {
+                    barrier.wait();
+                    let t = Instant::now();
+                    barrier.wait();
+                    t.elapsed()
+                })
+                .collect();
+            walls.sort();
+            walls[ROUNDS / 2]
+        };
+        let prepare = median_round();
+        let finish = median_round();
+        (prepare, finish)
+    });
+    let per = |wall: Duration| wall / count as u32;
+    (per(prepare), per(finish))
 }
 
 /// The smallest measured batch size at which the GPU finishes a queue of that many requests
