@@ -171,6 +171,8 @@ elif [ "${ONLY:-}" = engine ]; then
     # The old build takes no size: its first line (RSA-2048), the rest cut off.
     [ -x $D/device_bench_old ] && echo "old: $(timeout 60 $D/device_bench_old cpu-side 2>/dev/null | head -1)"
   done
+  # Loaded: every core at once, as the engine runs the steps (CPU time per signature).
+  echo "loaded: $(timeout 90 $D/device_bench cpu-side 2048 "$(nproc)")"
   say "the engine over a worker process whose device faults on its fifth batch"
   timeout 120 $D/device_bench engine-fault
   # ENGINE_SPECS: other shapes as `rampart bench engine` names them (e.g. gpu:16f for FP64
