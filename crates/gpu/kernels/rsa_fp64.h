@@ -101,6 +101,18 @@ RSA_FFN void rsa_f_split(double a, double b, rsa_u64 *hi, rsa_u64 *lo) {
     *lo = rsa_f_bits(l);
 }
 
+/* t += a*b over L limbs, each product's low part at its limb and its high part one limb up;
+ * returns the top product's high part, owed to the limb above t. Bit patterns (see the top). */
+template <int L> RSA_FFN rsa_u64 rsa_f_row(rsa_u64 *t, const double *a, double b) {
+    rsa_u64 h, l, up = 0;
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        rsa_f_split(a[k], b, &h, &l);
+        t[k] += l + up;
+        up = h;
+    }
+    return up;
+}
+
 /* -m^-1 mod 2^52 for odd m (m's lowest 64 bits; Newton: a fixed number of steps). */
 RSA_FFN rsa_u64 rsa_f_neg_inv52(rsa_u64 m0) {
     rsa_u64 inv = 1;
@@ -176,26 +188,11 @@ RSA_FFN void rsa_f_mont_mul(double *r, rsa_u64 *ri, const double *a, const doubl
 #pragma unroll RSA_F_UNROLL
 #endif
     for (int i = 0; i < K; i++) {
-        double bi = bm[i];
-        rsa_u64 h, l, up = 0;
-        /* Each product's low part into its limb, its high part into the limb above. */
-        RSA_UNROLL for (int j = 0; j < K; j++) {
-            rsa_f_split(a[j], bi, &h, &l);
-            t[j] += l + up;
-            up = h;
-        }
-        t[K] += up;
+        t[K] += rsa_f_row<K>(t, a, bm[i]);
         /* Only t's lowest 52 bits matter for q, and the patterns' constants are multiples of
          * 2^52. */
         rsa_u64 q = (t[0] * m0inv) & RSA_F_MASK52;
-        double qd = rsa_f_of(q);
-        up = 0;
-        RSA_UNROLL for (int j = 0; j < K; j++) {
-            rsa_f_split(m[j], qd, &h, &l);
-            t[j] += l + up;
-            up = h;
-        }
-        t[K] += up;
+        t[K] += rsa_f_row<K>(t, m, rsa_f_of(q));
         /* t[0] less its constant is a multiple of 2^52: move down one limb, keeping the carry. */
         rsa_u64 carry = (t[0] - bottom) >> 52;
         bottom += RSA_F_BIAS_MID;
@@ -399,22 +396,9 @@ RSA_FFN void rsa_fg_mont_mul(double *r, rsa_u64 *ri, const double *a, const doub
     for (int s = 0; s < G; s++) {
         RSA_UNROLL for (int j = 0; j < L; j++) {
             double bi = rsa_f_double(rsa_fg_shfl<G>(rsa_f_bits(b[j]), s));
-            rsa_u64 h, l, up = 0;
-            RSA_UNROLL for (int k = 0; k < L; k++) {
-                rsa_f_split(a[k], bi, &h, &l);
-                t[k] += l + up;
-                up = h;
-            }
-            over += up;
+            over += rsa_f_row<L>(t, a, bi);
             rsa_u64 q = rsa_fg_shfl<G>((t[0] * m0inv) & RSA_F_MASK52, 0);
-            double qd = rsa_f_of(q);
-            up = 0;
-            RSA_UNROLL for (int k = 0; k < L; k++) {
-                rsa_f_split(m[k], qd, &h, &l);
-                t[k] += l + up;
-                up = h;
-            }
-            over += up;
+            over += rsa_f_row<L>(t, m, rsa_f_of(q));
             rsa_u64 low = rsa_fg_shfl<G>(t[0], (lane + 1) & (G - 1));
             low = lane == G - 1 ? 0 : low;
             rsa_u64 carry = lane == 0 ? (t[0] - bottom) >> 52 : 0;
@@ -483,21 +467,9 @@ RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key
     const rsa_u32 *rrr = key + (half ? RSA_K_RRR_Q(N) : RSA_K_RRR_P(N));
     const rsa_u32 *exp = key + (half ? RSA_K_DQ(N) : RSA_K_DP(N));
     rsa_u32 m0inv32 = key[half ? RSA_K_Q0INV(N) : RSA_K_P0INV(N)];
-    rsa_u32 m32[N / G], x[N / G], y[N / G], u[N / G], r32[N / G];
-    RSA_UNROLL for (int k = 0; k < L32; k++) {
-        m32[k] = mk[lane * L32 + k];
-        u[k] = rrr[lane * L32 + k];
-        y[k] = 0;
-    }
-    y[0] = lane == 0 ? 1 : 0;
-    rsa_g_mont_mul<N, G>(r32, u, y, m32, m0inv32, lane); /* R32^2 */
-    RSA_UNROLL for (int k = 0; k < L32; k++) {
-        x[k] = in[lane * L32 + k];
-        y[k] = in[N + lane * L32 + k];
-    }
-    rsa_g_mont_mul<N, G>(x, r32, x, m32, m0inv32, lane);
-    rsa_g_mont_mul<N, G>(y, u, y, m32, m0inv32, lane);
-    rsa_g_add_mod<N, G>(x, x, y, m32, lane); /* in*R32 mod m */
+    rsa_u32 m32[N / G], x[N / G], y[N / G], r32[N / G];
+    RSA_UNROLL for (int k = 0; k < L32; k++) m32[k] = mk[lane * L32 + k];
+    rsa_g_input<N, G>(x, r32, in, m32, m0inv32, rrr, lane); /* in*R32 mod m, R32^2 mod m */
     /* y = 2^E * R32 = R mod m; x = in*R mod m. */
     RSA_UNROLL for (int k = 0; k < L32; k++)
         y[k] = lane * L32 + k == E / 32 ? (rsa_u32)1 << (E % 32) : 0;

@@ -257,6 +257,32 @@ RSA_GFN void rsa_g_select(rsa_u32 *out, const rsa_u32 *tab, int stride, rsa_u32 
 }
 
 /*
+ * The Montgomery form of a CRT half's input across the group: x = in*R mod m, where `in` has
+ * 2N limbs (in < pq, read by every lane), and rr = R^2 mod m, this lane's limbs of each; m and
+ * m0inv this lane's, rrr the key's R^3 mod m (every lane's limbs).
+ */
+template <int N, int G>
+RSA_GFN void rsa_g_input(rsa_u32 *x, rsa_u32 *rr, const rsa_u32 *in, const rsa_u32 *m,
+                         rsa_u32 m0inv, const rsa_u32 *rrr, int lane) {
+    const int L = N / G;
+    rsa_u32 y[N / G], u[N / G];
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        u[k] = rrr[lane * L + k];
+        y[k] = 0;
+    }
+    y[0] = lane == 0 ? 1 : 0;
+    /* R^2 = R^3 * 1 * R^-1; then in = lo + hi*R gives in*R = lo*R^2*R^-1 + hi*R^3*R^-1. */
+    rsa_g_mont_mul<N, G>(rr, u, y, m, m0inv, lane);
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        x[k] = in[lane * L + k];
+        y[k] = in[N + lane * L + k];
+    }
+    rsa_g_mont_mul<N, G>(x, rr, x, m, m0inv, lane);
+    rsa_g_mont_mul<N, G>(y, u, y, m, m0inv, lane);
+    rsa_g_add_mod<N, G>(x, x, y, m, lane);
+}
+
+/*
  * One CRT half across the group: res = (in mod m)^dm mod m with (m, dm) = (p, dp) for half 0,
  * (q, dq) for half 1; `in` has 2N limbs (in < pq, read by every lane), res this lane's L limbs.
  * tab: this lane's window table, entry e's limb k at tab[(e*L + k) * stride] (a local array
@@ -272,21 +298,8 @@ RSA_GFN void rsa_g_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     const rsa_u32 *exp = key + (half ? RSA_K_DQ(N) : RSA_K_DP(N));
     rsa_u32 m0inv = key[half ? RSA_K_Q0INV(N) : RSA_K_P0INV(N)];
     rsa_u32 m[N / G], x[N / G], y[N / G], u[N / G], r[N / G];
-    RSA_UNROLL for (int k = 0; k < L; k++) {
-        m[k] = mk[lane * L + k];
-        u[k] = rrr[lane * L + k];
-        y[k] = 0;
-    }
-    y[0] = lane == 0 ? 1 : 0;
-    /* R^2 = R^3 * 1 * R^-1; then in = lo + hi*R gives in*R = lo*R^2*R^-1 + hi*R^3*R^-1. */
-    rsa_g_mont_mul<N, G>(r, u, y, m, m0inv, lane);
-    RSA_UNROLL for (int k = 0; k < L; k++) {
-        x[k] = in[lane * L + k];
-        y[k] = in[N + lane * L + k];
-    }
-    rsa_g_mont_mul<N, G>(x, r, x, m, m0inv, lane);
-    rsa_g_mont_mul<N, G>(y, u, y, m, m0inv, lane);
-    rsa_g_add_mod<N, G>(x, x, y, m, lane); /* x = in*R mod m: in mod m, Montgomery form */
+    RSA_UNROLL for (int k = 0; k < L; k++) m[k] = mk[lane * L + k];
+    rsa_g_input<N, G>(x, r, in, m, m0inv, rrr, lane); /* in mod m, Montgomery form */
     /* Window table: x^e in Montgomery form for e < RSA_TABLE. */
     RSA_UNROLL for (int k = 0; k < L; k++) {
         r[k] = one[lane * L + k];
