@@ -1,8 +1,9 @@
 /*
- * FP64 arithmetic: one CRT half's exponentiation on one thread with 52-bit limbs held in
- * doubles, the limb products formed by the FP64 pipe's fused multiply-add (-DRSA_FP64=1 with
- * two threads per request). C++ (templates on the limb count); compiled by NVRTC after
- * rsa_core.h, and for the host by emulate.cpp.
+ * FP64 arithmetic (-DRSA_FP64=1): a CRT half's exponentiation with 52-bit limbs held in
+ * doubles, the limb products formed by the FP64 pipe's fused multiply-add; on one thread (two
+ * threads per request) or over a group of lanes (8, 16, 32 threads per request, at the end of
+ * this file). C++ (templates on the limb count); compiled by NVRTC after rsa_core.h and
+ * rsa_group.h, and for the host by emulate.cpp.
  *
  * Why: an RSA-2048 signature on 32-bit limbs is about 10.6 M IMADs, and the IMAD pipe caps a
  * GPU at that count. A 1024-bit prime is 20 limbs of 52 bits instead of 32 of 32 bits: 400 limb
@@ -13,19 +14,21 @@
  * technique of Emmart, Zheng and Weems, ARITH 2018):
  *   h = fma_rz(a, b, 2^104)           = 2^104 + H*2^52,  H = floor(a*b / 2^52)
  *   l = fma_rz(a, b, (2^104 + 2^52) - h) = 2^52 + L,     L = a*b - H*2^52 < 2^52
- * Both results keep their exponent, so their bit patterns are a constant plus H or L: the
- * integer additions sum bit patterns and subtract the constants (multiples of 2^52) once per
- * limb and step. Only h rounds (toward zero, as asked); every other FP64 operation here is
- * exact, so the host emulation runs the whole launch in round-toward-zero mode and computes
- * what the device does. Each step adds one product's low part and the previous limb's high
- * part into a limb (one three-input 64-bit addition) and keeps nothing else live.
+ * Both results keep their exponent, so their bit patterns are a constant plus H or L, and the
+ * integer additions sum bit patterns. The constants are multiples of 2^52: the multiplications
+ * remove them as a limb leaves the bottom of the accumulator (its count is known by then), the
+ * squaring with each addition. Only h rounds (toward zero, as asked); every other FP64
+ * operation here is exact, so the host emulation runs the whole launch in round-toward-zero
+ * mode and computes what the device does. A row adds one product's low part and the previous
+ * limb's high part into a limb (one three-input 64-bit addition) and keeps nothing else live.
  *
- * Montgomery multiplication is CIOS with R = 2^(52*N): step i adds a*b_i and q*m (q chosen so
+ * Montgomery multiplication is CIOS with R = 2^(52K): step i adds a*b_i and q*m (q chosen so
  * the lowest limb becomes a multiple of 2^52) into 64-bit accumulators and moves them down one
- * limb; b's limbs are read from memory (one load a step), a and m stay in registers.
+ * limb; on one thread b's limbs are read from memory (one load a step), a and m stay in
+ * registers.
  *
  * Constant time as the 32-bit core: no branch or index depends on a secret; the window table
- * (in local memory) is scanned whole under a mask.
+ * (in local memory) is scanned whole under a mask; every value is an integer, never subnormal.
  */
 #ifndef RSA_FP64_H
 #define RSA_FP64_H
@@ -67,9 +70,8 @@ RSA_FFN double rsa_f_double(rsa_u64 x) {
 #define RSA_F_B52 0x4330000000000000ull
 #define RSA_F_B104 0x4670000000000000ull
 #define RSA_F_B104_52 0x4670000000000001ull
-/* What a step's bit patterns add to a limb beyond its integers, mod 2^64: the lowest limb gets
- * two low halves, the top one two high halves, the others two of each (subtracted with the
- * high halves). */
+/* What a multiplication step's bit patterns add to a limb beyond its integers, mod 2^64: the
+ * lowest limb gets two low halves, the top one two high halves, the others two of each. */
 #define RSA_F_BIAS_LOW (2 * RSA_F_B52)
 #define RSA_F_BIAS_MID (2 * RSA_F_B52 + 2 * RSA_F_B104)
 #define RSA_F_BIAS_TOP (2 * RSA_F_B104)
