@@ -143,6 +143,18 @@ template <int N, int K> RSA_FFN void rsa_f_to32(rsa_u32 *out, const rsa_u64 *x) 
     }
 }
 
+/* dst = entry idx of a table of RSA_TABLE entries of L limbs, every entry read under a mask
+ * (constant time in idx); the scan stays a loop (RSA_ROLLED). */
+template <int L> RSA_FFN void rsa_f_select(double *dst, const double *table, rsa_u32 idx) {
+    rsa_u64 sel[L];
+    RSA_UNROLL for (int k = 0; k < L; k++) sel[k] = 0;
+    RSA_ROLLED for (int e = 0; e < RSA_TABLE; e++) {
+        rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ idx) & 1);
+        RSA_UNROLL for (int k = 0; k < L; k++) sel[k] |= rsa_f_bits(table[e * L + k]) & mask;
+    }
+    RSA_UNROLL for (int k = 0; k < L; k++) dst[k] = rsa_f_double(sel[k]);
+}
+
 /*
  * The end of a multiplication: t (K limbs, not normalized, plus `top` above them; the value
  * below 2m < 2^(52K+1)) normalized to 52-bit limbs, m subtracted once under a mask when the
@@ -299,19 +311,7 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     for (int e = 2; e < RSA_TABLE; e++)
         rsa_f_mont_mul<K>(table + e * K, (rsa_u64 *)0, table + (e - 1) * K, xm, m, m0inv);
     int pos = RSA_EXP_BITS(N) - RSA_WINDOW;
-    rsa_u64 sel[K];
-    /* Entry `idx`, every entry read under a mask (constant time in idx). */
-#define RSA_F_SELECT(dst, idx)                                                                 \
-    {                                                                                          \
-        rsa_u32 want = (idx);                                                                  \
-        RSA_UNROLL for (int j = 0; j < K; j++) sel[j] = 0;                                     \
-        RSA_ROLLED for (int e = 0; e < RSA_TABLE; e++) {                                       \
-            rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ want) & 1);      \
-            RSA_UNROLL for (int j = 0; j < K; j++) sel[j] |= rsa_f_bits(table[e * K + j]) & mask; \
-        }                                                                                      \
-        RSA_UNROLL for (int j = 0; j < K; j++) dst[j] = rsa_f_double(sel[j]);                  \
-    }
-    RSA_F_SELECT(r, rsa_window(exp, pos));
+    rsa_f_select<K>(r, table, rsa_window(exp, pos));
     while (pos > 0) {
         pos -= RSA_WINDOW;
 #ifdef __CUDACC__
@@ -325,10 +325,9 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
             rsa_f_mont_mul<K>(r, (rsa_u64 *)0, r, b, m, m0inv);
 #endif
         }
-        RSA_F_SELECT(b, rsa_window(exp, pos));
+        rsa_f_select<K>(b, table, rsa_window(exp, pos));
         rsa_f_mont_mul<K>(r, (rsa_u64 *)0, r, b, m, m0inv);
     }
-#undef RSA_F_SELECT
     /* Out of the Montgomery domain: r * 1 * R^-1, fully reduced. */
     RSA_UNROLL for (int j = 0; j < K; j++) b[j] = 0;
     b[0] = 1;
@@ -497,28 +496,15 @@ RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key
         rsa_fg_mont_mul<K, G>(rr, (rsa_u64 *)0, rr, xm, m, m0inv, lane);
         RSA_UNROLL for (int k = 0; k < L; k++) table[e * L + k] = rr[k];
     }
-    /* Entry `idx` of the table, every entry read under a mask (constant time in idx). */
-#define RSA_FG_SELECT(dst, idx)                                                                \
-    {                                                                                          \
-        rsa_u32 want = (idx);                                                                  \
-        rsa_u64 sel[K / G];                                                                    \
-        RSA_UNROLL for (int k = 0; k < L; k++) sel[k] = 0;                                     \
-        RSA_ROLLED for (int e = 0; e < RSA_TABLE; e++) {                                       \
-            rsa_u64 mask = (rsa_u64)0 - (rsa_u64)(rsa_ct_is_zero((rsa_u32)e ^ want) & 1);      \
-            RSA_UNROLL for (int k = 0; k < L; k++) sel[k] |= rsa_f_bits(table[e * L + k]) & mask; \
-        }                                                                                      \
-        RSA_UNROLL for (int k = 0; k < L; k++) dst[k] = rsa_f_double(sel[k]);                  \
-    }
     int pos = RSA_EXP_BITS(N) - RSA_WINDOW;
-    RSA_FG_SELECT(rr, rsa_window(exp, pos));
+    rsa_f_select<L>(rr, table, rsa_window(exp, pos));
     while (pos > 0) {
         pos -= RSA_WINDOW;
         for (int s = 0; s < RSA_WINDOW; s++)
             rsa_fg_mont_mul<K, G>(rr, (rsa_u64 *)0, rr, rr, m, m0inv, lane);
-        RSA_FG_SELECT(b, rsa_window(exp, pos));
+        rsa_f_select<L>(b, table, rsa_window(exp, pos));
         rsa_fg_mont_mul<K, G>(rr, (rsa_u64 *)0, rr, b, m, m0inv, lane);
     }
-#undef RSA_FG_SELECT
     /* Out of the Montgomery domain, fully reduced; then to 32-bit limbs through the stage. */
     RSA_UNROLL for (int k = 0; k < L; k++) b[k] = 0;
     b[0] = lane == 0 ? 1.0 : 0.0;
