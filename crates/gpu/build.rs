@@ -24,8 +24,8 @@ fn main() {
     // 6 with one thread per request; window 5 with two; groups of 4, 8 and 16 lanes per CRT
     // half (8, 16, 32 threads per request) with the table in local memory, and 8 lanes with it
     // in shared memory (windows 5 and 4: the engine's default).
-    // FP64 arithmetic (rsa_fp64.h): two threads per request with windows 5 and 4, groups of 4
-    // and 8 lanes per CRT half with window 4.
+    // FP64 arithmetic (rsa_fp64.h): two threads per request with windows 5 and 4, groups of 4,
+    // 8 and 16 lanes per CRT half with window 4.
     for (window, split, shared, fp64) in [
         (4, 1, false, false),
         (5, 1, false, false),
@@ -35,6 +35,7 @@ fn main() {
         (4, 2, false, true),
         (4, 8, false, true),
         (4, 16, false, true),
+        (4, 32, false, true),
         (5, 8, false, false),
         (5, 16, false, false),
         (5, 32, false, false),

@@ -6,7 +6,7 @@
 //! cargo run --release -p gpu-engine --example device_bench -- [bits] [seconds-per-size]
 //!     [--sizes 1,16,256] [--block 128] [--window 5] [--streams 2] [--split 1|2|8|16|32]
 //!     [--table-shared | --table-local] [--carry-chains | --no-carry-chains]
-//!     [--fp64 (with --split 2)] [--kernel-dir DIR | --cubin FILE]
+//!     [--fp64 (with --split 2, 8, 16, 32)] [--kernel-dir DIR | --cubin FILE]
 //! device_bench cpu-side [BITS [THREADS]]   # the CPU's share of a GPU signature (needs no
 //!                                           # device), on THREADS threads at once
 //! device_bench BITS fault [--cubin FILE] [--split S ...]   # a real device fault, and after

@@ -121,7 +121,8 @@ static int rsa_emulate_thread(int half, unsigned int t, rsa_u32 *out, const rsa_
     threadIdx.x = t;
 #if RSA_FP64
     /* rsa_fp64.h's one rounding fma is __fma_rz on the device; its other operations are exact
-     * in any mode. The mode is per OS thread (fibers share theirs). */
+     * in any mode. Each emulated thread (an OS thread, or a fiber, whose context carries its
+     * own mode) sets it. */
     std::fesetround(FE_TOWARDZERO);
 #endif
     switch (half) {
@@ -154,6 +155,9 @@ extern "C" int RSA_EMULATE_LAUNCH(int half, unsigned int grid, unsigned int bloc
                                   rsa_u32 *out, const rsa_u32 *in, const rsa_u32 *keys,
                                   const rsa_u32 *key_index, unsigned int count) {
     if (half != 32 && half != 48 && half != 64) return -1;
+#if RSA_FP64
+    int caller_rounding = std::fegetround();
+#endif
     blockDim.x = block;
     for (unsigned int b = 0; b < grid; b++) {
         blockIdx.x = b;
@@ -196,7 +200,7 @@ extern "C" int RSA_EMULATE_LAUNCH(int half, unsigned int grid, unsigned int bloc
 #endif
     }
 #if RSA_FP64
-    std::fesetround(FE_TONEAREST); /* the caller's thread ran fibers, or none */
+    std::fesetround(caller_rounding); /* the caller's thread ran fibers, or none */
 #endif
     return 0;
 }

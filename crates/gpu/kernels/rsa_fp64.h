@@ -510,13 +510,17 @@ RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key
     b[0] = lane == 0 ? 1.0 : 0.0;
     rsa_u64 ri[K / G];
     rsa_fg_mont_mul<K, G>(rr, ri, rr, b, m, m0inv, lane);
-    rsa_u64 *stage64 = (rsa_u64 *)stage;
-    RSA_UNROLL for (int k = 0; k < L; k++) stage64[lane * L + k] = ri[k];
+    /* Each 52-bit limb as two 32-bit words (low first): the stage holds 2K words. */
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        stage[2 * (lane * L + k)] = (rsa_u32)ri[k];
+        stage[2 * (lane * L + k) + 1] = (rsa_u32)(ri[k] >> 32);
+    }
     __syncthreads();
     RSA_UNROLL for (int i = 0; i < L32; i++) {
         int bit = 32 * (lane * L32 + i), k = bit / 52, s = bit % 52;
-        rsa_u64 v = stage64[k] >> s;
-        if (s > 20 && k + 1 < K) v |= stage64[k + 1] << (52 - s);
+        rsa_u64 v = ((rsa_u64)stage[2 * k] | ((rsa_u64)stage[2 * k + 1] << 32)) >> s;
+        if (s > 20 && k + 1 < K)
+            v |= ((rsa_u64)stage[2 * k + 2] | ((rsa_u64)stage[2 * k + 3] << 32)) << (52 - s);
         res[i] = (rsa_u32)v;
     }
 }

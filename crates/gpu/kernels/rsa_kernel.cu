@@ -93,10 +93,10 @@ RSA_DYNAMIC_SHARED
 #if RSA_FP64
 /* Each group's stage for changing limb sizes (rsa_fg_crt_half): 2K words. */
 #define RSA_GROUP_HALF(N)                                                                      \
-    __shared__ rsa_u64 fg_stage[(RSA_MAX_BLOCK / RSA_GROUP) * RSA_FG_LIMBS(N, RSA_GROUP)];     \
+    __shared__ rsa_u32 fg_stage[(RSA_MAX_BLOCK / RSA_GROUP) * 2 * RSA_FG_LIMBS(N, RSA_GROUP)]; \
     rsa_fg_crt_half<N, RSA_GROUP>(res, in + (rsa_u64)r * 2 * N, key, half, lane,               \
-                                  (rsa_u32 *)(fg_stage + (threadIdx.x / RSA_GROUP) *           \
-                                                             RSA_FG_LIMBS(N, RSA_GROUP)));
+                                  fg_stage + (threadIdx.x / RSA_GROUP) * 2 *                   \
+                                                 RSA_FG_LIMBS(N, RSA_GROUP));
 #else
 #define RSA_GROUP_HALF(N)                                                                      \
     RSA_TABLE_DECL(N)                                                                          \

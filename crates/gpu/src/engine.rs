@@ -93,7 +93,8 @@ pub struct GpuConfig {
 
 impl GpuConfig {
     /// The kernel shape these settings build (`table_shared` and `carry_chains` apply to the
-    /// group kernels only, and are ignored with 1 or 2 threads per request; `fp64` only to 2).
+    /// group kernels only, and are ignored with 1 or 2 threads per request; `fp64` is ignored
+    /// with 1, and keeps the window table out of shared memory).
     pub fn shape(&self) -> crate::host_core::KernelShape {
         let group = self.threads_per_request > 2;
         crate::host_core::KernelShape {

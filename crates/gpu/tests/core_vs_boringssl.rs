@@ -269,8 +269,8 @@ fn group_kernels_emulated_match_boringssl() {
 
 /// FP64 arithmetic (`kernels/rsa_fp64.h`: 52-bit limbs in doubles, products split exactly by a
 /// round-toward-zero fma), emulated in round-toward-zero mode: one thread per CRT half with
-/// windows 5 and 4, and groups of 4 and 8 lanes per half (fibers exchanging values as a warp
-/// does): right results at every key size, keys mixed within a block, and idle threads.
+/// windows 5 and 4, and groups of 4, 8 and 16 lanes per half (fibers exchanging values as a
+/// warp does): right results at every key size, keys mixed within a block, and idle threads.
 #[test]
 fn fp64_kernels_emulated_match_boringssl() {
     use gpu_engine::host_core::{emulate_launch_shaped, KernelShape};
@@ -290,10 +290,10 @@ fn fp64_kernels_emulated_match_boringssl() {
         // Blocks of 4 and 6 threads leave the last one partly idle; a warp of 8 threads per
         // request, its last of 4 slots.
         let one_thread = [(5, 4u32, vec![1u32, 0, 1]), (4, 6, vec![0, 1])];
-        let groups = [(8u32, vec![1u32, 0, 1]), (16, vec![0])];
+        let groups = [(8u32, vec![1u32, 0, 1]), (16, vec![0]), (32, vec![1])];
         let (one_thread, groups) = match bits {
             2048 => (&one_thread[..], &groups[..]),
-            3072 => (&one_thread[..1], &groups[1..]),
+            3072 => (&one_thread[..1], &groups[1..2]),
             _ => (&one_thread[1..], &groups[..1]),
         };
         for (window, block, index) in one_thread {
