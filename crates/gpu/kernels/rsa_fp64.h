@@ -122,23 +122,27 @@ RSA_FFN rsa_u64 rsa_f_neg_inv52(rsa_u64 m0) {
     return (0 - inv) & RSA_F_MASK52;
 }
 
-/* x (N 32-bit limbs) as K 52-bit limbs, each an integer in a double. */
-template <int N, int K> RSA_FFN void rsa_f_from32(double *out, const rsa_u32 *x) {
-    RSA_UNROLL for (int k = 0; k < K; k++) {
-        int w = 52 * k / 32, s = 52 * k % 32;
-        rsa_u64 lo = (rsa_u64)x[w] | ((w + 1 < N ? (rsa_u64)x[w + 1] : 0) << 32);
-        rsa_u64 v = lo >> s;
+/* L 52-bit limbs, from limb `first`, of a number of N 32-bit limbs in x; each an integer in a
+ * double. */
+template <int N, int L> RSA_FFN void rsa_f_from32(double *out, const rsa_u32 *x, int first) {
+    RSA_UNROLL for (int k = 0; k < L; k++) {
+        int bit = 52 * (first + k), w = bit / 32, s = bit % 32;
+        rsa_u64 v = 0;
+        if (w < N) v = (rsa_u64)x[w] >> s;
+        if (w + 1 < N) v |= (rsa_u64)x[w + 1] << (32 - s);
         if (s > 12 && w + 2 < N) v |= (rsa_u64)x[w + 2] << (64 - s);
         out[k] = rsa_f_of(v & RSA_F_MASK52);
     }
 }
 
-/* K 52-bit limbs (integers below 2^52) as N 32-bit limbs; the value must fit. */
-template <int N, int K> RSA_FFN void rsa_f_to32(rsa_u32 *out, const rsa_u64 *x) {
-    RSA_UNROLL for (int i = 0; i < N; i++) {
-        int k = 32 * i / 52, s = 32 * i % 52;
-        rsa_u64 v = x[k] >> s;
-        if (s > 20 && k + 1 < K) v |= x[k + 1] << (52 - s);
+/* C 32-bit limbs, from limb `first`, of a number of K 52-bit limbs, limb k being limb(k) (an
+ * integer below 2^52); the value must fit. */
+template <int K, int C, class Limb>
+RSA_FFN void rsa_f_to32(rsa_u32 *out, int first, const Limb &limb) {
+    RSA_UNROLL for (int i = 0; i < C; i++) {
+        int bit = 32 * (first + i), k = bit / 52, s = bit % 52;
+        rsa_u64 v = limb(k) >> s;
+        if (s > 20 && k + 1 < K) v |= limb(k + 1) << (52 - s);
         out[i] = (rsa_u32)v;
     }
 }
@@ -301,12 +305,12 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     rsa_mont_mul(x, x, y, m32, m0inv32, N);
 
     double m[K], r[K], b[K];
-    rsa_f_from32<N, K>(m, m32);
+    rsa_f_from32<N, K>(m, m32, 0);
     rsa_u64 m0inv = rsa_f_neg_inv52((rsa_u64)m32[0] | ((rsa_u64)m32[1] << 32));
     /* The window table: x^e in Montgomery form for e < RSA_TABLE. */
     double table[RSA_TABLE * K], xm[K];
-    rsa_f_from32<N, K>(table, y);
-    rsa_f_from32<N, K>(xm, x);
+    rsa_f_from32<N, K>(table, y, 0);
+    rsa_f_from32<N, K>(xm, x, 0);
     RSA_UNROLL for (int j = 0; j < K; j++) table[K + j] = xm[j];
     for (int e = 2; e < RSA_TABLE; e++)
         rsa_f_mont_mul<K>(table + e * K, (rsa_u64 *)0, table + (e - 1) * K, xm, m, m0inv);
@@ -333,7 +337,7 @@ RSA_FFN void rsa_f_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key,
     b[0] = 1;
     rsa_u64 ri[K];
     rsa_f_mont_mul<K>(r, ri, r, b, m, m0inv);
-    rsa_f_to32<N, K>(res, ri);
+    rsa_f_to32<K, N>(res, 0, [&](int k) { return ri[k]; });
 }
 
 #ifdef RSA_GROUP_H
@@ -441,18 +445,6 @@ RSA_FFN void rsa_fg_mont_mul(double *r, rsa_u64 *ri, const double *a, const doub
     }
 }
 
-/* This lane's L 52-bit limbs (from limb lane*L) of a number of N 32-bit limbs in `x`. */
-template <int N, int L> RSA_FFN void rsa_fg_from32(double *out, const rsa_u32 *x, int lane) {
-    RSA_UNROLL for (int k = 0; k < L; k++) {
-        int bit = 52 * (lane * L + k), w = bit / 32, s = bit % 32;
-        rsa_u64 v = 0;
-        if (w < N) v = (rsa_u64)x[w] >> s;
-        if (w + 1 < N) v |= (rsa_u64)x[w + 1] << (32 - s);
-        if (s > 12 && w + 2 < N) v |= (rsa_u64)x[w + 2] << (64 - s);
-        out[k] = rsa_f_of(v & RSA_F_MASK52);
-    }
-}
-
 /*
  * One CRT half over a group with FP64 arithmetic: res (this lane's N/G 32-bit limbs) =
  * (in mod m)^dm mod m, as rsa_g_crt_half. The 32-bit group code brings the input into the
@@ -478,17 +470,17 @@ RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key
     rsa_g_mont_mul<N, G>(x, x, y, m32, m0inv32, lane);
 
     double m[K / G], xm[K / G], rr[K / G], b[K / G];
-    rsa_fg_from32<N, L>(m, mk, lane);
+    rsa_f_from32<N, L>(m, mk, lane * L);
     rsa_u64 m0inv = rsa_f_neg_inv52((rsa_u64)mk[0] | ((rsa_u64)mk[1] << 32));
     /* x and y to this group's stage, each lane's 52-bit limbs from it. */
     double table[RSA_TABLE * (K / G)];
     RSA_UNROLL for (int k = 0; k < L32; k++) stage[lane * L32 + k] = y[k];
     __syncthreads();
-    rsa_fg_from32<N, L>(table, stage, lane);
+    rsa_f_from32<N, L>(table, stage, lane * L);
     __syncthreads();
     RSA_UNROLL for (int k = 0; k < L32; k++) stage[lane * L32 + k] = x[k];
     __syncthreads();
-    rsa_fg_from32<N, L>(xm, stage, lane);
+    rsa_f_from32<N, L>(xm, stage, lane * L);
     __syncthreads();
     RSA_UNROLL for (int k = 0; k < L; k++) table[L + k] = xm[k];
     for (int e = 2; e < RSA_TABLE; e++) {
@@ -516,13 +508,9 @@ RSA_FFN void rsa_fg_crt_half(rsa_u32 *res, const rsa_u32 *in, const rsa_u32 *key
         stage[2 * (lane * L + k) + 1] = (rsa_u32)(ri[k] >> 32);
     }
     __syncthreads();
-    RSA_UNROLL for (int i = 0; i < L32; i++) {
-        int bit = 32 * (lane * L32 + i), k = bit / 52, s = bit % 52;
-        rsa_u64 v = ((rsa_u64)stage[2 * k] | ((rsa_u64)stage[2 * k + 1] << 32)) >> s;
-        if (s > 20 && k + 1 < K)
-            v |= ((rsa_u64)stage[2 * k + 2] | ((rsa_u64)stage[2 * k + 3] << 32)) << (52 - s);
-        res[i] = (rsa_u32)v;
-    }
+    rsa_f_to32<K, L32>(res, lane * L32, [&](int k) {
+        return (rsa_u64)stage[2 * k] | ((rsa_u64)stage[2 * k + 1] << 32);
+    });
 }
 #endif /* RSA_GROUP_H */
 
