@@ -15,7 +15,8 @@
 # ONLY=engine skips the kernel sweep: CPU side (against $D/device_bench_old if carried), the engine
 # over a worker process whose device faults, the engine in and out of process, end to end;
 # ONLY=e2e runs the end-to-end rows only. E2E_RUNS ('engines|connections|gpu settings', ';'-separated)
-# replaces the end-to-end rows.
+# replaces the end-to-end rows. SUBMIT_THREADS (4): the threads `rampart bench engine` submits
+# the gpu rows from.
 # With prebuilt cubins in target/device/cubins (--prepare with PTXAS set) the kernel shapes are
 # measured side by side instead of the built-in kernel's sweep, the fastest at RSA-2048 whose
 # p99 stays within P99_MS (10) is picked (`best`), and the device-fault probe, the cached start,
@@ -175,10 +176,17 @@ elif [ "${ONLY:-}" = engine ]; then
   echo "loaded: $(timeout 90 $D/device_bench cpu-side 2048 "$(nproc)")"
   say "the engine over a worker process whose device faults on its fifth batch"
   timeout 120 $D/device_bench engine-fault
+  # The harness's own ceiling: the replay engine answers from a thread without signing. One
+  # submitting thread (a current-thread runtime) capped the engine rows before run 8; they now
+  # submit from SUBMIT_THREADS (4) threads, as a gateway's workers do.
+  say "rampart bench engine: replay (no signing: the harness's ceiling), 1 and ${SUBMIT_THREADS:-4} submitting threads"
+  for t in 1 "${SUBMIT_THREADS:-4}"; do
+    timeout 40 $D/rampart bench engine --engines replay --levels "${LEVELS:-1,1024,16384,65536}" -d 2s --threads "$t" | grep rsa2048
+  done
   # ENGINE_SPECS: other shapes as `rampart bench engine` names them (e.g. gpu:16f for FP64
   # arithmetic over groups of 8 lanes, gpu:16shccw4s3 for three streams).
-  say "rampart bench engine: ${ENGINE_SPECS:-gpu:16shccw4 in this process and gpu:16shccw4p in a worker}"
-  timeout 150 $D/rampart bench engine --engines "${ENGINE_SPECS:-gpu:16shccw4,gpu:16shccw4p}" --levels "${LEVELS:-1,1024,16384,65536}" -d 2s
+  say "rampart bench engine: ${ENGINE_SPECS:-gpu:16shccw4 in this process and gpu:16shccw4p in a worker}, ${SUBMIT_THREADS:-4} submitting threads"
+  timeout 150 $D/rampart bench engine --engines "${ENGINE_SPECS:-gpu:16shccw4,gpu:16shccw4p}" --levels "${LEVELS:-1,1024,16384,65536}" -d 2s --threads "${SUBMIT_THREADS:-4}"
 elif [ -d "$C" ]; then
   # Prebuilt modules (--prepare): shapes measured side by side, no JIT on the device.
   say "kernel shapes, RSA-2048 (prebuilt cubins; registers and spills as ptxas reported them)"
@@ -246,7 +254,7 @@ say "the gpu engine as configured: $GPU_ENGINE [key_engine.gpu] ${gpu_settings:-
 cache_start "${gpu_settings}"
 say "rampart bench engine (RSA-2048 and P-256; gpu takes RSA only)"
 [ -n "${SKIP_CPU_ENGINES:-}" ] || timeout 60 $D/rampart bench engine --engines inline,batch --levels 1,64,1024 -d 2s
-timeout 150 $D/rampart bench engine --engines "$GPU_ENGINE" --levels "${LEVELS:-1,64,1024,16384,65536}" -d 2s
+timeout 150 $D/rampart bench engine --engines "$GPU_ENGINE" --levels "${LEVELS:-1,64,1024,16384,65536}" -d 2s --threads "${SUBMIT_THREADS:-4}"
 fi
 
 [ -n "${SKIP_E2E:-}" ] && { say done; exit 0; }

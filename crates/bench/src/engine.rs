@@ -3,9 +3,12 @@
 //! engine's aws-lc, and BoringSSL) in the same run.
 //!
 //! Each cell drives one engine through the [`KeyEngine`] facade (as the gateway does, so RSA
-//! results of engines that do not verify their own are verified here too) from a current-thread
-//! runtime with `concurrency` tasks, for `--duration`. Run it pinned to one core
-//! (`taskset -c 1`): signs per CPU-second is then signs per core-second.
+//! results of engines that do not verify their own are verified here too) with `concurrency`
+//! tasks, for `--duration`, from `--threads` current-thread runtimes (1 by default), each with
+//! its share of the tasks, as the gateway's workers submit. Run the CPU engines pinned to one
+//! core (`taskset -c 1`): signs per CPU-second is then signs per core-second. An engine that
+//! signs off the CPU at hundreds of thousands a second needs several submitting threads; the
+//! `replay` engine (no signing) gives the ceiling of the harness and the reply path.
 
 use crate::BenchArgs;
 use anyhow::{bail, Context as _};
@@ -43,7 +46,16 @@ fn cpu_seconds() -> f64 {
     crate::cpu::process_cpu_seconds(std::process::id()).unwrap_or(0.0)
 }
 
-fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
+/// The digest every cell signs.
+fn bench_digest(algorithm: SignatureAlgorithm) -> Vec<u8> {
+    algorithm.hash().digest(b"rampart bench engine")
+}
+
+fn make_engine(
+    name: &str,
+    der: &[u8],
+    algorithm: SignatureAlgorithm,
+) -> Result<Arc<dyn Engine>, String> {
     let batch = |backend: KernelBackend| -> Result<Arc<dyn Engine>, String> {
         BatchEngine::new(BatchConfig {
             backend,
@@ -55,6 +67,12 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
     match name {
         "inline" => Ok(Arc::new(InlineEngine)),
         "threads" => Ok(Arc::new(ThreadsEngine::new(1, 65536))),
+        "replay" => {
+            let key = PrivateKey::from_der("PRIVATE KEY", der).map_err(|e| e.to_string())?;
+            crate::replay::ReplayEngine::new(&key, algorithm, &bench_digest(algorithm))
+                .map(|e| Arc::new(e) as Arc<dyn Engine>)
+                .map_err(|e| e.to_string())
+        }
         "batch" => batch(KernelBackend::best()),
         gpu if gpu == "gpu" || gpu.starts_with("gpu:") => {
             let config = gpu_config(gpu.strip_prefix("gpu:").unwrap_or(""))?;
@@ -74,7 +92,7 @@ fn make_engine(name: &str, der: &[u8]) -> Result<Arc<dyn Engine>, String> {
             Some(b) if b.available() => batch(b),
             Some(b) => Err(format!("kernel {b} needs AVX-512 IFMA, absent on this CPU")),
             None => Err(format!(
-                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, gpu, gpu:SHAPE, boringssl"
+                "unknown engine {other:?}: inline, threads, batch, batch:ifma512, batch:ifma256, batch:portable, gpu, gpu:SHAPE, boringssl, replay"
             )),
         },
     }
@@ -159,14 +177,13 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     sorted[i] as f64
 }
 
-/// Drives `engine` at `concurrency` for `duration` (and at most `max_ops`).
+/// Drives `engine` at `concurrency` for `duration` (and at most `max_ops`) from `threads`
+/// submitting threads.
 fn run_cell(
     engine: Arc<dyn Engine>,
     der: &[u8],
     algorithm: SignatureAlgorithm,
-    concurrency: usize,
-    duration: Duration,
-    max_ops: u64,
+    load: Load,
 ) -> anyhow::Result<(u64, f64, f64, Vec<u32>)> {
     let mut reg = KeyRegistry::new();
     let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", der)?);
@@ -175,20 +192,67 @@ fn run_cell(
         Scheduler::new(vec![engine], &SchedulerPolicy::default())?,
         EngineMetrics::unregistered(),
     );
+    let digest = bench_digest(algorithm);
+    let threads = load.threads.clamp(1, load.concurrency);
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let deadline = start + load.duration;
+    let per_task = load.max_ops.div_ceil(load.concurrency as u64).max(1);
+    let lat = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                // Thread t's share of the tasks: they differ by one at most.
+                let tasks =
+                    load.concurrency / threads + usize::from(t < load.concurrency % threads);
+                let (facade, digest) = (&facade, &digest);
+                s.spawn(move || {
+                    submit_from_thread(facade, id, algorithm, digest, tasks, per_task, deadline)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a submitting thread panicked"))??,
+            );
+        }
+        anyhow::Ok(all)
+    })?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    Ok((lat.len() as u64, wall, cpu, lat))
+}
+
+/// One cell's load: tasks, submitting threads, and when it stops.
+#[derive(Clone, Copy)]
+struct Load {
+    concurrency: usize,
+    threads: usize,
+    duration: Duration,
+    max_ops: u64,
+}
+
+/// One submitting thread: a current-thread runtime running `tasks` tasks, each signing in turn
+/// until `deadline` or `per_task` signatures. Returns each signature's latency in µs.
+fn submit_from_thread(
+    facade: &Arc<KeyEngine>,
+    id: keyengine::KeyId,
+    algorithm: SignatureAlgorithm,
+    digest: &[u8],
+    tasks: usize,
+    per_task: u64,
+    deadline: Instant,
+) -> anyhow::Result<Vec<u32>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let digest = algorithm.hash().digest(b"rampart bench engine");
-    let cpu0 = cpu_seconds();
-    let start = Instant::now();
-    let deadline = start + duration;
-    let per_task = max_ops.div_ceil(concurrency as u64).max(1);
-    let lat = rt.block_on(async {
-        let mut tasks = Vec::new();
-        for _ in 0..concurrency {
+    rt.block_on(async {
+        let mut handles = Vec::with_capacity(tasks);
+        for _ in 0..tasks {
             let facade = facade.clone();
-            let digest = digest.clone();
-            tasks.push(tokio::spawn(async move {
+            let digest = digest.to_vec();
+            handles.push(tokio::spawn(async move {
                 let mut lat = Vec::new();
                 while Instant::now() < deadline && (lat.len() as u64) < per_task {
                     let t = Instant::now();
@@ -199,14 +263,11 @@ fn run_cell(
             }));
         }
         let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await??);
+        for h in handles {
+            all.extend(h.await??);
         }
         anyhow::Ok(all)
-    })?;
-    let wall = start.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
-    Ok((lat.len() as u64, wall, cpu, lat))
+    })
 }
 
 fn boringssl_rate(
@@ -282,7 +343,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                 continue;
             }
             for &c in &levels {
-                let r = match make_engine(name, key) {
+                let r = match make_engine(name, key, *alg) {
                     Err(reason) => EngineRun {
                         engine: name.clone(),
                         algorithm: alg_name,
@@ -296,8 +357,17 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                         unavailable: Some(reason),
                     },
                     Ok(engine) => {
-                        let (n, wall, cpu, mut lat) =
-                            run_cell(engine, key, *alg, c, args.duration, max_ops)?;
+                        let (n, wall, cpu, mut lat) = run_cell(
+                            engine,
+                            key,
+                            *alg,
+                            Load {
+                                concurrency: c,
+                                threads: args.threads,
+                                duration: args.duration,
+                                max_ops,
+                            },
+                        )?;
                         lat.sort_unstable();
                         EngineRun {
                             engine: name.clone(),
@@ -387,7 +457,46 @@ pub fn ct_rsa(args: &BenchArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::gpu_config;
+    use super::{gpu_config, make_engine, run_cell, Load};
+    use keyengine::testing::generate_rsa_pkcs8;
+    use keyengine::{KeyKind, PrivateKey, SignRequest, SignatureAlgorithm};
+    use std::time::Duration;
+
+    #[test]
+    fn a_cell_splits_its_tasks_over_the_submitting_threads() {
+        let der = generate_rsa_pkcs8();
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        let engine = make_engine("replay", &der, alg).unwrap();
+        let load = Load {
+            concurrency: 8,
+            threads: 3,
+            duration: Duration::from_secs(30),
+            max_ops: 800,
+        };
+        // 8 tasks over 3 threads (3, 3, 2), 100 signatures each; every one answered.
+        let (n, _, _, lat) = run_cell(engine, &der, alg, load).unwrap();
+        assert_eq!((n, lat.len()), (800, 800));
+    }
+
+    #[tokio::test]
+    async fn replay_answers_its_one_digest_only() {
+        let der = generate_rsa_pkcs8();
+        let alg = SignatureAlgorithm::RsaPkcs1Sha256;
+        let engine = make_engine("replay", &der, alg).unwrap();
+        let key = PrivateKey::from_der("PRIVATE KEY", &der).unwrap();
+        let request = |digest: Vec<u8>| SignRequest {
+            key: key.id(),
+            kind: KeyKind::Rsa,
+            private: None,
+            algorithm: alg,
+            digest,
+        };
+        let digest = super::bench_digest(alg);
+        let sig = engine.submit(request(digest.clone())).await.unwrap();
+        assert!(key.verify_digest(alg, &digest, &sig));
+        let other = alg.hash().digest(b"another message");
+        assert!(engine.submit(request(other)).await.is_err());
+    }
 
     #[test]
     fn gpu_shapes_parse_and_bad_ones_say_why() {

@@ -9,6 +9,7 @@ pub mod engine;
 mod h3;
 mod packet_seal;
 mod quic_send;
+mod replay;
 mod request_set;
 pub mod sign;
 mod sign_load;
@@ -128,7 +129,8 @@ pub struct BenchArgs {
     /// Report this process's CPU time over the run (the server under test).
     #[arg(long)]
     pub server_pid: Option<u32>,
-    /// Client threads.
+    /// Client threads (engine: threads submitting signatures, each a current-thread runtime
+    /// with its share of the concurrency, as the gateway's workers).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Print the summary as one JSON object.
@@ -155,7 +157,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub client_key: Option<std::path::PathBuf>,
     /// engine: engines to measure, comma-separated (inline, threads, batch, batch:ifma512,
-    /// batch:ifma256, batch:portable, gpu, boringssl).
+    /// batch:ifma256, batch:portable, gpu, gpu:SHAPE, boringssl, and replay: no signing, the
+    /// ceiling of the harness and the reply path).
     #[arg(long, default_value = "boringssl,inline,threads,batch,gpu")]
     pub engines: String,
     /// engine: concurrency levels, comma-separated.

@@ -25,6 +25,7 @@
 
 use crate::backend::{BackendError, BatchBackend, StreamRunner};
 use crate::batch_size::BatchSizer;
+use crate::cpu_pool::CpuPool;
 use crate::error::GpuError;
 use crate::host_core::KeyLayout;
 use crate::key::{finish_batch, prepare_batch, Finish, GpuKey, PrepareItem, Prepared};
@@ -61,7 +62,8 @@ pub struct GpuConfig {
     /// First backoff before re-probing an unhealthy device; doubles per failed probe.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
-    /// CPU threads that pad/blind and unblind/verify a large batch (per batching thread).
+    /// CPU threads that pad/blind and unblind/verify/answer a large batch: one pool that every
+    /// stream's batches share.
     pub cpu_threads: usize,
     /// CUDA streams, each with its own buffers: batches in flight at once (at least 2).
     pub streams: usize,
@@ -194,6 +196,8 @@ pub enum GpuStatus {
 struct Shared {
     config: GpuConfig,
     backend: OnceLock<Arc<dyn BatchBackend>>,
+    /// The CPU steps' threads, started with the batching threads.
+    cpu: OnceLock<CpuPool>,
     status: Mutex<GpuStatus>,
     ready: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -425,6 +429,7 @@ impl Shared {
     fn new(config: GpuConfig, status: GpuStatus) -> Self {
         Shared {
             backend: OnceLock::new(),
+            cpu: OnceLock::new(),
             status: Mutex::new(status),
             ready: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
@@ -523,8 +528,7 @@ impl Shared {
 
     fn answer(&self, job: Job, reply: Reply) {
         self.depth.fetch_sub(1, Ordering::Relaxed);
-        // The handshake may have gone away; nothing to do then.
-        let _ = job.reply.send(reply);
+        send_reply(job, reply);
     }
 
     fn rerun_all(&self, jobs: Vec<Job>, why: &'static str) {
@@ -533,6 +537,12 @@ impl Shared {
             self.answer(job, Reply::Rerun(req, why));
         }
     }
+}
+
+/// Answers `job` (its queue depth already taken off).
+fn send_reply(job: Job, reply: Reply) {
+    // The handshake may have gone away; nothing to do then.
+    let _ = job.reply.send(reply);
 }
 
 /// Stands in for a request moved out of a job that is being answered.
@@ -806,7 +816,11 @@ impl Drop for GpuEngine {
 fn start_batching(shared: &Arc<Shared>, backend: Arc<dyn BatchBackend>, rx: Receiver<Msg>) {
     let streams = backend.streams().max(1);
     let max_batch = shared.config.max_batch.min(backend.max_batch()).max(1);
-    if shared.backend.set(backend).is_err() {
+    let cpu = match CpuPool::new(shared.config.cpu_threads) {
+        Ok(pool) => pool,
+        Err(e) => return shared.set_status(GpuStatus::Unavailable(e)),
+    };
+    if shared.backend.set(backend).is_err() || shared.cpu.set(cpu).is_err() {
         return;
     }
     let mut threads = shared.threads.lock().unwrap_or_else(|e| e.into_inner());
@@ -971,45 +985,15 @@ fn run_jobs(
     }
 }
 
-/// Runs `f` over `items` split into up to `threads` chunks of at least `min_chunk` items on
-/// scoped threads.
-fn par_map<T: Sync, R: Send>(
-    threads: usize,
-    min_chunk: usize,
-    items: &[T],
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let chunks = threads.min(items.len().div_ceil(min_chunk.max(1))).max(1);
-    if chunks == 1 {
-        return items.iter().map(f).collect();
-    }
-    let size = items.len().div_ceil(chunks);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(size)
-            .map(|c| s.spawn(|| c.iter().map(&f).collect::<Vec<R>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("cpu step panicked"))
-            .collect()
-    })
-}
-
-/// The size of chunks of `len` requests that are whole lane groups (8, the IFMA lanes), about
-/// one chunk per CPU thread.
-fn lane_chunk(len: usize, threads: usize) -> usize {
-    len.div_ceil(threads).next_multiple_of(8)
-}
-
 /// One launch: requests of one key size over at most `max_keys` keys.
 fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: Vec<Job>) {
     let c = &shared.counters;
-    let threads = shared.config.cpu_threads.max(1);
-    let chunks: Vec<&[Job]> = jobs
-        .chunks(lane_chunk(jobs.len(), threads).max(32))
-        .collect();
-    let prepared: Vec<Result<Prepared, SignError>> = par_map(threads, 1, &chunks, |chunk| {
+    let cpu = shared
+        .cpu
+        .get()
+        .expect("batching threads start after the CPU pool");
+    // Chunks of 64 or more: each takes one modular inversion for its blinding factors.
+    let prepared = cpu.map_chunks(&jobs, cpu.chunk(jobs.len(), 64), |chunk| {
         let items: Vec<PrepareItem> = chunk
             .iter()
             .map(|j| PrepareItem {
@@ -1019,10 +1003,7 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             })
             .collect();
         prepare_batch(&items)
-    })
-    .into_iter()
-    .flatten()
-    .collect();
+    });
     let mut ready: Vec<(Job, Prepared)> = Vec::with_capacity(jobs.len());
     for (job, p) in jobs.into_iter().zip(prepared) {
         match p {
@@ -1059,40 +1040,20 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             c.batch_ns
                 .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
             shared.sizer(half).record(ready.len(), took);
-            let sigs: Vec<Option<Vec<u8>>> = {
-                let items: Vec<Finish> = ready
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (j, p))| Finish {
-                        key: &j.key,
-                        prepared: p,
-                        raw: &out[i * 2 * half..(i + 1) * 2 * half],
-                        alg: j.request.algorithm,
-                        digest: &j.request.digest,
-                    })
-                    .collect();
-                let chunks: Vec<&[Finish]> =
-                    items.chunks(lane_chunk(items.len(), threads)).collect();
-                // One chunk per thread (each is already a lane group or more).
-                par_map(threads, 1, &chunks, |chunk| finish_batch(chunk))
-                    .into_iter()
-                    .flatten()
-                    .collect()
-            };
-            let mut faults = 0;
-            for ((mut job, _), sig) in ready.into_iter().zip(sigs) {
-                match sig {
-                    Some(sig) => {
-                        c.gpu_signed.fetch_add(1, Ordering::Relaxed);
-                        shared.answer(job, Reply::Done(Ok(sig)));
-                    }
-                    None => {
-                        faults += 1;
-                        let req = std::mem::replace(&mut job.request, placeholder_request());
-                        shared.answer(job, Reply::Rerun(req, "GPU result failed verification"));
-                    }
+            let sigs = finish_all(cpu, half, &ready, out);
+            // Counted before anyone hears back, so a caller's answer is in the counters.
+            let faults = sigs.iter().filter(|s| s.is_none()).count() as u64;
+            c.gpu_signed
+                .fetch_add(sigs.len() as u64 - faults, Ordering::Relaxed);
+            shared.depth.fetch_sub(ready.len(), Ordering::Relaxed);
+            // Answered on the CPU threads too: a wake-up per request adds up at 16,384.
+            cpu.for_each_pair(ready, sigs, 256, |(mut job, _), sig| match sig {
+                Some(sig) => send_reply(job, Reply::Done(Ok(sig))),
+                None => {
+                    let req = std::mem::replace(&mut job.request, placeholder_request());
+                    send_reply(job, Reply::Rerun(req, "GPU result failed verification"));
                 }
-            }
+            });
             if faults > 0 {
                 c.faults.fetch_add(faults, Ordering::Relaxed);
                 tracing::error!(
@@ -1121,6 +1082,28 @@ fn run_batch(shared: &Shared, runner: &mut Option<Box<dyn StreamRunner>>, jobs: 
             shared.rerun_all(ready.into_iter().map(|(j, _)| j).collect(), why);
         }
     }
+}
+
+/// Unblinds and verifies each kernel result (`out`, 2·`half` limbs per request, in the order
+/// of `ready`): the signature, or `None` where it failed verification.
+fn finish_all(
+    cpu: &CpuPool,
+    half: usize,
+    ready: &[(Job, Prepared)],
+    out: &[u32],
+) -> Vec<Option<Vec<u8>>> {
+    let items: Vec<Finish> = ready
+        .iter()
+        .enumerate()
+        .map(|(i, (j, p))| Finish {
+            key: &j.key,
+            prepared: p,
+            raw: &out[i * 2 * half..(i + 1) * 2 * half],
+            alg: j.request.algorithm,
+            digest: &j.request.digest,
+        })
+        .collect();
+    cpu.map_chunks(&items, cpu.chunk(items.len(), 8), finish_batch)
 }
 
 /// Stages one batch into the runner's buffers and runs it.

@@ -14,6 +14,7 @@
 mod backend;
 mod batch_size;
 mod bench;
+mod cpu_pool;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod engine;
