@@ -21,6 +21,7 @@ use keyengine::{
     KeyRegistry, PrivateKey, Scheduler, SchedulerPolicy, SignatureAlgorithm, ThreadsEngine,
 };
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,10 @@ pub struct EngineRun {
     pub p50_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// CPU µs per signature by thread group (the thread name without its number;
+    /// `bench-submit` = the submitting threads): where an engine's CPU goes.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cpu_us_by_thread: BTreeMap<String, f64>,
     /// Set when the engine could not run here (e.g. no AVX-512 IFMA, no GPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
@@ -184,7 +189,7 @@ fn run_cell(
     der: &[u8],
     algorithm: SignatureAlgorithm,
     load: Load,
-) -> anyhow::Result<(u64, f64, f64, Vec<u32>)> {
+) -> anyhow::Result<Cell> {
     let mut reg = KeyRegistry::new();
     let id = reg.insert(PrivateKey::from_der("PRIVATE KEY", der)?);
     let facade = KeyEngine::new(
@@ -195,9 +200,11 @@ fn run_cell(
     let digest = bench_digest(algorithm);
     let threads = load.threads.clamp(1, load.concurrency);
     let cpu0 = cpu_seconds();
+    let threads0 = crate::cpu::thread_groups_cpu();
     let start = Instant::now();
     let deadline = start + load.duration;
     let per_task = load.max_ops.div_ceil(load.concurrency as u64).max(1);
+    let mut submit_cpu = 0.0;
     let lat = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -205,23 +212,57 @@ fn run_cell(
                 let tasks =
                     load.concurrency / threads + usize::from(t < load.concurrency % threads);
                 let (facade, digest) = (&facade, &digest);
-                s.spawn(move || {
-                    submit_from_thread(facade, id, algorithm, digest, tasks, per_task, deadline)
-                })
+                std::thread::Builder::new()
+                    .name(format!("bench-submit-{t}"))
+                    .spawn_scoped(s, move || {
+                        let lat = submit_from_thread(
+                            facade, id, algorithm, digest, tasks, per_task, deadline,
+                        );
+                        (lat, crate::cpu::this_thread_cpu_seconds())
+                    })
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mut all = Vec::new();
         for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("a submitting thread panicked"))??,
-            );
+            let (lat, cpu) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a submitting thread panicked"))?;
+            all.extend(lat?);
+            submit_cpu += cpu;
         }
         anyhow::Ok(all)
     })?;
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
-    Ok((lat.len() as u64, wall, cpu, lat))
+    let n = lat.len().max(1) as f64;
+    // The submitting threads have ended: they measured themselves.
+    let mut by_thread: BTreeMap<String, f64> = crate::cpu::thread_groups_cpu()
+        .into_iter()
+        .map(|(g, t)| {
+            let used = t - threads0.get(&g).copied().unwrap_or(0.0);
+            (g, used * 1e6 / n)
+        })
+        .filter(|(_, us)| *us >= 0.05)
+        .collect();
+    by_thread.insert("bench-submit".into(), submit_cpu * 1e6 / n);
+    Ok(Cell {
+        operations: lat.len() as u64,
+        wall,
+        cpu,
+        latencies: lat,
+        cpu_us_by_thread: by_thread,
+    })
+}
+
+/// What one cell measured.
+struct Cell {
+    operations: u64,
+    wall: f64,
+    /// The process's CPU seconds over the cell.
+    cpu: f64,
+    /// Each signature's latency, µs.
+    latencies: Vec<u32>,
+    cpu_us_by_thread: BTreeMap<String, f64>,
 }
 
 /// One cell's load: tasks, submitting threads, and when it stops.
@@ -336,6 +377,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                     p50_us: wall * 1e6 / n.max(1) as f64,
                     p99_us: 0.0,
                     max_us: 0.0,
+                    cpu_us_by_thread: BTreeMap::new(),
                     unavailable: None,
                 };
                 report(args, &r)?;
@@ -354,20 +396,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                         p50_us: 0.0,
                         p99_us: 0.0,
                         max_us: 0.0,
+                        cpu_us_by_thread: BTreeMap::new(),
                         unavailable: Some(reason),
                     },
                     Ok(engine) => {
-                        let (n, wall, cpu, mut lat) = run_cell(
-                            engine,
-                            key,
-                            *alg,
-                            Load {
-                                concurrency: c,
-                                threads: args.threads,
-                                duration: args.duration,
-                                max_ops,
-                            },
-                        )?;
+                        let load = Load {
+                            concurrency: c,
+                            threads: args.threads,
+                            duration: args.duration,
+                            max_ops,
+                        };
+                        let cell = run_cell(engine, key, *alg, load)?;
+                        let (n, wall, cpu, mut lat) =
+                            (cell.operations, cell.wall, cell.cpu, cell.latencies);
                         lat.sort_unstable();
                         EngineRun {
                             engine: name.clone(),
@@ -379,6 +420,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                             p50_us: percentile(&lat, 0.5),
                             p99_us: percentile(&lat, 0.99),
                             max_us: lat.last().copied().unwrap_or(0) as f64,
+                            cpu_us_by_thread: cell.cpu_us_by_thread,
                             unavailable: None,
                         }
                     }
@@ -404,6 +446,15 @@ fn report(args: &BenchArgs, r: &EngineRun) -> anyhow::Result<()> {
             "{:<16} {:<11} c={:<4} {:>9.0} signs/s {:>9.0} signs/cpu-s  p50 {:>7.0} us  p99 {:>7.0} us  max {:>7.0} us",
             r.engine, r.algorithm, r.concurrency, r.signs_per_sec, r.signs_per_cpu_sec, r.p50_us, r.p99_us, r.max_us
         );
+        if !r.cpu_us_by_thread.is_empty() {
+            let mut groups: Vec<_> = r.cpu_us_by_thread.iter().collect();
+            groups.sort_by(|a, b| b.1.total_cmp(a.1));
+            let parts: Vec<String> = groups
+                .iter()
+                .map(|(g, us)| format!("{g} {us:.2}"))
+                .collect();
+            println!("    cpu us/sign by thread: {}", parts.join(", "));
+        }
     }
     Ok(())
 }
@@ -474,8 +525,11 @@ mod tests {
             max_ops: 800,
         };
         // 8 tasks over 3 threads (3, 3, 2), 100 signatures each; every one answered.
-        let (n, _, _, lat) = run_cell(engine, &der, alg, load).unwrap();
-        assert_eq!((n, lat.len()), (800, 800));
+        let cell = run_cell(engine, &der, alg, load).unwrap();
+        assert_eq!((cell.operations, cell.latencies.len()), (800, 800));
+        // The submitting threads and the replay thread did the work, and say so.
+        let by = &cell.cpu_us_by_thread;
+        assert!(by.get("bench-submit").is_some_and(|us| *us > 0.0), "{by:?}");
     }
 
     #[tokio::test]
