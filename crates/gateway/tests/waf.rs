@@ -426,6 +426,185 @@ endpoints = ["127.0.0.1:9"]
     );
 }
 
+/// An SQL error page, as a failing application would leak it (CRS 951230, MySQL).
+const SQL_LEAK: &str = "<html><body>Query failed: You have an error in your SQL syntax; \
+    check the manual that corresponds to your MySQL server version</body></html>\n";
+
+/// An upstream for response bodies, one response per connection, named by the path's last
+/// segment: `/leak` (an SQL error page,
+/// with a length), `/split` (the same page in two chunks, split inside the message), `/page`
+/// (an ordinary page), `/late` (100 KiB of page, then the leak, chunked), `/gzip` (the leak
+/// marked `Content-Encoding: gzip`), `/png` (the leak as an image), `/stall` (headers and a
+/// first chunk, then nothing for 30 s).
+async fn spawn_leaky_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                // The last segment names the response (`/detect/leak` is `/leak`).
+                let target = head.split_whitespace().nth(1).unwrap_or("");
+                let path = format!("/{}", target.rsplit('/').next().unwrap_or(""));
+                let whole = |ct: &str, extra: &str, body: &[u8]| {
+                    let mut r = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: {ct}\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    r.extend_from_slice(body);
+                    r
+                };
+                let chunked = |parts: &[&[u8]]| {
+                    let mut r = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+                    for p in parts {
+                        r.extend_from_slice(format!("{:x}\r\n", p.len()).as_bytes());
+                        r.extend_from_slice(p);
+                        r.extend_from_slice(b"\r\n");
+                    }
+                    r.extend_from_slice(b"0\r\n\r\n");
+                    r
+                };
+                let leak = SQL_LEAK.as_bytes();
+                let filler = vec![b'a'; 100 * 1024];
+                let resp = match path.as_str() {
+                    "/leak" => whole("text/html; charset=utf-8", "", leak),
+                    "/split" => chunked(&[&leak[..40], &leak[40..]]),
+                    "/page" => whole(
+                        "text/html",
+                        "",
+                        b"<html><body>3 orders shipped today.</body></html>\n",
+                    ),
+                    "/late" => chunked(&[&filler[..50 * 1024], &filler[50 * 1024..], leak]),
+                    "/gzip" => whole("text/html", "content-encoding: gzip\r\n", leak),
+                    "/png" => whole("image/png", "", leak),
+                    "/stall" => {
+                        let first = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+                        let _ = s.write_all(first).await;
+                        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                        return;
+                    }
+                    _ => {
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            .to_vec()
+                    }
+                };
+                let _ = s.write_all(&resp).await;
+            });
+        }
+    });
+    addr
+}
+
+/// `waf.response_body`: the Core Rule Set's data-leak rules read response bodies (phase 4).
+/// An SQL error page is withheld on a blocking route (also when the message is split across
+/// chunks, and over HTTP/2) and logged on a detecting one; an ordinary page passes whole;
+/// a leak past `response_body_limit`, in a content-coded body or in an image passes, the
+/// first two counted; a body that stalls before the limit is a 502, not a cut page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_bodies_that_leak_are_withheld_when_the_route_asks() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let leaky = spawn_leaky_upstream().await;
+    let fx = start_edited("", |text, dir| {
+        let routes = format!(
+            r#"
+[waf]
+log = "{log}"
+
+[[clusters]]
+name = "leaky"
+endpoints = ["{leaky}"]
+body_timeout = "1s"
+
+[[routes]]
+name = "detect"
+path_prefix = "/detect/"
+cluster = "leaky"
+waf = {{ mode = "detect", response_body = true }}
+
+[[routes]]
+name = "site"
+cluster = "leaky"
+waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
+"#,
+            log = dir.join("waf.log").display(),
+        );
+        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
+    })
+    .await;
+    let (status, body) = get(&fx, &["-H", "x-request-id: leak-1", &fx.url("/leak")]).await;
+    assert_eq!(status, "403", "{body}");
+    assert!(body.contains("leak-1") && !body.contains("SQL"), "{body}");
+    let (status, body) = get(&fx, &["--http2", &fx.url("/split")]).await;
+    assert_eq!(status, "403", "{body}");
+    let (status, body) = get(&fx, &[&fx.url("/page")]).await;
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("200", "<html><body>3 orders shipped today.</body></html>\n")
+    );
+    let (status, body) = get(&fx, &[&fx.url("/detect/leak")]).await;
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("200", SQL_LEAK),
+        "detect mode passes it"
+    );
+    // Past the limit: the first 64 KiB inspected and sent ahead, then the rest; all of it.
+    let (status, body) = get(&fx, &[&fx.url("/late")]).await;
+    assert_eq!(status, "200");
+    assert_eq!(body.len(), 100 * 1024 + SQL_LEAK.len());
+    assert!(body.ends_with(SQL_LEAK));
+    let (status, body) = get(&fx, &[&fx.url("/gzip")]).await;
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("200", SQL_LEAK),
+        "not read"
+    );
+    let (status, _) = get(&fx, &[&fx.url("/png")]).await;
+    assert_eq!(status, "200");
+    let (status, body) = get(&fx, &[&fx.url("/stall")]).await;
+    assert_eq!(status, "502", "{body}");
+    let lines = waf_log(&fx, 3).await;
+    let leaks: Vec<_> = lines
+        .iter()
+        .filter(|l| l["phase"] == "response" && l["rule"] == 951230)
+        .collect();
+    assert_eq!(leaks.len(), 3, "{lines:?}");
+    assert!(leaks
+        .iter()
+        .any(|l| l["route"] == "detect" && l["action"] == "logged"));
+    assert!(leaks.iter().any(|l| l["request_id"] == "leak-1"
+        && l["action"] == "blocked"
+        && l["body_inspected"] == SQL_LEAK.len()));
+    let m = fx.gw().metrics.render();
+    for (route, result, n) in [
+        ("site", "response_blocked", 2.0),
+        ("detect", "response_detected", 1.0),
+        ("site", "response_partial", 1.0),
+        ("site", "response_encoded", 1.0),
+    ] {
+        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            metric_sum(&m, "rampart_waf_requests_total", &labels),
+            n,
+            "{route} {result}: {m}"
+        );
+    }
+    let log = access_log(&fx, 8).await;
+    for want in ["response_blocked", "response_partial", "response_encoded"] {
+        assert!(log.iter().any(|r| r["waf"] == want), "{want}: {log:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
     let _one = ONE_AT_A_TIME.lock().await;

@@ -37,6 +37,8 @@ pub(crate) struct Api {
     pub add_n_response_header:
         unsafe extern "C" fn(*mut c_void, *const u8, usize, *const u8, usize) -> c_int,
     pub process_response_headers: unsafe extern "C" fn(*mut c_void, c_int, *const c_char) -> c_int,
+    pub append_response_body: unsafe extern "C" fn(*mut c_void, *const u8, usize) -> c_int,
+    pub process_response_body: unsafe extern "C" fn(*mut c_void) -> c_int,
     pub intervention: unsafe extern "C" fn(*mut c_void, *mut Intervention) -> c_int,
     pub process_logging: unsafe extern "C" fn(*mut c_void) -> c_int,
     pub transaction_cleanup: unsafe extern "C" fn(*mut c_void),
@@ -87,6 +89,8 @@ fn load() -> Result<Api, String> {
         process_request_body: sym!(b"msc_process_request_body\0"),
         add_n_response_header: sym!(b"msc_add_n_response_header\0"),
         process_response_headers: sym!(b"msc_process_response_headers\0"),
+        append_response_body: sym!(b"msc_append_response_body\0"),
+        process_response_body: sym!(b"msc_process_response_body\0"),
         intervention: sym!(b"msc_intervention\0"),
         process_logging: sym!(b"msc_process_logging\0"),
         transaction_cleanup: sym!(b"msc_transaction_cleanup\0"),

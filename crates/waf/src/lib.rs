@@ -9,8 +9,9 @@
 //!   through phases 1 and 2; the [`Verdict`] says whether a disruptive rule (in the Core Rule
 //!   Set, the anomaly-score evaluation) stopped it, and lists the rules that matched.
 //!   [`inspect_keeping`] keeps the transaction [`Open`] for [`inspect_response`], which runs
-//!   the response's status and headers through phase 3 (or [`close`], when none came); the
-//!   logging phase (5) runs last either way.
+//!   the response's status and headers through phase 3 and, when asked, its body (or its
+//!   first part) through phase 4 (or [`close`], when none came); the logging phase (5) runs
+//!   last either way.
 //!
 //! A [`Match`] carries a rule's id, message, severity and the *name* of the variable it matched
 //! (`ARGS:q`, `REQUEST_HEADERS:User-Agent`); ModSecurity's own log line also quotes the matched
@@ -24,8 +25,8 @@ mod transaction;
 
 pub use log_line::{parse as parse_log_line, Match, MAX_FIELD};
 pub use profile::{
-    crs_profile, valid_argument, valid_file_path, valid_path_prefix, CrsPaths, Exclusion, Mode,
-    Profile,
+    crs_profile, valid_argument, valid_file_path, valid_media_type, valid_path_prefix, CrsPaths,
+    Exclusion, Mode, Profile, ResponseBodies,
 };
 pub use rules::RuleSet;
 pub use transaction::{

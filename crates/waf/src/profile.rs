@@ -59,6 +59,17 @@ pub struct Profile {
     pub exclusions: Vec<Exclusion>,
     /// More rule files, loaded after the Core Rule Set.
     pub extra_rules: Vec<PathBuf>,
+    /// Response bodies read by phase 4 (`SecResponseBodyAccess On`); `None`: not read.
+    pub response_bodies: Option<ResponseBodies>,
+}
+
+/// Which response bodies phase 4 reads, and how much of each.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResponseBodies {
+    /// The most bytes inspected (`SecResponseBodyLimit`, processed partially past it).
+    pub limit: u64,
+    /// The media types read (`SecResponseBodyMimeType`), as [`valid_media_type`] accepts them.
+    pub types: Vec<String>,
 }
 
 /// First id of the rules rampart writes for exclusions (CRS leaves 1–99,999 to the user).
@@ -70,6 +81,18 @@ pub fn valid_path_prefix(s: &str) -> bool {
     s.starts_with('/')
         && s.bytes()
             .all(|b| b.is_ascii_graphic() && !b"\"'\\,;|".contains(&b))
+}
+
+/// Whether `s` can go into a directive as a media type: `type/subtype` in lowercase token
+/// characters (RFC 9110 §8.3.1), no parameters.
+pub fn valid_media_type(s: &str) -> bool {
+    let token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"!#$&^_.+-".contains(&b))
+    };
+    s.split_once('/')
+        .is_some_and(|(t, sub)| token(t) && token(sub))
 }
 
 /// Whether `s` can go into a directive as an argument name.
@@ -95,9 +118,26 @@ pub fn crs_profile(profile: &Profile, crs: &CrsPaths) -> Result<String, String> 
         d,
         "SecRuleEngine {engine}\nSecRequestBodyAccess On\nSecRequestBodyLimit {limit}\n\
          SecRequestBodyNoFilesLimit {limit}\n\
-         SecRequestBodyLimitAction ProcessPartial\nSecResponseBodyAccess Off\n\
+         SecRequestBodyLimitAction ProcessPartial\n\
          SecAuditEngine Off\nSecDebugLogLevel 0\nSecArgumentSeparator &\nSecCookieFormat 0"
     );
+    match &profile.response_bodies {
+        None => d.push_str("SecResponseBodyAccess Off\n"),
+        Some(rb) => {
+            if let Some(t) = rb.types.iter().find(|t| !valid_media_type(t)) {
+                return Err(format!("response body type {t:?} is not a media type"));
+            }
+            // What is appended is what the gateway read (at most the limit); past it the
+            // body is processed partially and the rest streams on uninspected.
+            let _ = writeln!(
+                d,
+                "SecResponseBodyAccess On\nSecResponseBodyLimit {}\n\
+                 SecResponseBodyLimitAction ProcessPartial\nSecResponseBodyMimeType {}",
+                rb.limit.max(1),
+                rb.types.join(" ")
+            );
+        }
+    }
     let _ = writeln!(d, "Include {}", include_path(&crs.setup)?);
     let _ = writeln!(
         d,
@@ -202,6 +242,7 @@ mod tests {
                 },
             ],
             extra_rules: vec!["/etc/rampart/extra.conf".into()],
+            response_bodies: None,
         }
     }
 
@@ -236,6 +277,36 @@ mod tests {
         assert!(crs_profile(&detect, &CrsPaths::default())
             .unwrap()
             .contains("SecRuleEngine DetectionOnly\n"));
+        assert!(d.contains("SecResponseBodyAccess Off\n"));
+    }
+
+    #[test]
+    fn response_bodies_are_read_only_when_asked_and_as_far_as_asked() {
+        let mut p = profile();
+        p.response_bodies = Some(ResponseBodies {
+            limit: 65_536,
+            types: vec!["text/html".into(), "application/json".into()],
+        });
+        let d = crs_profile(&p, &CrsPaths::default()).unwrap();
+        assert!(d.contains(
+            "SecResponseBodyAccess On\nSecResponseBodyLimit 65536\n\
+             SecResponseBodyLimitAction ProcessPartial\n\
+             SecResponseBodyMimeType text/html application/json\n"
+        ));
+        assert!(!d.contains("SecResponseBodyAccess Off"));
+        for bad in [
+            "text/html\nSecRuleEngine Off",
+            "text/html; charset=utf-8",
+            "Text/HTML",
+            "text",
+            "/x",
+            "a/",
+        ] {
+            assert!(!valid_media_type(bad), "{bad:?}");
+            p.response_bodies.as_mut().unwrap().types = vec![bad.into()];
+            assert!(crs_profile(&p, &CrsPaths::default()).is_err(), "{bad:?}");
+        }
+        assert!(valid_media_type("application/vnd.api+json") && valid_media_type("text/x-c"));
     }
 
     #[test]

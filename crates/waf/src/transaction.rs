@@ -1,5 +1,5 @@
 //! One request through ModSecurity's phases 1 (headers) and 2 (body), and optionally its
-//! response's headers through phase 3.
+//! response's headers through phase 3 and its body through phase 4.
 
 use crate::ffi::{self, Intervention};
 use crate::log_line::{Collector, Match};
@@ -36,7 +36,8 @@ pub struct Verdict {
     pub matches: Vec<Match>,
 }
 
-/// What ModSecurity sees of a response (phase 3: its status line and headers).
+/// What ModSecurity sees of a response: its status line and headers (phase 3) and, when the
+/// rule set reads response bodies, its body (phase 4).
 #[derive(Debug, Clone)]
 pub struct Response<'a> {
     pub status: u16,
@@ -44,12 +45,16 @@ pub struct Response<'a> {
     /// answered in.
     pub http_version: &'a str,
     pub headers: Vec<(&'a [u8], &'a [u8])>,
+    /// `None`: phase 3 only. `Some`: phase 4 too, over these bytes (the body, or its first
+    /// part; empty for a body not read, so that phase 4's rules, such as the Core Rule Set's
+    /// outbound anomaly evaluation, still run).
+    pub body: Option<&'a [u8]>,
 }
 
 /// What a response's inspection found ([`inspect_response`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResponseVerdict {
-    /// Phase 3: the status a disruptive rule asked for, and what matched there.
+    /// Phases 3 and 4: the status a disruptive rule asked for, and what matched there.
     pub blocked: Option<u16>,
     pub matches: Vec<Match>,
     /// The logging phase's matches (phase 5: the Core Rule Set's reports on the whole
@@ -155,8 +160,9 @@ pub fn inspect_keeping(
 }
 
 /// Runs a response's status and headers through phase 3 of the transaction its request
-/// opened, then the logging phase, and frees it. The verdict has only what matched from
-/// phase 3 on (the request's matches were in its own verdict).
+/// opened, and its body (when given) through phase 4 unless phase 3 stopped it, then the
+/// logging phase, and frees it. The verdict has only what matched from phase 3 on (the
+/// request's matches were in its own verdict).
 pub fn inspect_response(open: Open, resp: &Response<'_>) -> Result<ResponseVerdict, WafError> {
     let api = ffi::api()?;
     let Open(mut tx) = open;
@@ -177,7 +183,17 @@ pub fn inspect_response(open: Open, resp: &Response<'_>) -> Result<ResponseVerdi
     }
     // SAFETY: as above; `protocol` is NUL-terminated.
     unsafe { (api.process_response_headers)(tx.t, c_int::from(resp.status), protocol.as_ptr()) };
-    let blocked = disruption(api, &mut tx);
+    let mut blocked = disruption(api, &mut tx);
+    if let (None, Some(body)) = (blocked, resp.body) {
+        if !body.is_empty() {
+            // SAFETY: tx.t is the live transaction; the slice is valid for its length and
+            // libmodsecurity copies it (up to SecResponseBodyLimit).
+            unsafe { (api.append_response_body)(tx.t, body.as_ptr(), body.len()) };
+        }
+        // SAFETY: tx.t is the live transaction.
+        unsafe { (api.process_response_body)(tx.t) };
+        blocked = disruption(api, &mut tx);
+    }
     let matches = tx.take_matches();
     let logging = tx.log(api);
     Ok(ResponseVerdict {

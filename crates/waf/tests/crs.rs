@@ -1,12 +1,13 @@
 //! ModSecurity with the OWASP Core Rule Set as Debian installs them (`libmodsecurity3`,
 //! `modsecurity-crs`): attacks blocked, ordinary requests passed, detection-only mode,
-//! exclusions, a rule file that does not load, a response header rule (phase 3).
+//! exclusions, a rule file that does not load, a response header rule (phase 3), data leaks
+//! in response bodies (phase 4).
 
 use std::sync::Arc;
 use std::time::Instant;
 use waf::{
     close, crs_profile, inspect, inspect_keeping, inspect_response, CrsPaths, Exclusion, Mode,
-    Profile, Request, Response, RuleSet, Verdict,
+    Profile, Request, Response, ResponseBodies, RuleSet, Verdict,
 };
 
 fn profile(mode: Mode) -> Profile {
@@ -18,6 +19,7 @@ fn profile(mode: Mode) -> Profile {
         exclude_rules: vec![],
         exclusions: vec![],
         extra_rules: vec![],
+        response_bodies: None,
     }
 }
 
@@ -280,6 +282,7 @@ fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
             status: 200,
             http_version: "1.1",
             headers,
+            body: None,
         }
     };
     for (debug, want) in [(Some("a1b2c3"), Some(502)), (None, None)] {
@@ -324,4 +327,57 @@ fn a_response_header_rule_runs_in_the_transaction_its_request_opened() {
     // Not kept, the logging phase's matches are in the request's verdict.
     assert!(ids(&inspect(&r, attack).unwrap()).contains(&10002));
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// Phase 4: the Core Rule Set's data-leak rules read response bodies of the types the profile
+/// names; a leak past the outbound threshold is stopped (959100), detection only logs it, and
+/// a body of another type, or none asked for, is not read.
+#[test]
+fn a_response_body_that_leaks_an_sql_error_is_stopped_in_phase_4() {
+    let with_bodies = |mode| Profile {
+        response_bodies: Some(ResponseBodies {
+            limit: 64 * 1024,
+            types: vec!["text/html".into(), "application/json".into()],
+        }),
+        ..profile(mode)
+    };
+    let leak: &[u8] = b"<html><body>Query failed: You have an error in your SQL syntax; \
+        check the manual that corresponds to your MySQL server version</body></html>";
+    let page: &[u8] = b"<html><body><h1>Orders</h1><p>3 orders shipped today.</p></body></html>";
+    let respond = |r: &Arc<RuleSet>, content_type: &'static str, body: Option<&[u8]>| {
+        let (v, open) = inspect_keeping(r, &ordinary()[0]).unwrap();
+        assert_eq!(v.blocked, None, "{v:?}");
+        let resp = Response {
+            status: 200,
+            http_version: "1.1",
+            headers: vec![(b"Content-Type", content_type.as_bytes())],
+            body,
+        };
+        inspect_response(open.expect("kept open"), &resp).unwrap()
+    };
+    let block = rules(&with_bodies(Mode::Block));
+    let v = respond(&block, "text/html; charset=utf-8", Some(leak));
+    let got: Vec<u32> = v.matches.iter().map(|m| m.id).collect();
+    assert_eq!(v.blocked, Some(403), "{v:?}");
+    assert!(got.contains(&951230) && got.contains(&959100), "{got:?}");
+    // An ordinary page, and the leak in a type the profile does not read, pass untouched.
+    let v = respond(&block, "text/html", Some(page));
+    assert_eq!((v.blocked, v.matches.len()), (None, 0), "{v:?}");
+    let v = respond(&block, "image/png", Some(leak));
+    assert_eq!((v.blocked, v.matches.len()), (None, 0), "{v:?}");
+    // Only the first `limit` bytes are read: a leak past them goes unseen.
+    let mut long = vec![b' '; 64 * 1024];
+    long.extend_from_slice(leak);
+    let v = respond(&block, "text/html", Some(&long[..64 * 1024]));
+    assert_eq!(v.blocked, None, "{v:?}");
+    // Detection only: logged, not stopped.
+    let detect = rules(&with_bodies(Mode::Detect));
+    let v = respond(&detect, "text/html", Some(leak));
+    let got: Vec<u32> = v.matches.iter().map(|m| m.id).collect();
+    assert_eq!(v.blocked, None, "{v:?}");
+    assert!(got.contains(&951230), "{got:?}");
+    // A profile that does not read response bodies ignores one handed to it.
+    let headers_only = rules(&profile(Mode::Block));
+    let v = respond(&headers_only, "text/html", Some(leak));
+    assert_eq!((v.blocked, v.matches.len()), (None, 0), "{v:?}");
 }

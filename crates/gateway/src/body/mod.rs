@@ -228,6 +228,8 @@ enum Source {
 /// A response body going to the client: the upstream's stream or a local page.
 pub struct ResponseBody {
     source: Source,
+    /// The source's first frames, read ahead (to inspect them) and sent before the rest.
+    read_ahead: std::collections::VecDeque<Frame<Bytes>>,
     bytes: u64,
     /// The upstream's body returned an error.
     failed: bool,
@@ -261,6 +263,7 @@ impl ResponseBody {
     ) -> Self {
         ResponseBody {
             source: Source::Upstream(b),
+            read_ahead: Default::default(),
             bytes: 0,
             failed: false,
             on_done: None,
@@ -276,6 +279,7 @@ impl ResponseBody {
     pub fn local(b: impl Into<Bytes>) -> Self {
         ResponseBody {
             source: Source::Local(Full::new(b.into())),
+            read_ahead: Default::default(),
             bytes: 0,
             failed: false,
             on_done: None,
@@ -292,6 +296,12 @@ impl ResponseBody {
     /// `limit` while the client waits for it.
     pub fn idle_timeout(mut self, limit: std::time::Duration) -> Self {
         self.upstream_idle = Some(IdleTimer::new(limit));
+        self
+    }
+
+    /// Sends `frames`, read from the source ahead of time, before the rest of it.
+    pub fn read_ahead(mut self, frames: Vec<Frame<Bytes>>) -> Self {
+        self.read_ahead = frames.into();
         self
     }
 
@@ -361,6 +371,9 @@ impl Body for ResponseBody {
         let this = &mut *self;
         let r = loop {
             let r = match &mut this.source {
+                _ if !this.read_ahead.is_empty() => {
+                    Poll::Ready(this.read_ahead.pop_front().map(Ok))
+                }
                 Source::Upstream(b) => {
                     let r = Pin::new(b).poll_frame(cx).map_err(BoxError::from);
                     let stalled = match this.upstream_idle.as_mut() {
@@ -420,10 +433,11 @@ impl Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        let source_ended = match &self.source {
-            Source::Upstream(b) => b.is_end_stream(),
-            Source::Local(b) => b.is_end_stream(),
-        };
+        let source_ended = self.read_ahead.is_empty()
+            && match &self.source {
+                Source::Upstream(b) => b.is_end_stream(),
+                Source::Local(b) => b.is_end_stream(),
+            };
         source_ended
             && self
                 .gzip
@@ -435,10 +449,26 @@ impl Body for ResponseBody {
         if self.gzip.is_some() {
             return SizeHint::default();
         }
-        match &self.source {
+        let rest = match &self.source {
             Source::Upstream(b) => b.size_hint(),
             Source::Local(b) => b.size_hint(),
+        };
+        if self.read_ahead.is_empty() {
+            return rest;
         }
+        // What was read ahead, plus what the source has left.
+        let ahead: u64 = self
+            .read_ahead
+            .iter()
+            .filter_map(Frame::data_ref)
+            .map(|d| d.len() as u64)
+            .sum();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + ahead);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + ahead);
+        }
+        hint
     }
 }
 
@@ -494,5 +524,43 @@ impl Body for Prefixed {
             hint.set_upper(upper + held);
         }
         hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ResponseBody, ResponseEnd};
+    use bytes::Bytes;
+    use http_body::{Body as _, Frame};
+    use http_body_util::BodyExt as _;
+
+    struct Ended(std::sync::mpsc::Sender<(u64, ResponseEnd)>);
+
+    impl super::OnResponseDone for Ended {
+        fn done(self: Box<Self>, bytes_out: u64, end: ResponseEnd) {
+            let _ = self.0.send((bytes_out, end));
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_read_ahead_go_out_first_and_count_in_the_size() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ahead = vec![
+            Frame::data(Bytes::from_static(b"first ")),
+            Frame::data(Bytes::from_static(b"second ")),
+        ];
+        let body = ResponseBody::local("rest")
+            .read_ahead(ahead)
+            .on_done(Box::new(Ended(tx)));
+        assert!(!body.is_end_stream());
+        assert_eq!(body.size_hint().exact(), Some(17));
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&all[..], b"first second rest");
+        assert_eq!(rx.recv().unwrap(), (17, ResponseEnd::Complete));
+        // Everything read ahead, nothing left: the body ends after those frames.
+        let ahead = vec![Frame::data(Bytes::from_static(b"all"))];
+        let body = ResponseBody::local(Bytes::new()).read_ahead(ahead);
+        assert!(!body.is_end_stream());
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"all");
     }
 }

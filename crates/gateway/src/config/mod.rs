@@ -577,6 +577,42 @@ mirror = { cluster = "shadow", percent = 10 }"#;
     }
 
     #[test]
+    fn waf_response_body_settings_are_checked_with_their_paths() {
+        let with = |waf: &str| {
+            MINIMAL.replace(
+                "cluster = \"app\"",
+                &format!("cluster = \"app\"\nwaf = {{ mode = \"block\", {waf} }}"),
+            )
+        };
+        let c = parse(&with("response_body = true")).unwrap();
+        let w = c.routes[0].waf.as_ref().unwrap();
+        assert_eq!(w.response_body_limit, 512 * 1024);
+        assert!(w
+            .response_body_types
+            .iter()
+            .any(|t| t == "application/json"));
+        let rb = w.profile().response_bodies.expect("read");
+        assert_eq!(rb.limit, 512 * 1024);
+        assert!(parse(&with("response_headers = true")).unwrap().routes[0]
+            .waf
+            .as_ref()
+            .unwrap()
+            .profile()
+            .response_bodies
+            .is_none());
+        let e = parse(&with("response_body_limit = 0")).unwrap_err();
+        assert_eq!(e.path, "routes[0].waf.response_body_limit");
+        let e = parse(&with("response_body_types = []")).unwrap_err();
+        assert_eq!(e.path, "routes[0].waf.response_body_types");
+        let e = parse(&with(
+            "response_body_types = [\"text/html\", \"Text/Plain; charset=x\"]",
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "routes[0].waf.response_body_types[1]");
+        assert!(e.message.contains("media type"), "{e}");
+    }
+
+    #[test]
     fn header_rewrites_are_validated_with_their_paths() {
         let with = |rw: &str| {
             MINIMAL.replace(

@@ -114,6 +114,21 @@ pub struct RouteWafConfig {
     /// request's ModSecurity transaction across the exchange and costs a second hand-off.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub response_headers: bool,
+    /// Also run the response's body through phase 4 (the Core Rule Set's data-leak rules:
+    /// SQL, PHP, Java and IIS errors, directory listings, source code), after its headers'
+    /// phase 3 (this implies `response_headers`). The gateway holds the body's first
+    /// `response_body_limit` bytes until they are inspected; only bodies of
+    /// `response_body_types` without a `Content-Encoding` are read. Off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub response_body: bool,
+    /// The most response body bytes held and inspected (default 512 KiB, ModSecurity's
+    /// default `SecResponseBodyLimit`); the rest of a larger body streams on uninspected,
+    /// which is logged and counted.
+    #[serde(default = "default_response_body_limit")]
+    pub response_body_limit: u64,
+    /// The media types whose bodies are read (default: HTML, plain text, XML, JSON).
+    #[serde(default = "default_response_body_types")]
+    pub response_body_types: Vec<String>,
 }
 
 /// One of a route's `waf.exclusions`.
@@ -137,6 +152,20 @@ fn five() -> u32 {
 fn default_body_limit() -> u64 {
     128 * 1024
 }
+fn default_response_body_limit() -> u64 {
+    512 * 1024
+}
+fn default_response_body_types() -> Vec<String> {
+    [
+        "text/html",
+        "text/plain",
+        "text/xml",
+        "application/json",
+        "application/xml",
+    ]
+    .map(String::from)
+    .to_vec()
+}
 
 /// The most body bytes a route may inspect (a request holds this much while it is inspected).
 const MAX_BODY_LIMIT: u64 = 64 * 1024 * 1024;
@@ -157,6 +186,23 @@ impl RouteWafConfig {
             return at
                 .field("body_limit")
                 .fail(format!("bytes above 0, at most {MAX_BODY_LIMIT}"));
+        }
+        if self.response_body_limit == 0 || self.response_body_limit > MAX_BODY_LIMIT {
+            return at
+                .field("response_body_limit")
+                .fail(format!("bytes above 0, at most {MAX_BODY_LIMIT}"));
+        }
+        if self.response_body_types.is_empty() {
+            return at
+                .field("response_body_types")
+                .fail("at least one media type, such as \"text/html\"");
+        }
+        for (i, t) in self.response_body_types.iter().enumerate() {
+            if !waf::valid_media_type(t) {
+                return at.field("response_body_types").index(i).fail(format!(
+                    "a media type in lowercase, type/subtype without parameters, not {t:?}"
+                ));
+            }
         }
         for (i, e) in self.exclusions.iter().enumerate() {
             let at = at.field("exclusions").index(i);
@@ -218,6 +264,10 @@ impl RouteWafConfig {
                 })
                 .collect(),
             extra_rules: self.rules.clone(),
+            response_bodies: self.response_body.then(|| waf::ResponseBodies {
+                limit: self.response_body_limit,
+                types: self.response_body_types.clone(),
+            }),
         }
     }
 }

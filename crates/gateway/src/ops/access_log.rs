@@ -44,7 +44,9 @@ pub struct AccessRecord {
     /// What the route's WAF did: `inspected`, `partial` (the body past `waf.body_limit`
     /// uninspected), `blocked`, `unavailable` (not inspected: overloaded or failed) or
     /// `response_blocked` / `response_unavailable` (`waf.response_headers`: the upstream's
-    /// answer withheld / passed uninspected); absent on routes without one.
+    /// answer withheld / passed uninspected), `response_partial` / `response_encoded`
+    /// (`waf.response_body`: the body past `response_body_limit` uninspected / content-coded,
+    /// not read); absent on routes without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waf: Option<&'static str>,
     /// The request's W3C trace id (its `traceparent`'s, or the one `[tracing]` started).

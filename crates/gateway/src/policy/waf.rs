@@ -9,6 +9,9 @@
 //!   uninspected; both are counted.
 //! - Every match is a JSON line in the WAF log (rule id, message, matched variable's name,
 //!   never the client's bytes) and counted by rule.
+//! - With `response_headers` or `response_body`, a request's transaction stays open across
+//!   the exchange for its response's phase 3 (status, headers) and phase 4 (the body's first
+//!   `response_body_limit` bytes, of the route's media types, without a content coding).
 
 use crate::config::{Config, WafConfig, WafMode};
 use crate::ops::metrics::Metrics;
@@ -60,6 +63,8 @@ pub struct RouteWaf {
     pub(crate) body_limit: u64,
     /// Whether the response's headers are inspected too (phase 3).
     pub(crate) response_headers: bool,
+    /// Which response bodies are read for phase 4, and how much of each (`None`: none).
+    response_body: Option<ResponseBodies>,
     rules: Arc<RuleSet>,
     inspector: Arc<Inspector>,
 }
@@ -74,7 +79,81 @@ impl std::fmt::Debug for RouteWaf {
     }
 }
 
+/// A route's `response_body_limit` and `response_body_types`.
+#[derive(Debug)]
+struct ResponseBodies {
+    limit: u64,
+    types: Vec<String>,
+}
+
+/// How much of a response's body its inspection reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyRead {
+    /// Phase 3 only (the route reads no response bodies).
+    HeadersOnly,
+    /// Phase 4 without the body: its type is not one the route reads, or there is none (a
+    /// switch of protocols, 204, 304).
+    NotRead,
+    /// Phase 4 without the body: it has a content coding ModSecurity cannot read through.
+    Encoded,
+    /// Phase 4 over at most this many of its first bytes.
+    UpTo(u64),
+}
+
+impl ResponseBodies {
+    /// How much of a response with `status` and `headers` phase 4 reads: bodies of the
+    /// route's media types without a content coding, up to the limit.
+    fn read(&self, status: http::StatusCode, headers: &http::HeaderMap) -> BodyRead {
+        let bodiless = status.is_informational()
+            || status == http::StatusCode::NO_CONTENT
+            || status == http::StatusCode::NOT_MODIFIED;
+        let media_type = headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+        if bodiless || !media_type.is_some_and(|t| self.types.contains(&t)) {
+            return BodyRead::NotRead;
+        }
+        let encoded = headers
+            .get_all(http::header::CONTENT_ENCODING)
+            .iter()
+            .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
+        if encoded {
+            return BodyRead::Encoded;
+        }
+        BodyRead::UpTo(self.limit)
+    }
+}
+
 impl RouteWaf {
+    /// Whether a request's transaction is kept for its response.
+    fn keeps_transaction(&self) -> bool {
+        self.response_headers || self.response_body.is_some()
+    }
+
+    /// How much of a response with `status` and `headers` its inspection reads.
+    pub(crate) fn body_read(
+        &self,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+    ) -> BodyRead {
+        match &self.response_body {
+            None => BodyRead::HeadersOnly,
+            Some(rb) => rb.read(status, headers),
+        }
+    }
+
+    /// Counts a response phase's `result` (`response_partial`, `response_encoded`).
+    pub(crate) fn count_response(&self, route: &str, result: &str) {
+        self.inspector.count(route, result);
+    }
+
     /// Inspects `input` on an inspection thread and says what to do with the request. With
     /// `response_headers` on, a request that may pass also gets its transaction back, for
     /// [`RouteWaf::inspect_response`].
@@ -84,7 +163,7 @@ impl RouteWaf {
         let job = Job::Request {
             rules: self.rules.clone(),
             mode: self.mode,
-            keep: self.response_headers,
+            keep: self.keeps_transaction(),
             input,
             reply,
         };
@@ -106,14 +185,15 @@ impl RouteWaf {
     }
 
     /// Runs the upstream's response status and headers through phase 3 of the transaction
-    /// its request kept open, on an inspection thread. A response that cannot be inspected
-    /// (overload, a ModSecurity error) is `Unavailable`: the phase passes it on (its request
-    /// was inspected) and logs it.
+    /// its request kept open, and with `body` (its first bytes, possibly none) phase 4, on an
+    /// inspection thread. A response that cannot be inspected (overload, a ModSecurity
+    /// error) is `Unavailable`: the phase passes it on (its request was inspected) and logs it.
     pub(crate) async fn inspect_response(
         &self,
         pending: PendingResponse,
         status: u16,
         headers: &http::HeaderMap,
+        body: Option<Vec<Bytes>>,
     ) -> Inspection {
         let route = pending.who.route.clone();
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -121,6 +201,7 @@ impl RouteWaf {
             pending,
             status,
             headers: headers.clone(),
+            body,
             reply,
         };
         if self.inspector.jobs.try_send(job).is_err() {
@@ -161,12 +242,14 @@ enum Job {
         input: Input,
         reply: tokio::sync::oneshot::Sender<RequestReply>,
     },
-    /// A response's status and headers through phase 3; the reply is the status a
-    /// disruptive rule asked for, if one did (Err: ModSecurity failed).
+    /// A response's status and headers through phase 3, and with a body (its first bytes)
+    /// phase 4; the reply is the status a disruptive rule asked for, if one did (Err:
+    /// ModSecurity failed).
     Response {
         pending: PendingResponse,
         status: u16,
         headers: http::HeaderMap,
+        body: Option<Vec<Bytes>>,
         reply: tokio::sync::oneshot::Sender<Result<Option<u16>, ()>>,
     },
     /// A kept transaction whose response never came: its logging phase, then freed.
@@ -242,7 +325,7 @@ impl Inspector {
             requests: IntCounterVec::new(
                 Opts::new(
                     "rampart_waf_requests_total",
-                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), error; with response_headers also response_blocked, response_detected, response_overloaded, response_error",
+                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), error; with response_headers or response_body also response_blocked, response_detected, response_overloaded, response_error; with response_body also response_partial (the body past response_body_limit uninspected), response_encoded (a content-coded body, not read)",
                 ),
                 &["route", "result"],
             )?,
@@ -327,6 +410,10 @@ impl Inspector {
                     mode: w.mode,
                     body_limit: w.body_limit,
                     response_headers: w.response_headers,
+                    response_body: w.response_body.then(|| ResponseBodies {
+                        limit: w.response_body_limit,
+                        types: w.response_body_types.clone(),
+                    }),
                     rules,
                     inspector: self.clone(),
                 })))
@@ -365,6 +452,68 @@ impl Inspector {
 }
 
 #[cfg(test)]
+mod tests {
+    use super::{BodyRead, ResponseBodies};
+    use http::{HeaderMap, StatusCode};
+
+    #[test]
+    fn only_bodies_of_the_routes_types_without_a_coding_are_read() {
+        let rb = ResponseBodies {
+            limit: 4096,
+            types: vec!["text/html".into(), "application/json".into()],
+        };
+        let read = |status: u16, headers: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in headers {
+                h.append(
+                    http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            rb.read(StatusCode::from_u16(status).unwrap(), &h)
+        };
+        let html = ("content-type", "Text/HTML; charset=utf-8");
+        assert_eq!(read(200, &[html]), BodyRead::UpTo(4096));
+        assert_eq!(
+            read(500, &[("content-type", "application/json")]),
+            BodyRead::UpTo(4096)
+        );
+        assert_eq!(
+            read(200, &[html, ("content-encoding", "identity")]),
+            BodyRead::UpTo(4096)
+        );
+        assert_eq!(
+            read(200, &[html, ("content-encoding", "gzip")]),
+            BodyRead::Encoded
+        );
+        assert_eq!(
+            read(
+                200,
+                &[
+                    html,
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "br")
+                ]
+            ),
+            BodyRead::Encoded
+        );
+        for (status, headers) in [
+            (200, vec![("content-type", "image/png")]),
+            (200, vec![]),
+            (204, vec![html]),
+            (304, vec![html]),
+            (101, vec![html]),
+        ] {
+            assert_eq!(
+                read(status, &headers),
+                BodyRead::NotRead,
+                "{status} {headers:?}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
 impl Inspector {
     /// One sample in each WAF family, so that they render (the metrics table's test).
     pub(crate) fn touch_metrics(&self) {
@@ -394,13 +543,16 @@ fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
             pending,
             status,
             headers,
+            body,
             reply,
         } => {
             if reply.is_closed() {
                 run_close(pending, sink, m); // the request is gone: its logging phase only
                 return;
             }
-            let _ = reply.send(run_response(pending, status, &headers, sink, m));
+            let body = body.map(|parts| parts.concat());
+            let response = (status, &headers, body.as_deref());
+            let _ = reply.send(run_response(pending, response, sink, m));
         }
         Job::Close { pending } => run_close(pending, sink, m),
     }
@@ -485,11 +637,11 @@ fn run_request(
     Ok((verdict, pending))
 }
 
-/// Phase 3 (and the logging phase) of a response: the status a disruptive rule asked for.
+/// Phase 3, phase 4 with a body (its first bytes), and the logging phase of a response: the
+/// status a disruptive rule asked for.
 fn run_response(
     pending: PendingResponse,
-    status: u16,
-    headers: &http::HeaderMap,
+    (status, headers, body): (u16, &http::HeaderMap, Option<&[u8]>),
     sink: &Mutex<Sink>,
     m: &WafMetrics,
 ) -> Result<Option<u16>, ()> {
@@ -503,6 +655,7 @@ fn run_response(
         status,
         http_version,
         headers: header_pairs(headers),
+        body,
     };
     let verdict = match waf::inspect_response(open, &resp) {
         Ok(v) => v,
@@ -522,7 +675,10 @@ fn run_response(
     if let Some(result) = result {
         m.requests.with_label_values(&[&who.route, result]).inc();
     }
-    let status_field = serde_json::json!({ "status": status });
+    let status_field = match body {
+        Some(b) => serde_json::json!({ "status": status, "body_inspected": b.len() }),
+        None => serde_json::json!({ "status": status }),
+    };
     let blocked = result == Some("response_blocked");
     log_matches(
         sink,

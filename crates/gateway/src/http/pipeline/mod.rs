@@ -17,8 +17,9 @@
 //! 9. [`mirror::send_copy`]: a share of the route's requests copied to its shadow cluster.
 //! 10. [`forward::send`]: the exchange with the cluster, retried as the route says; a failure
 //!     is mapped to a status and to whose fault it was ([`Fault`]).
-//! 11. [`waf::inspect_response`]: the upstream's status and headers through the WAF, when
-//!     the route asks for it.
+//! 11. [`waf::inspect_response`]: the upstream's status and headers (and, with
+//!     `waf.response_body`, the first part of its body, held until inspected) through the
+//!     WAF, when the route asks for it.
 //! 12. [`respond::response`]: the upstream's answer checked and rewritten for the client.
 //! 13. [`finish`]: counted, tagged (request id, `Alt-Svc`, the route's response headers) and
 //!     logged when its body ends.
@@ -197,7 +198,8 @@ pub(crate) struct RequestCtx<'a> {
     pub upstream_time: Option<Duration>,
     /// The request's trace (`[tracing]`): its span, continuing the client's `traceparent`.
     pub trace: Option<crate::trace::RequestTrace>,
-    /// The request's WAF transaction, kept for its response's headers (`waf.response_headers`).
+    /// The request's WAF transaction, kept for its response (`waf.response_headers`,
+    /// `waf.response_body`).
     pub waf_response: Option<crate::policy::waf::PendingResponse>,
 }
 
@@ -328,8 +330,13 @@ async fn run<'a>(
         mirror::send_copy(ctx, route, m, copy.as_deref());
     }
     let exchange = forward::send(ctx, cluster, route, (req, copy.as_deref()), upgrade).await?;
-    let exchange = waf::inspect_response(ctx, route, exchange).await?;
-    ControlFlow::Continue(respond::response(ctx, cluster, exchange, exchange_plan))
+    let (exchange, read_ahead) = waf::inspect_response(ctx, route, cluster, exchange).await?;
+    ControlFlow::Continue(respond::response(
+        ctx,
+        cluster,
+        (exchange, read_ahead),
+        exchange_plan,
+    ))
 }
 
 /// Phase: the end of every request. Counts it by route and status, adds the request id,

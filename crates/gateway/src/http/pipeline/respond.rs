@@ -9,8 +9,10 @@ use super::{local, Fault, Outcome, RequestCtx};
 use crate::body::{EndCounters, ResponseBody};
 use crate::http::{compress, websocket};
 use crate::upstream::{Cluster, Exchange};
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
+use http_body::Frame;
 
 /// An upstream that broke the protocol in its answer: the upstream's fault, 502.
 fn bad_answer(cluster: &Cluster, why: &'static str, msg: &'static str) -> Outcome {
@@ -21,11 +23,12 @@ fn bad_answer(cluster: &Cluster, why: &'static str, msg: &'static str) -> Outcom
     }
 }
 
-/// Phase: the response (see the module's documentation).
+/// Phase: the response (see the module's documentation). `read_ahead`: the first frames of
+/// its body, already read (to inspect them), sent before the rest.
 pub(super) fn response(
     ctx: &RequestCtx<'_>,
     cluster: &Cluster,
-    exchange: Exchange,
+    (exchange, read_ahead): (Exchange, Vec<Frame<Bytes>>),
     plan: ExchangePlan,
 ) -> Outcome {
     let ExchangePlan {
@@ -115,7 +118,8 @@ pub(super) fn response(
             abandoned: ctx.shared.abandoned_responses.clone(),
         },
     )
-    .idle_timeout(cluster.body_timeout);
+    .idle_timeout(cluster.body_timeout)
+    .read_ahead(read_ahead);
     let body = if gzip { body.gzip() } else { body };
     Outcome::Proxied(Response::from_parts(parts, body))
 }

@@ -3,15 +3,17 @@
 //! a blocking route's verdict answers 403 with the request id, and a request it cannot have
 //! inspected (overload) 503; a detecting route passes both on. The access log says which.
 //! With `waf.response_headers`, [`inspect_response`] runs the upstream's status and headers
-//! through the same transaction's phase 3.
+//! through the same transaction's phase 3; with `waf.response_body`, the first
+//! `response_body_limit` bytes of its body too (phase 4), held until they are inspected and
+//! then sent on ahead of the rest.
 
 use super::forward::{client_body_failed, refuse_unread};
-use super::{local, Outcome, Phase, RequestCtx};
+use super::{local, Fault, Outcome, Phase, RequestCtx};
 use crate::body::ClientBody;
 use crate::config::WafMode;
 use crate::http::router::Route;
-use crate::policy::waf::{Input, Inspection};
-use crate::upstream::Exchange;
+use crate::policy::waf::{BodyRead, Input, Inspection};
+use crate::upstream::{Cluster, Exchange};
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
 use http_body::Frame;
@@ -37,13 +39,7 @@ pub(super) async fn inspect(
     if !body_complete {
         waf.count_partial(&route.name);
     }
-    let mut body = Vec::new();
-    let mut left = waf.body_limit as usize;
-    for d in frames.iter().filter_map(Frame::data_ref) {
-        let take = d.len().min(left);
-        body.push(d.slice(..take));
-        left -= take;
-    }
+    let body = first_bytes(&frames, waf.body_limit);
     let input = Input {
         client: ctx.conn.client,
         method: parts.method.to_string(),
@@ -112,16 +108,30 @@ async fn read_prefix(
     limit: u64,
     timeout: std::time::Duration,
 ) -> Result<(Vec<Frame<Bytes>>, Option<ClientBody>), bool> {
-    use http_body::Body as _;
+    let (frames, ended) = read_frames(&mut body, limit, timeout).await?;
+    Ok((frames, (!ended).then_some(body)))
+}
+
+/// Reads frames of `body` until `limit` data bytes are in or it ends, each frame within
+/// `timeout`: the frames, and whether it ended. Err(true): it stalled; Err(false): its stream
+/// failed.
+async fn read_frames<B>(
+    body: &mut B,
+    limit: u64,
+    timeout: std::time::Duration,
+) -> Result<(Vec<Frame<Bytes>>, bool), bool>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
     use http_body_util::BodyExt as _;
     let mut frames = Vec::new();
     let mut seen = 0u64;
     loop {
         if body.is_end_stream() {
-            return Ok((frames, None));
+            return Ok((frames, true));
         }
         if seen >= limit {
-            return Ok((frames, Some(body)));
+            return Ok((frames, false));
         }
         match tokio::time::timeout(timeout, body.frame()).await {
             Err(_) => return Err(true),
@@ -130,28 +140,81 @@ async fn read_prefix(
                 frames.push(f);
             }
             Ok(Some(Err(_))) => return Err(false),
-            Ok(None) => return Ok((frames, None)),
+            Ok(None) => return Ok((frames, true)),
         }
     }
 }
 
+/// The first `limit` data bytes of `frames`, as the inspection reads them.
+fn first_bytes(frames: &[Frame<Bytes>], limit: u64) -> Vec<Bytes> {
+    let mut body = Vec::new();
+    let mut left = usize::try_from(limit).unwrap_or(usize::MAX);
+    for d in frames.iter().filter_map(Frame::data_ref) {
+        let take = d.len().min(left);
+        if take > 0 {
+            body.push(d.slice(..take));
+        }
+        left -= take;
+    }
+    body
+}
+
 /// Phase: the upstream's response status and headers inspected (phase 3) in the transaction
-/// its request kept open, when the route asks for it. A blocking verdict replaces the
-/// response (its body unread, its upstream connection closed) with the status the rule asked
-/// for and the request id.
+/// its request kept open, when the route asks for it, and with `response_body` the first
+/// bytes of its body (phase 4), read here (each frame within the cluster's `body_timeout`)
+/// and returned to go out ahead of the rest. A blocking verdict replaces the response (its
+/// body dropped, its upstream connection closed) with the status the rule asked for and the
+/// request id.
 pub(super) async fn inspect_response(
     ctx: &mut RequestCtx<'_>,
     route: &Route,
-    exchange: Exchange,
-) -> Phase<Exchange> {
+    cluster: &Cluster,
+    mut exchange: Exchange,
+) -> Phase<(Exchange, Vec<Frame<Bytes>>)> {
     let (Some(waf), Some(pending)) = (&route.waf, ctx.waf_response.take()) else {
-        return ControlFlow::Continue(exchange);
+        return ControlFlow::Continue((exchange, Vec::new()));
     };
+    let r = &mut exchange.response;
+    let (mut read_ahead, mut body, mut note) = (Vec::new(), None, None);
+    match waf.body_read(r.status(), r.headers()) {
+        BodyRead::HeadersOnly => {}
+        BodyRead::NotRead => body = Some(Vec::new()),
+        BodyRead::Encoded => {
+            waf.count_response(&route.name, "response_encoded");
+            (body, note) = (Some(Vec::new()), Some("response_encoded"));
+        }
+        BodyRead::UpTo(limit) => {
+            match read_frames(r.body_mut(), limit, cluster.body_timeout).await {
+                Ok((frames, ended)) => {
+                    body = Some(first_bytes(&frames, limit));
+                    if !ended {
+                        waf.count_response(&route.name, "response_partial");
+                        note = Some("response_partial");
+                    }
+                    read_ahead = frames;
+                }
+                Err(stalled) => {
+                    // Nothing was sent yet: the client gets a whole error, not a cut body.
+                    waf.close(pending);
+                    cluster.body_errors.inc();
+                    let why = if stalled {
+                        "upstream response body stalled\n"
+                    } else {
+                        "upstream response body failed\n"
+                    };
+                    return ControlFlow::Break(Outcome::Failed {
+                        fault: Fault::Upstream,
+                        response: local(StatusCode::BAD_GATEWAY, why),
+                    });
+                }
+            }
+        }
+    }
     let r = &exchange.response;
-    match waf
-        .inspect_response(pending, r.status().as_u16(), r.headers())
-        .await
-    {
+    let verdict = waf
+        .inspect_response(pending, r.status().as_u16(), r.headers(), body)
+        .await;
+    match verdict {
         Inspection::Blocked(status) => {
             if ctx.logging() {
                 ctx.rec.waf = Some("response_blocked");
@@ -168,9 +231,14 @@ pub(super) async fn inspect_response(
             if ctx.logging() {
                 ctx.rec.waf = Some("response_unavailable");
             }
-            ControlFlow::Continue(exchange)
+            ControlFlow::Continue((exchange, read_ahead))
         }
-        Inspection::Pass => ControlFlow::Continue(exchange),
+        Inspection::Pass => {
+            if let (Some(n), true) = (note, ctx.logging()) {
+                ctx.rec.waf = Some(n);
+            }
+            ControlFlow::Continue((exchange, read_ahead))
+        }
     }
 }
 
