@@ -13,6 +13,16 @@ bench_site_certs() {
 
 # Processes to stop on exit: append their pids to `pids`.
 pids=()
+# One TSV row from a `rampart bench ... --server-pid --json` summary on stdin: the arguments (the
+# round and the variant's name), then server CPU µs per operation, operations per second, p99
+# (ms) and errors.
+bench_tsv_row() {
+  python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+print("\t".join(sys.argv[1:] + ["%.1f" % r["server_cpu_us_per_op"], "%.0f" % r["rate_per_sec"],
+      "%.2f" % r["latency_ms_p99"], str(r["errors"])]))' "$@"
+}
 bench_cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap bench_cleanup EXIT
 

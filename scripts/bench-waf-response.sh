@@ -33,11 +33,7 @@ for round in $(seq "$ROUNDS"); do
     wait_port $GW
     taskset -c 1 "$BIN" bench https-requests --url "https://localhost:$GW/text/$SIZE" --http h1 \
       -c "$CONC" -d "$DURATION" --server-pid "$srv" --json | tail -1 |
-      python3 -c '
-import json, sys
-r = json.loads(sys.stdin.read())
-print("\t".join(sys.argv[1:3] + ["%.1f" % r["server_cpu_us_per_op"], "%.0f" % r["rate_per_sec"],
-      "%.2f" % r["latency_ms_p99"], str(r["errors"])]))' "$round" "$mode" | tee -a "$OUT/rows.tsv"
+      bench_tsv_row "$round" "$mode" | tee -a "$OUT/rows.tsv"
     kill $srv; wait $srv 2>/dev/null || true
   done
 done

@@ -74,11 +74,7 @@ for round in $(seq "$ROUNDS"); do
     set_file=$SET; [ "${s#*-}" = off ] && set_file=$OUT/any-status.jsonl
     taskset -c 1 "$BIN" bench https-requests --url "https://localhost:$port/" --http h1 -c "$CONC" \
       -d "$DURATION" --request-set "$set_file" --server-pid "$srv" --json | tail -1 |
-      python3 -c '
-import json, sys
-r = json.loads(sys.stdin.read())
-print("\t".join(sys.argv[1:3] + ["%.1f" % r["server_cpu_us_per_op"], "%.0f" % r["rate_per_sec"],
-      "%.2f" % r["latency_ms_p99"], str(r["errors"])]))' "$round" "$s" | tee -a "$OUT/rows.tsv"
+      bench_tsv_row "$round" "$s" | tee -a "$OUT/rows.tsv"
     kill $top; wait $top 2>/dev/null || true
   done
 done

@@ -47,17 +47,7 @@ pub fn worth_it(method: &Method, status: StatusCode, h: &HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .is_some_and(|n| n < MIN_LENGTH);
-    let ctype = h
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
+    let ctype = super::headers::media_type(h).unwrap_or_default();
     let text_like = ctype.starts_with("text/")
         || ctype.ends_with("+json")
         || ctype.ends_with("+xml")

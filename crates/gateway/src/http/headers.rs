@@ -1,6 +1,6 @@
-//! Helpers over header fields shared by the pipeline's phases, the traffic split and load
-//! balancing: comma-separated lists, cookies, and what a request is known by (a request key)
-//! with the stable hash both spread users by.
+//! Helpers over header fields shared by the pipeline's phases, the traffic split, load
+//! balancing, compression and the WAF: comma-separated lists, media types, cookies, and what a
+//! request is known by (a request key) with the stable hash both spread users by.
 
 use http::{HeaderMap, HeaderName};
 
@@ -15,6 +15,20 @@ pub(crate) fn list_elements<'a>(
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
+}
+
+/// The media type of `h`'s `Content-Type` (`type/subtype`, lowercase, its parameters
+/// dropped); `None` without one, or when its value is not visible ASCII.
+pub(crate) fn media_type(h: &HeaderMap) -> Option<String> {
+    h.get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
 }
 
 /// The (name, value) pairs of `h`'s `Cookie` headers, as sent.

@@ -107,16 +107,7 @@ impl ResponseBodies {
         let bodiless = status.is_informational()
             || status == http::StatusCode::NO_CONTENT
             || status == http::StatusCode::NOT_MODIFIED;
-        let media_type = headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            });
+        let media_type = crate::http::headers::media_type(headers);
         if bodiless || !media_type.is_some_and(|t| self.types.contains(&t)) {
             return BodyRead::NotRead;
         }
@@ -452,68 +443,6 @@ impl Inspector {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{BodyRead, ResponseBodies};
-    use http::{HeaderMap, StatusCode};
-
-    #[test]
-    fn only_bodies_of_the_routes_types_without_a_coding_are_read() {
-        let rb = ResponseBodies {
-            limit: 4096,
-            types: vec!["text/html".into(), "application/json".into()],
-        };
-        let read = |status: u16, headers: &[(&str, &str)]| {
-            let mut h = HeaderMap::new();
-            for (n, v) in headers {
-                h.append(
-                    http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                    v.parse().unwrap(),
-                );
-            }
-            rb.read(StatusCode::from_u16(status).unwrap(), &h)
-        };
-        let html = ("content-type", "Text/HTML; charset=utf-8");
-        assert_eq!(read(200, &[html]), BodyRead::UpTo(4096));
-        assert_eq!(
-            read(500, &[("content-type", "application/json")]),
-            BodyRead::UpTo(4096)
-        );
-        assert_eq!(
-            read(200, &[html, ("content-encoding", "identity")]),
-            BodyRead::UpTo(4096)
-        );
-        assert_eq!(
-            read(200, &[html, ("content-encoding", "gzip")]),
-            BodyRead::Encoded
-        );
-        assert_eq!(
-            read(
-                200,
-                &[
-                    html,
-                    ("content-encoding", "identity"),
-                    ("content-encoding", "br")
-                ]
-            ),
-            BodyRead::Encoded
-        );
-        for (status, headers) in [
-            (200, vec![("content-type", "image/png")]),
-            (200, vec![]),
-            (204, vec![html]),
-            (304, vec![html]),
-            (101, vec![html]),
-        ] {
-            assert_eq!(
-                read(status, &headers),
-                BodyRead::NotRead,
-                "{status} {headers:?}"
-            );
-        }
-    }
-}
-
-#[cfg(test)]
 impl Inspector {
     /// One sample in each WAF family, so that they render (the metrics table's test).
     pub(crate) fn touch_metrics(&self) {
@@ -770,5 +699,67 @@ fn log_matches(
             Sink::Stderr => std::io::stderr().write_all(lines.as_bytes()),
             Sink::File(f) => f.write_all(lines.as_bytes()).and_then(|_| f.flush()),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BodyRead, ResponseBodies};
+    use http::{HeaderMap, StatusCode};
+
+    #[test]
+    fn only_bodies_of_the_routes_types_without_a_coding_are_read() {
+        let rb = ResponseBodies {
+            limit: 4096,
+            types: vec!["text/html".into(), "application/json".into()],
+        };
+        let read = |status: u16, headers: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in headers {
+                h.append(
+                    http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            rb.read(StatusCode::from_u16(status).unwrap(), &h)
+        };
+        let html = ("content-type", "Text/HTML; charset=utf-8");
+        assert_eq!(read(200, &[html]), BodyRead::UpTo(4096));
+        assert_eq!(
+            read(500, &[("content-type", "application/json")]),
+            BodyRead::UpTo(4096)
+        );
+        assert_eq!(
+            read(200, &[html, ("content-encoding", "identity")]),
+            BodyRead::UpTo(4096)
+        );
+        assert_eq!(
+            read(200, &[html, ("content-encoding", "gzip")]),
+            BodyRead::Encoded
+        );
+        assert_eq!(
+            read(
+                200,
+                &[
+                    html,
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "br")
+                ]
+            ),
+            BodyRead::Encoded
+        );
+        for (status, headers) in [
+            (200, vec![("content-type", "image/png")]),
+            (200, vec![]),
+            (204, vec![html]),
+            (304, vec![html]),
+            (101, vec![html]),
+        ] {
+            assert_eq!(
+                read(status, &headers),
+                BodyRead::NotRead,
+                "{status} {headers:?}"
+            );
+        }
     }
 }
