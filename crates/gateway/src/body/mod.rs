@@ -453,22 +453,7 @@ impl Body for ResponseBody {
             Source::Upstream(b) => b.size_hint(),
             Source::Local(b) => b.size_hint(),
         };
-        if self.read_ahead.is_empty() {
-            return rest;
-        }
-        // What was read ahead, plus what the source has left.
-        let ahead: u64 = self
-            .read_ahead
-            .iter()
-            .filter_map(Frame::data_ref)
-            .map(|d| d.len() as u64)
-            .sum();
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower() + ahead);
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper + ahead);
-        }
-        hint
+        with_held(&self.read_ahead, rest)
     }
 }
 
@@ -508,23 +493,28 @@ impl Body for Prefixed {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held: u64 = self
-            .frames
-            .iter()
-            .filter_map(|f| f.data_ref())
-            .map(|d| d.len() as u64)
-            .sum();
         let rest = self
             .rest
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), |r| r.size_hint());
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower() + held);
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper + held);
-        }
-        hint
+        with_held(&self.frames, rest)
     }
+}
+
+/// The size of a body that sends `held` (frames already read from its source) before what
+/// its source has left, sized `rest`.
+fn with_held(held: &std::collections::VecDeque<Frame<Bytes>>, rest: SizeHint) -> SizeHint {
+    let held: u64 = held
+        .iter()
+        .filter_map(Frame::data_ref)
+        .map(|d| d.len() as u64)
+        .sum();
+    let mut hint = SizeHint::new();
+    hint.set_lower(rest.lower() + held);
+    if let Some(upper) = rest.upper() {
+        hint.set_upper(upper + held);
+    }
+    hint
 }
 
 #[cfg(test)]

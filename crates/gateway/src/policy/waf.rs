@@ -63,8 +63,9 @@ pub struct RouteWaf {
     pub(crate) body_limit: u64,
     /// Whether the response's headers are inspected too (phase 3).
     pub(crate) response_headers: bool,
-    /// Which response bodies are read for phase 4, and how much of each (`None`: none).
-    response_body: Option<ResponseBodies>,
+    /// Which response bodies are read for phase 4, and how much of each (`None`: none): the
+    /// compiled profile's own setting.
+    response_body: Option<waf::ResponseBodies>,
     rules: Arc<RuleSet>,
     inspector: Arc<Inspector>,
 }
@@ -77,13 +78,6 @@ impl std::fmt::Debug for RouteWaf {
             .field("rules", &self.rules.len())
             .finish()
     }
-}
-
-/// A route's `response_body_limit` and `response_body_types`.
-#[derive(Debug)]
-struct ResponseBodies {
-    limit: u64,
-    types: Vec<String>,
 }
 
 /// How much of a response's body its inspection reads.
@@ -100,26 +94,28 @@ pub(crate) enum BodyRead {
     UpTo(u64),
 }
 
-impl ResponseBodies {
-    /// How much of a response with `status` and `headers` phase 4 reads: bodies of the
-    /// route's media types without a content coding, up to the limit.
-    fn read(&self, status: http::StatusCode, headers: &http::HeaderMap) -> BodyRead {
-        let bodiless = status.is_informational()
-            || status == http::StatusCode::NO_CONTENT
-            || status == http::StatusCode::NOT_MODIFIED;
-        let media_type = crate::http::headers::media_type(headers);
-        if bodiless || !media_type.is_some_and(|t| self.types.contains(&t)) {
-            return BodyRead::NotRead;
-        }
-        let encoded = headers
-            .get_all(http::header::CONTENT_ENCODING)
-            .iter()
-            .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
-        if encoded {
-            return BodyRead::Encoded;
-        }
-        BodyRead::UpTo(self.limit)
+/// How much of a response with `status` and `headers` phase 4 reads under `rb`: bodies of the
+/// route's media types without a content coding, up to the limit.
+fn read_under(
+    rb: &waf::ResponseBodies,
+    status: http::StatusCode,
+    headers: &http::HeaderMap,
+) -> BodyRead {
+    let bodiless = status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED;
+    let media_type = crate::http::headers::media_type(headers);
+    if bodiless || !media_type.is_some_and(|t| rb.types.contains(&t)) {
+        return BodyRead::NotRead;
     }
+    let encoded = headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return BodyRead::Encoded;
+    }
+    BodyRead::UpTo(rb.limit)
 }
 
 impl RouteWaf {
@@ -136,7 +132,7 @@ impl RouteWaf {
     ) -> BodyRead {
         match &self.response_body {
             None => BodyRead::HeadersOnly,
-            Some(rb) => rb.read(status, headers),
+            Some(rb) => read_under(rb, status, headers),
         }
     }
 
@@ -394,17 +390,15 @@ impl Inspector {
             .enumerate()
             .map(|(i, r)| {
                 let Some(w) = &r.waf else { return Ok(None) };
+                let profile = w.profile();
                 let rules = self
-                    .compile(&w.profile(), &crs)
+                    .compile(&profile, &crs)
                     .with_context(|| format!("routes[{i}].waf ({})", r.effective_name()))?;
                 Ok(Some(Arc::new(RouteWaf {
                     mode: w.mode,
                     body_limit: w.body_limit,
                     response_headers: w.response_headers,
-                    response_body: w.response_body.then(|| ResponseBodies {
-                        limit: w.response_body_limit,
-                        types: w.response_body_types.clone(),
-                    }),
+                    response_body: profile.response_bodies,
                     rules,
                     inspector: self.clone(),
                 })))
@@ -704,12 +698,12 @@ fn log_matches(
 
 #[cfg(test)]
 mod tests {
-    use super::{BodyRead, ResponseBodies};
+    use super::{read_under, BodyRead};
     use http::{HeaderMap, StatusCode};
 
     #[test]
     fn only_bodies_of_the_routes_types_without_a_coding_are_read() {
-        let rb = ResponseBodies {
+        let rb = waf::ResponseBodies {
             limit: 4096,
             types: vec!["text/html".into(), "application/json".into()],
         };
@@ -721,7 +715,7 @@ mod tests {
                     v.parse().unwrap(),
                 );
             }
-            rb.read(StatusCode::from_u16(status).unwrap(), &h)
+            read_under(&rb, StatusCode::from_u16(status).unwrap(), &h)
         };
         let html = ("content-type", "Text/HTML; charset=utf-8");
         assert_eq!(read(200, &[html]), BodyRead::UpTo(4096));
