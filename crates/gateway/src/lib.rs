@@ -9,7 +9,8 @@
 //! - `http`: the request pipeline: target normalization, routing, compression, forwarding.
 //! - `body`: request and response bodies between client and upstream.
 //! - `upstream`: clusters, connection pools, health checks, upstream TLS.
-//! - `policy`: access lists, rate limits, the overload manager.
+//! - `policy`: access lists, rate limits, the overload manager, the WAF (its response
+//!   codings are [`waf_codings`], public for the fuzz target).
 //! - `control`: the fleet control plane: objects in etcd, watched and applied.
 //! - `fleet`: state shared by the fleet's gateways in Redis: fleet rate limits.
 //! - `ops`: the admin listener and its API, metrics and the access log.
@@ -45,3 +46,4 @@ pub use listener::tcp::bind as bind_listener;
 pub use listener::{h2_flood, proxy_protocol};
 pub use ops::admin;
 pub use ops::metrics;
+pub use policy::waf::codings as waf_codings;

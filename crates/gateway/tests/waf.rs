@@ -427,6 +427,15 @@ endpoints = ["127.0.0.1:9"]
 }
 
 /// An SQL error page, as a failing application would leak it (CRS 951230, MySQL).
+const SEEN_PAGE: &str = "<html><body>12 parcels left the warehouse today.</body></html>\n";
+
+fn gzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
 const SQL_LEAK: &str = "<html><body>Query failed: You have an error in your SQL syntax; \
     check the manual that corresponds to your MySQL server version</body></html>\n";
 
@@ -434,8 +443,10 @@ const SQL_LEAK: &str = "<html><body>Query failed: You have an error in your SQL 
 /// segment: `/leak` (an SQL error page,
 /// with a length), `/split` (the same page in two chunks, split inside the message), `/page`
 /// (an ordinary page), `/late` (100 KiB of page, then the leak, chunked), `/gzip` (the leak
-/// marked `Content-Encoding: gzip`), `/png` (the leak as an image), `/stall` (headers and a
-/// first chunk, then nothing for 30 s).
+/// gzipped, whatever the request accepts), `/br` (the leak marked `Content-Encoding: br`),
+/// `/seen` (an ordinary page, gzipped when the request accepts gzip, naming the
+/// `Accept-Encoding` it got in `x-seen-accept-encoding`), `/png` (the leak as an image),
+/// `/stall` (headers and a first chunk, then nothing for 30 s).
 async fn spawn_leaky_upstream() -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -452,6 +463,11 @@ async fn spawn_leaky_upstream() -> std::net::SocketAddr {
                     }
                 }
                 let head = String::from_utf8_lossy(&head).into_owned();
+                let accept_encoding = head
+                    .lines()
+                    .filter_map(|l| l.split_once(':'))
+                    .find(|(n, _)| n.eq_ignore_ascii_case("accept-encoding"))
+                    .map_or("(none)".to_string(), |(_, v)| v.trim().to_string());
                 // The last segment names the response (`/detect/leak` is `/leak`).
                 let target = head.split_whitespace().nth(1).unwrap_or("");
                 let path = format!("/{}", target.rsplit('/').next().unwrap_or(""));
@@ -485,7 +501,21 @@ async fn spawn_leaky_upstream() -> std::net::SocketAddr {
                         b"<html><body>3 orders shipped today.</body></html>\n",
                     ),
                     "/late" => chunked(&[&filler[..50 * 1024], &filler[50 * 1024..], leak]),
-                    "/gzip" => whole("text/html", "content-encoding: gzip\r\n", leak),
+                    "/gzip" => whole("text/html", "content-encoding: gzip\r\n", &gzip(leak)),
+                    "/br" => whole("text/html", "content-encoding: br\r\n", leak),
+                    "/seen" => {
+                        let page = SEEN_PAGE.as_bytes();
+                        let seen = format!("x-seen-accept-encoding: {accept_encoding}\r\n");
+                        if accept_encoding.contains("gzip") {
+                            whole(
+                                "text/html",
+                                &format!("{seen}content-encoding: gzip\r\n"),
+                                &gzip(page),
+                            )
+                        } else {
+                            whole("text/html", &seen, page)
+                        }
+                    }
                     "/png" => whole("image/png", "", leak),
                     "/stall" => {
                         let first = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
@@ -507,9 +537,11 @@ async fn spawn_leaky_upstream() -> std::net::SocketAddr {
 
 /// `waf.response_body`: the Core Rule Set's data-leak rules read response bodies (phase 4).
 /// An SQL error page is withheld on a blocking route (also when the message is split across
-/// chunks, and over HTTP/2) and logged on a detecting one; an ordinary page passes whole;
-/// a leak past `response_body_limit`, in a content-coded body or in an image passes, the
-/// first two counted; a body that stalls before the limit is a 502, not a cut page.
+/// chunks, over HTTP/2, and gzipped by an upstream that was not asked for gzip) and logged on
+/// a detecting one; an ordinary page passes whole; the upstream is asked only for codings the
+/// inspection reads through; a leak past `response_body_limit`, in a body of a coding it
+/// cannot read or in an image passes, the first two counted; a body that stalls before the
+/// limit is a 502, not a cut page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_bodies_that_leak_are_withheld_when_the_route_asks() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -562,22 +594,53 @@ waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
     assert_eq!(status, "200");
     assert_eq!(body.len(), 100 * 1024 + SQL_LEAK.len());
     assert!(body.ends_with(SQL_LEAK));
-    let (status, body) = get(&fx, &[&fx.url("/gzip")]).await;
+    let (status, body) = get(&fx, &["--compressed", &fx.url("/gzip")]).await;
+    assert_eq!(status, "403", "decoded and read: {body}");
+    let (status, body) = get(&fx, &[&fx.url("/br")]).await;
     assert_eq!(
         (status.as_str(), body.as_str()),
         ("200", SQL_LEAK),
         "not read"
     );
+    // What the upstream is asked for, and what the client gets: curl's `--compressed` accepts
+    // deflate, gzip, br and zstd; the upstream hears only the first two and gzips, and the
+    // page reaches the client gzipped, as it left the upstream.
+    for (accepts, upstream_heard, coding) in [
+        (None, "deflate, gzip", "gzip"),
+        (
+            Some("accept-encoding: br;q=1, gzip;q=0.5"),
+            "gzip;q=0.5",
+            "gzip",
+        ),
+        (Some("accept-encoding: br, zstd"), "identity", ""),
+    ] {
+        let mut args = vec![
+            "--compressed",
+            "-w",
+            "\n%header{x-seen-accept-encoding}\n%header{content-encoding}\n%{http_code}",
+        ];
+        args.extend(accepts.iter().flat_map(|h| ["-H", *h]));
+        let url = fx.url("/seen");
+        args.push(&url);
+        let (status, out) = get(&fx, &args).await;
+        assert_eq!(status, "200", "{out}");
+        let lines: Vec<&str> = out.rsplitn(3, '\n').collect();
+        assert_eq!(
+            (lines[2], lines[1], lines[0]),
+            (SEEN_PAGE, upstream_heard, coding),
+            "{accepts:?}"
+        );
+    }
     let (status, _) = get(&fx, &[&fx.url("/png")]).await;
     assert_eq!(status, "200");
     let (status, body) = get(&fx, &[&fx.url("/stall")]).await;
     assert_eq!(status, "502", "{body}");
-    let lines = waf_log(&fx, 3).await;
+    let lines = waf_log(&fx, 4).await;
     let leaks: Vec<_> = lines
         .iter()
         .filter(|l| l["phase"] == "response" && l["rule"] == 951230)
         .collect();
-    assert_eq!(leaks.len(), 3, "{lines:?}");
+    assert_eq!(leaks.len(), 4, "{lines:?}");
     assert!(leaks
         .iter()
         .any(|l| l["route"] == "detect" && l["action"] == "logged"));
@@ -586,7 +649,7 @@ waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
         && l["body_inspected"] == SQL_LEAK.len()));
     let m = fx.gw().metrics.render();
     for (route, result, n) in [
-        ("site", "response_blocked", 2.0),
+        ("site", "response_blocked", 3.0),
         ("detect", "response_detected", 1.0),
         ("site", "response_partial", 1.0),
         ("site", "response_encoded", 1.0),
@@ -599,7 +662,7 @@ waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
             "{route} {result}: {m}"
         );
     }
-    let log = access_log(&fx, 8).await;
+    let log = access_log(&fx, 12).await;
     for want in ["response_blocked", "response_partial", "response_encoded"] {
         assert!(log.iter().any(|r| r["waf"] == want), "{want}: {log:?}");
     }

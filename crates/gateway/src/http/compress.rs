@@ -15,17 +15,8 @@ const LEVEL: u32 = 4;
 
 /// Whether a request's `Accept-Encoding` takes gzip (with a non-zero q).
 pub fn accepts_gzip(h: &HeaderMap) -> bool {
-    crate::http::headers::list_elements(h, &header::ACCEPT_ENCODING).any(|coding| {
-        let mut parts = coding.split(';');
-        let name = parts.next().unwrap_or("").trim();
-        let q_zero = parts.any(|p| {
-            p.trim()
-                .strip_prefix("q=")
-                .and_then(|q| q.trim().parse::<f32>().ok())
-                .is_some_and(|q| q == 0.0)
-        });
-        (name.eq_ignore_ascii_case("gzip") || name == "*") && !q_zero
-    })
+    crate::http::headers::accepted_codings(h)
+        .any(|(name, _)| name.eq_ignore_ascii_case("gzip") || name == "*")
 }
 
 /// Whether a response (to a request with `method`) should be gzipped: a 200 with a body, a

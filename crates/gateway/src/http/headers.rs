@@ -17,6 +17,22 @@ pub(crate) fn list_elements<'a>(
         .map(str::trim)
 }
 
+/// The content codings a request's `Accept-Encoding` accepts: each element's coding name
+/// (as sent) and the element whole (its parameters kept), those with `q=0` left out.
+pub(crate) fn accepted_codings(h: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    list_elements(h, &http::header::ACCEPT_ENCODING).filter_map(|element| {
+        let mut parts = element.split(';');
+        let name = parts.next().unwrap_or("").trim();
+        let refused = parts.any(|p| {
+            p.trim()
+                .strip_prefix("q=")
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .is_some_and(|q| q == 0.0)
+        });
+        (!name.is_empty() && !refused).then_some((name, element))
+    })
+}
+
 /// The media type of `h`'s `Content-Type` (`type/subtype`, lowercase, its parameters
 /// dropped); `None` without one, or when its value is not visible ASCII.
 pub(crate) fn media_type(h: &HeaderMap) -> Option<String> {

@@ -1,5 +1,6 @@
 //! Phase: the request rewritten for the upstream. Hop-by-hop headers out; one canonical
-//! `Host`; `X-Forwarded-*`, `Via` and the request id in; the route's own header rules last;
+//! `Host`; `X-Forwarded-*`, `Via` and the request id in; the route's own header rules, then
+//! (on a route whose WAF reads response bodies) `Accept-Encoding` narrowed to what it reads;
 //! and an upgrade (an HTTP/1.1 `Upgrade` the route allows, or an HTTP/2 WebSocket) set up to
 //! become a tunnel once the upstream agrees.
 
@@ -127,6 +128,15 @@ pub(super) fn request(
         client_cert_headers(h, names, ctx.conn.client_cert.as_deref());
     }
     route.request_headers.apply(h);
+    // After the route's own rules, which cannot take it back: a route that inspects response
+    // bodies gets them in a coding the inspection reads through.
+    if route
+        .waf
+        .as_ref()
+        .is_some_and(|w| w.reads_response_bodies())
+    {
+        crate::policy::waf::accept_readable(h);
+    }
     if ctx.shared.paths.forward_normalized {
         forward_path(&mut parts.uri, &target.path);
     }

@@ -5,14 +5,15 @@
 //! With `waf.response_headers`, [`inspect_response`] runs the upstream's status and headers
 //! through the same transaction's phase 3; with `waf.response_body`, the first
 //! `response_body_limit` bytes of its body too (phase 4), held until they are inspected and
-//! then sent on ahead of the rest.
+//! then sent on ahead of the rest; such a route asks its upstream only for codings the
+//! inspection reads through (see [`crate::policy::waf`]).
 
 use super::forward::{client_body_failed, refuse_unread};
 use super::{local, Fault, Outcome, Phase, RequestCtx};
 use crate::body::ClientBody;
 use crate::config::WafMode;
 use crate::http::router::Route;
-use crate::policy::waf::{BodyRead, Input, Inspection};
+use crate::policy::waf::{BodyRead, Input, Inspection, ResponsePrefix};
 use crate::upstream::{Cluster, Exchange};
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
@@ -176,22 +177,24 @@ pub(super) async fn inspect_response(
     };
     let r = &mut exchange.response;
     let (mut read_ahead, mut body, mut note) = (Vec::new(), None, None);
+    let mut ended = true;
     match waf.body_read(r.status(), r.headers()) {
         BodyRead::HeadersOnly => {}
-        BodyRead::NotRead => body = Some(Vec::new()),
+        BodyRead::NotRead => body = Some(ResponsePrefix::empty()),
         BodyRead::Encoded => {
             waf.count_response(&route.name, "response_encoded");
-            (body, note) = (Some(Vec::new()), Some("response_encoded"));
+            (body, note) = (Some(ResponsePrefix::empty()), Some("response_encoded"));
         }
-        BodyRead::UpTo(limit) => {
+        BodyRead::UpTo { limit, coding } => {
             match read_frames(r.body_mut(), limit, cluster.body_timeout).await {
-                Ok((frames, ended)) => {
-                    body = Some(first_bytes(&frames, limit));
-                    if !ended {
-                        waf.count_response(&route.name, "response_partial");
-                        note = Some("response_partial");
-                    }
-                    read_ahead = frames;
+                Ok((frames, all)) => {
+                    let parts = first_bytes(&frames, limit);
+                    body = Some(ResponsePrefix {
+                        parts,
+                        coding,
+                        limit,
+                    });
+                    (read_ahead, ended) = (frames, all);
                 }
                 Err(stalled) => {
                     // Nothing was sent yet: the client gets a whole error, not a cut body.
@@ -211,9 +214,14 @@ pub(super) async fn inspect_response(
         }
     }
     let r = &exchange.response;
-    let verdict = waf
+    let (verdict, cut) = waf
         .inspect_response(pending, r.status().as_u16(), r.headers(), body)
         .await;
+    if (!ended || cut) && verdict == Inspection::Pass {
+        // Part of what goes out was not inspected: past the limit, or not decodable.
+        waf.count_response(&route.name, "response_partial");
+        note = Some("response_partial");
+    }
     match verdict {
         Inspection::Blocked(status) => {
             if ctx.logging() {

@@ -11,7 +11,10 @@
 //!   never the client's bytes) and counted by rule.
 //! - With `response_headers` or `response_body`, a request's transaction stays open across
 //!   the exchange for its response's phase 3 (status, headers) and phase 4 (the body's first
-//!   `response_body_limit` bytes, of the route's media types, without a content coding).
+//!   `response_body_limit` bytes, of the route's media types, decoded from gzip or deflate
+//!   where the upstream used one: [`codings`]).
+
+pub mod codings;
 
 use crate::config::{Config, WafConfig, WafMode};
 use crate::ops::metrics::Metrics;
@@ -25,6 +28,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Instant, SystemTime};
 use waf::RuleSet;
+
+use codings::Coding;
+pub(crate) use codings::{accept_readable, ResponsePrefix};
 
 /// One request as the inspection threads receive it (owned: it crosses threads).
 pub(crate) struct Input {
@@ -88,14 +94,16 @@ pub(crate) enum BodyRead {
     /// Phase 4 without the body: its type is not one the route reads, or there is none (a
     /// switch of protocols, 204, 304).
     NotRead,
-    /// Phase 4 without the body: it has a content coding ModSecurity cannot read through.
+    /// Phase 4 without the body: it has a content coding the inspection cannot read through
+    /// (`br`, `zstd`, codings stacked).
     Encoded,
-    /// Phase 4 over at most this many of its first bytes.
-    UpTo(u64),
+    /// Phase 4 over at most `limit` of its first bytes as they arrive, decoded from `coding`
+    /// (and then at most `limit` of those).
+    UpTo { limit: u64, coding: Coding },
 }
 
 /// How much of a response with `status` and `headers` phase 4 reads under `rb`: bodies of the
-/// route's media types without a content coding, up to the limit.
+/// route's media types in a coding it reads through, up to the limit.
 fn read_under(
     rb: &waf::ResponseBodies,
     status: http::StatusCode,
@@ -108,20 +116,25 @@ fn read_under(
     if bodiless || !media_type.is_some_and(|t| rb.types.contains(&t)) {
         return BodyRead::NotRead;
     }
-    let encoded = headers
-        .get_all(http::header::CONTENT_ENCODING)
-        .iter()
-        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
-    if encoded {
-        return BodyRead::Encoded;
+    match Coding::of_response(headers) {
+        Some(coding) => BodyRead::UpTo {
+            limit: rb.limit,
+            coding,
+        },
+        None => BodyRead::Encoded,
     }
-    BodyRead::UpTo(rb.limit)
 }
 
 impl RouteWaf {
     /// Whether a request's transaction is kept for its response.
     fn keeps_transaction(&self) -> bool {
         self.response_headers || self.response_body.is_some()
+    }
+
+    /// Whether the route reads response bodies (phase 4), and so asks its upstream only for
+    /// codings it reads through ([`accept_readable`]).
+    pub(crate) fn reads_response_bodies(&self) -> bool {
+        self.response_body.is_some()
     }
 
     /// How much of a response with `status` and `headers` its inspection reads.
@@ -175,13 +188,15 @@ impl RouteWaf {
     /// its request kept open, and with `body` (its first bytes, possibly none) phase 4, on an
     /// inspection thread. A response that cannot be inspected (overload, a ModSecurity
     /// error) is `Unavailable`: the phase passes it on (its request was inspected) and logs it.
+    /// Also says whether some of `body` went uninspected in decoding
+    /// ([`ResponsePrefix::decoded`]).
     pub(crate) async fn inspect_response(
         &self,
         pending: PendingResponse,
         status: u16,
         headers: &http::HeaderMap,
-        body: Option<Vec<Bytes>>,
-    ) -> Inspection {
+        body: Option<ResponsePrefix>,
+    ) -> (Inspection, bool) {
         let route = pending.who.route.clone();
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Job::Response {
@@ -193,12 +208,14 @@ impl RouteWaf {
         };
         if self.inspector.jobs.try_send(job).is_err() {
             self.inspector.count(&route, "response_overloaded");
-            return Inspection::Unavailable;
+            return (Inspection::Unavailable, false);
         }
         match answer.await {
-            Ok(Ok(Some(status))) if self.mode == WafMode::Block => Inspection::Blocked(status),
-            Ok(Ok(_)) => Inspection::Pass,
-            Ok(Err(())) | Err(_) => Inspection::Unavailable,
+            Ok(Ok((Some(status), cut))) if self.mode == WafMode::Block => {
+                (Inspection::Blocked(status), cut)
+            }
+            Ok(Ok((_, cut))) => (Inspection::Pass, cut),
+            Ok(Err(())) | Err(_) => (Inspection::Unavailable, false),
         }
     }
 
@@ -236,8 +253,9 @@ enum Job {
         pending: PendingResponse,
         status: u16,
         headers: http::HeaderMap,
-        body: Option<Vec<Bytes>>,
-        reply: tokio::sync::oneshot::Sender<Result<Option<u16>, ()>>,
+        body: Option<ResponsePrefix>,
+        /// The blocking status, if any, and whether decoding left some of the body unread.
+        reply: tokio::sync::oneshot::Sender<Result<(Option<u16>, bool), ()>>,
     },
     /// A kept transaction whose response never came: its logging phase, then freed.
     Close { pending: PendingResponse },
@@ -473,9 +491,13 @@ fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
                 run_close(pending, sink, m); // the request is gone: its logging phase only
                 return;
             }
-            let body = body.map(|parts| parts.concat());
+            // Decoded here, off the connection threads (at most the route's limit of it).
+            let (body, cut) = match body.map(ResponsePrefix::decoded) {
+                Some((b, cut)) => (Some(b), cut),
+                None => (None, false),
+            };
             let response = (status, &headers, body.as_deref());
-            let _ = reply.send(run_response(pending, response, sink, m));
+            let _ = reply.send(run_response(pending, response, sink, m).map(|v| (v, cut)));
         }
         Job::Close { pending } => run_close(pending, sink, m),
     }
@@ -698,11 +720,11 @@ fn log_matches(
 
 #[cfg(test)]
 mod tests {
-    use super::{read_under, BodyRead};
+    use super::{read_under, BodyRead, Coding};
     use http::{HeaderMap, StatusCode};
 
     #[test]
-    fn only_bodies_of_the_routes_types_without_a_coding_are_read() {
+    fn only_bodies_of_the_routes_types_in_a_readable_coding_are_read() {
         let rb = waf::ResponseBodies {
             limit: 4096,
             types: vec!["text/html".into(), "application/json".into()],
@@ -718,17 +740,25 @@ mod tests {
             read_under(&rb, StatusCode::from_u16(status).unwrap(), &h)
         };
         let html = ("content-type", "Text/HTML; charset=utf-8");
-        assert_eq!(read(200, &[html]), BodyRead::UpTo(4096));
+        let up_to = |coding| BodyRead::UpTo {
+            limit: 4096,
+            coding,
+        };
+        assert_eq!(read(200, &[html]), up_to(Coding::Identity));
         assert_eq!(
             read(500, &[("content-type", "application/json")]),
-            BodyRead::UpTo(4096)
+            up_to(Coding::Identity)
         );
         assert_eq!(
             read(200, &[html, ("content-encoding", "identity")]),
-            BodyRead::UpTo(4096)
+            up_to(Coding::Identity)
         );
         assert_eq!(
             read(200, &[html, ("content-encoding", "gzip")]),
+            up_to(Coding::Gzip)
+        );
+        assert_eq!(
+            read(200, &[html, ("content-encoding", "br")]),
             BodyRead::Encoded
         );
         assert_eq!(
