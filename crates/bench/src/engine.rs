@@ -18,7 +18,8 @@ use boring::sign::Signer;
 use keyengine::testing::{generate_ecdsa_p256_pkcs8, generate_rsa_pkcs8};
 use keyengine::{
     BatchConfig, BatchEngine, Engine, EngineMetrics, InlineEngine, KernelBackend, KeyEngine,
-    KeyRegistry, PrivateKey, Scheduler, SchedulerPolicy, SignatureAlgorithm, ThreadsEngine,
+    KeyRegistry, PrivateKey, Scheduler, SchedulerPolicy, SignError, SignatureAlgorithm,
+    ThreadsEngine,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -37,6 +38,10 @@ pub struct EngineRun {
     pub p50_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// Requests the engine refused as overloaded (each retried after [`SHED_BACKOFF`]): a
+    /// cell past what the engine queues says so instead of ending the run.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub shed: u64,
     /// CPU µs per signature by thread group (the thread name without its number;
     /// `bench-submit` = the submitting threads): where an engine's CPU goes.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -45,6 +50,14 @@ pub struct EngineRun {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How long a task waits after its request was shed before it asks again, as a client told
+/// to back off would.
+const SHED_BACKOFF: Duration = Duration::from_millis(1);
 
 /// This process's user + system CPU seconds (all threads).
 fn cpu_seconds() -> f64 {
@@ -204,7 +217,7 @@ fn run_cell(
     let start = Instant::now();
     let deadline = start + load.duration;
     let per_task = load.max_ops.div_ceil(load.concurrency as u64).max(1);
-    let mut submit_cpu = 0.0;
+    let (mut submit_cpu, mut shed) = (0.0, 0);
     let lat = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -224,10 +237,12 @@ fn run_cell(
             .collect::<Result<_, _>>()?;
         let mut all = Vec::new();
         for h in handles {
-            let (lat, cpu) = h
+            let (done, cpu) = h
                 .join()
                 .map_err(|_| anyhow::anyhow!("a submitting thread panicked"))?;
-            all.extend(lat?);
+            let done = done?;
+            all.extend(done.latencies);
+            shed += done.shed;
             submit_cpu += cpu;
         }
         anyhow::Ok(all)
@@ -249,6 +264,7 @@ fn run_cell(
         wall,
         cpu,
         latencies: lat,
+        shed,
         cpu_us_by_thread: by_thread,
     })
 }
@@ -260,6 +276,8 @@ struct Cell {
     cpu: f64,
     /// Each signature's latency, µs.
     latencies: Vec<u32>,
+    /// Requests refused as overloaded.
+    shed: u64,
     cpu_us_by_thread: BTreeMap<String, f64>,
 }
 
@@ -272,8 +290,18 @@ struct Load {
     max_ops: u64,
 }
 
+/// What one submitting thread's tasks did.
+#[derive(Default)]
+struct Submitted {
+    /// Each signature's latency, µs.
+    latencies: Vec<u32>,
+    /// Requests refused as overloaded.
+    shed: u64,
+}
+
 /// One submitting thread: a current-thread runtime running `tasks` tasks, each signing in turn
-/// until `deadline` or `per_task` signatures. Returns each signature's latency in µs.
+/// until `deadline` or `per_task` signatures (a shed request retried after [`SHED_BACKOFF`]).
+/// Any other failure ends the cell.
 fn submit_from_thread(
     facade: &Arc<KeyEngine>,
     id: keyengine::KeyId,
@@ -282,7 +310,7 @@ fn submit_from_thread(
     tasks: usize,
     per_task: u64,
     deadline: Instant,
-) -> anyhow::Result<Vec<u32>> {
+) -> anyhow::Result<Submitted> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -292,18 +320,28 @@ fn submit_from_thread(
             let facade = facade.clone();
             let digest = digest.to_vec();
             handles.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
-                while Instant::now() < deadline && (lat.len() as u64) < per_task {
+                let mut done = Submitted::default();
+                while Instant::now() < deadline && (done.latencies.len() as u64) < per_task {
                     let t = Instant::now();
-                    facade.sign(&id, algorithm, digest.clone()).await?;
-                    lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    match facade.sign(&id, algorithm, digest.clone()).await {
+                        Ok(_) => done
+                            .latencies
+                            .push(t.elapsed().as_micros().min(u32::MAX as u128) as u32),
+                        Err(SignError::Overloaded(_)) => {
+                            done.shed += 1;
+                            tokio::time::sleep(SHED_BACKOFF).await;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
-                anyhow::Ok(lat)
+                anyhow::Ok(done)
             }));
         }
-        let mut all = Vec::new();
+        let mut all = Submitted::default();
         for h in handles {
-            all.extend(h.await??);
+            let done = h.await??;
+            all.latencies.extend(done.latencies);
+            all.shed += done.shed;
         }
         anyhow::Ok(all)
     })
@@ -375,6 +413,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                     p50_us: wall * 1e6 / n.max(1) as f64,
                     p99_us: 0.0,
                     max_us: 0.0,
+                    shed: 0,
                     cpu_us_by_thread: BTreeMap::new(),
                     unavailable: None,
                 };
@@ -394,6 +433,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                         p50_us: 0.0,
                         p99_us: 0.0,
                         max_us: 0.0,
+                        shed: 0,
                         cpu_us_by_thread: BTreeMap::new(),
                         unavailable: Some(reason),
                     },
@@ -422,6 +462,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<EngineRun>> {
                             p50_us: percentile(&lat, 0.5),
                             p99_us: percentile(&lat, 0.99),
                             max_us: lat.last().copied().unwrap_or(0) as f64,
+                            shed: cell.shed,
                             cpu_us_by_thread: cell.cpu_us_by_thread,
                             unavailable: None,
                         }
@@ -448,6 +489,13 @@ fn report(args: &BenchArgs, r: &EngineRun) -> anyhow::Result<()> {
             "{:<16} {:<11} c={:<4} {:>9.0} signs/s {:>9.0} signs/cpu-s  p50 {:>7.0} us  p99 {:>7.0} us  max {:>7.0} us",
             r.engine, r.algorithm, r.concurrency, r.signs_per_sec, r.signs_per_cpu_sec, r.p50_us, r.p99_us, r.max_us
         );
+        if r.shed > 0 {
+            println!(
+                "    shed (refused as overloaded, retried after {} ms): {}",
+                SHED_BACKOFF.as_millis(),
+                r.shed
+            );
+        }
         if !r.cpu_us_by_thread.is_empty() {
             let mut groups: Vec<_> = r.cpu_us_by_thread.iter().collect();
             groups.sort_by(|a, b| b.1.total_cmp(a.1));
@@ -532,6 +580,23 @@ mod tests {
         // The submitting threads and the replay thread did the work, and say so.
         let by = &cell.cpu_us_by_thread;
         assert!(by.get("bench-submit").is_some_and(|us| *us > 0.0), "{by:?}");
+    }
+
+    #[test]
+    fn a_shed_request_is_counted_and_asked_again_not_the_end_of_the_run() {
+        let der = generate_rsa_pkcs8();
+        let alg = SignatureAlgorithm::RsaPssSha256;
+        // One signing thread and room for one request: 8 tasks at once must be shed.
+        let engine = std::sync::Arc::new(keyengine::ThreadsEngine::new(1, 1));
+        let load = Load {
+            concurrency: 8,
+            threads: 1,
+            duration: Duration::from_secs(60),
+            max_ops: 40,
+        };
+        let cell = run_cell(engine, &der, alg, load).unwrap();
+        assert_eq!(cell.latencies.len(), 40, "every task got its share signed");
+        assert!(cell.shed > 0, "nothing was shed");
     }
 
     #[tokio::test]
