@@ -668,6 +668,149 @@ waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
     }
 }
 
+/// A request body the client content-codes. The Core Rule Set refuses `Content-Encoding` on
+/// requests (920450); on routes that exempt it, as an API taking compressed uploads must:
+/// gzip and deflate are inspected decoded (an attack compressed is still an attack) and reach
+/// the upstream as sent; one that expands far past `body_limit` is read only that far; a
+/// coding the WAF cannot read is refused with 415 and the codings it can on a blocking route
+/// (the application might decode it), and passes, counted, on a detecting one; a coding named
+/// over no body changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coded_request_bodies_are_inspected_decoded_or_refused() {
+    use std::io::Write;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = start_edited("", |text, dir| {
+        let routes = format!(
+            r#"
+[waf]
+log = "{log}"
+
+[[routes]]
+name = "detect"
+path_prefix = "/detect"
+cluster = "app"
+waf = {{ mode = "detect", exclusions = [{{ rules = [920450] }}] }}
+
+[[routes]]
+name = "site"
+cluster = "app"
+waf = {{ mode = "block", body_limit = 65536, exclusions = [{{ rules = [920450] }}] }}
+
+[[routes]]
+name = "strict"
+path_prefix = "/strict/"
+cluster = "app"
+waf = {{ mode = "block" }}
+"#,
+            log = dir.join("waf.log").display()
+        );
+        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
+    })
+    .await;
+    let dir = fx.dir.path();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        format!("@{}", path.display())
+    };
+    let attack = b"user=admin&pass=x%27%20UNION%20SELECT%20password%20FROM%20users--";
+    let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    zlib.write_all(attack).unwrap();
+    let gz_attack = write("attack.gz", &gzip(attack));
+    let zlib_attack = write("attack.zlib", &zlib.finish().unwrap());
+    let plain_attack = write("attack.txt", attack);
+    let form = b"name=Jane+Doe&email=jane%40example.com&message=Hello+there";
+    let gz_form = gzip(form);
+    let gz_form_file = write("form.gz", &gz_form);
+    // 8 MiB of a harmless form value in about 8 KiB: read as far as body_limit (64 KiB).
+    let mut big = b"message=".to_vec();
+    big.resize(8 << 20, b'a');
+    let gz_big = write("big.gz", &gzip(&big));
+    let echoed = dir.join("echoed.bin");
+    let echoed_arg = echoed.display().to_string();
+    let post = |coding: &'static str, file: &str, path: &str| {
+        vec![
+            "-H".to_string(),
+            format!("content-encoding: {coding}"),
+            "-H".into(),
+            "content-type: application/x-www-form-urlencoded".into(),
+            "--data-binary".into(),
+            file.to_string(),
+            fx.url(path),
+        ]
+    };
+    for http in ["--http1.1", "--http2"] {
+        for (coding, file) in [("gzip", &gz_attack), ("deflate", &zlib_attack)] {
+            let mut a = vec![http.to_string()];
+            a.extend(post(coding, file, "/login"));
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            let (status, body) = get(&fx, &a).await;
+            assert_eq!(status, "403", "{http} {coding}: {body}");
+        }
+        // The upstream gets the gzip bytes the client sent.
+        let mut a = vec![http.to_string(), "-o".into(), echoed_arg.clone()];
+        a.extend(post("gzip", &gz_form_file, "/echo"));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (status, _) = get(&fx, &a).await;
+        assert_eq!(status, "200", "{http}");
+        assert_eq!(std::fs::read(&echoed).unwrap(), gz_form, "{http}");
+    }
+    let mut a = post("gzip", &gz_big, "/discard");
+    a.extend(["-o".into(), "/dev/null".into()]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (status, _) = get(&fx, &a).await;
+    assert_eq!(status, "200");
+    // A coding the WAF cannot read: refused where it blocks, passed where it detects.
+    let mut a = post("br", &plain_attack, "/login");
+    a.extend(["-w".into(), "%{http_code} %header{accept-encoding}".into()]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = stdout(&run(curl(&fx, &a)).await);
+    assert!(
+        out.contains("cannot read a request body in this content coding"),
+        "{out}"
+    );
+    assert!(out.ends_with("415 gzip, deflate"), "{out}");
+    let a = post("br", &plain_attack, "/detect");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (status, _) = get(&fx, &a).await;
+    assert_eq!(status, "404", "the upstream's answer");
+    let (status, _) = get(&fx, &["-H", "content-encoding: br", &fx.url("/")]).await;
+    assert_eq!(status, "200", "no body, nothing hidden");
+    // Without the exemption, the Core Rule Set refuses a coded request body outright.
+    let a = post("gzip", &gz_form_file, "/strict/echo");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (status, _) = get(&fx, &a).await;
+    assert_eq!(status, "403");
+    let lines = waf_log(&fx, 1).await;
+    assert!(lines
+        .iter()
+        .any(|l| l["rule"] == 920450 && l["route"] == "strict"));
+    let m = fx.gw().metrics.render();
+    for (route, result, n) in [
+        ("site", "blocked", 4.0),
+        ("site", "encoded", 1.0),
+        ("detect", "encoded", 1.0),
+    ] {
+        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            metric_sum(&m, "rampart_waf_requests_total", &labels),
+            n,
+            "{route} {result}: {m}"
+        );
+    }
+    let log = access_log(&fx, 11).await;
+    let waf_of = |path: &str| -> Vec<String> {
+        log.iter()
+            .filter(|r| r["path"] == path)
+            .map(|r| r["waf"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(waf_of("/discard"), ["partial"]);
+    assert_eq!(waf_of("/detect"), ["encoded"]);
+    assert!(waf_of("/login").contains(&"encoded".to_string()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
     let _one = ONE_AT_A_TIME.lock().await;

@@ -118,7 +118,8 @@ pub struct RouteWafConfig {
     /// SQL, PHP, Java and IIS errors, directory listings, source code), after its headers'
     /// phase 3 (this implies `response_headers`). The gateway holds the body's first
     /// `response_body_limit` bytes until they are inspected; only bodies of
-    /// `response_body_types` without a `Content-Encoding` are read. Off by default.
+    /// `response_body_types` in no coding, gzip or deflate are read (the upstream is asked for
+    /// no other). Off by default.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub response_body: bool,
     /// The most response body bytes held and inspected (default 512 KiB, ModSecurity's

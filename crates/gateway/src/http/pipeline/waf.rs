@@ -13,7 +13,7 @@ use super::{local, Fault, Outcome, Phase, RequestCtx};
 use crate::body::ClientBody;
 use crate::config::WafMode;
 use crate::http::router::Route;
-use crate::policy::waf::{BodyRead, Input, Inspection, ResponsePrefix};
+use crate::policy::waf::{BodyRead, CodedPrefix, Coding, Input, Inspection};
 use crate::upstream::{Cluster, Exchange};
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
@@ -21,7 +21,10 @@ use http_body::Frame;
 use std::ops::ControlFlow;
 
 /// Phase: inspects `req` when its route has a WAF; passes it on (its body whole again: the
-/// frames read for inspection first, then the rest as it comes) or ends it.
+/// frames read for inspection first, then the rest as it comes) or ends it. A body in gzip or
+/// deflate is inspected decoded; one in a coding the WAF cannot read is refused with 415 on a
+/// blocking route (the application might decode what the WAF could not see), and passed
+/// uninspected on a detecting one.
 pub(super) async fn inspect(
     ctx: &mut RequestCtx<'_>,
     route: &Route,
@@ -36,11 +39,35 @@ pub(super) async fn inspect(
         Ok(r) => r,
         Err(timed_out) => return ControlFlow::Break(client_body_failed(timed_out)),
     };
-    let body_complete = rest.is_none();
-    if !body_complete {
-        waf.count_partial(&route.name);
-    }
-    let body = first_bytes(&frames, waf.body_limit);
+    let mut body_complete = rest.is_none();
+    let prefix = first_bytes(&frames, waf.body_limit);
+    let coding = match Coding::of_message(&parts.headers) {
+        // A coding named over no body at all hides nothing.
+        None if prefix.iter().all(Bytes::is_empty) && body_complete => Some(Coding::Identity),
+        c => c,
+    };
+    let body = match coding {
+        Some(coding) => CodedPrefix {
+            parts: prefix,
+            coding,
+            limit: waf.body_limit,
+        },
+        None => {
+            waf.count(&route.name, "encoded");
+            if waf.mode == WafMode::Block {
+                if ctx.logging() {
+                    ctx.rec.waf = Some("encoded");
+                }
+                let body = crate::body::prefixed(frames, rest);
+                let resp = unreadable_coding(&ctx.request_id);
+                return ControlFlow::Break(Outcome::Refused(
+                    refuse_unread(body, &ctx.progress, resp).await,
+                ));
+            }
+            body_complete = false;
+            CodedPrefix::empty()
+        }
+    };
     let input = Input {
         client: ctx.conn.client,
         method: parts.method.to_string(),
@@ -62,12 +89,17 @@ pub(super) async fn inspect(
         request_id: ctx.request_id.clone(),
         route: route.name.clone(),
     };
-    let (verdict, pending) = waf.inspect(input).await;
+    let (verdict, pending, cut) = waf.inspect(input).await;
     ctx.waf_response = pending;
+    body_complete &= !cut;
+    if !body_complete && coding.is_some() {
+        waf.count_partial(&route.name);
+    }
     if ctx.logging() {
         ctx.rec.waf = match (verdict, body_complete) {
             (Inspection::Blocked(_), _) => Some("blocked"),
             (Inspection::Unavailable, _) => Some("unavailable"),
+            (Inspection::Pass, _) if coding.is_none() => Some("encoded"),
             (Inspection::Pass, false) => Some("partial"),
             (Inspection::Pass, true) => Some("inspected"),
         };
@@ -99,6 +131,23 @@ pub(super) async fn inspect(
     ControlFlow::Break(Outcome::Refused(
         refuse_unread(body, &ctx.progress, resp).await,
     ))
+}
+
+/// 415 for a request body in a content coding the WAF cannot read, naming the ones it can
+/// (RFC 7694: `Accept-Encoding` on the response).
+fn unreadable_coding(request_id: &str) -> http::Response<crate::body::ResponseBody> {
+    let mut r = local(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "the web application firewall cannot read a request body in this content coding; \
+             send it as gzip, deflate or uncoded (request id {request_id})\n"
+        ),
+    );
+    r.headers_mut().insert(
+        http::header::ACCEPT_ENCODING,
+        http::HeaderValue::from_static("gzip, deflate"),
+    );
+    r
 }
 
 /// Reads frames of `body` until `limit` data bytes are in or it ends, each frame within
@@ -180,16 +229,16 @@ pub(super) async fn inspect_response(
     let mut ended = true;
     match waf.body_read(r.status(), r.headers()) {
         BodyRead::HeadersOnly => {}
-        BodyRead::NotRead => body = Some(ResponsePrefix::empty()),
+        BodyRead::NotRead => body = Some(CodedPrefix::empty()),
         BodyRead::Encoded => {
-            waf.count_response(&route.name, "response_encoded");
-            (body, note) = (Some(ResponsePrefix::empty()), Some("response_encoded"));
+            waf.count(&route.name, "response_encoded");
+            (body, note) = (Some(CodedPrefix::empty()), Some("response_encoded"));
         }
         BodyRead::UpTo { limit, coding } => {
             match read_frames(r.body_mut(), limit, cluster.body_timeout).await {
                 Ok((frames, all)) => {
                     let parts = first_bytes(&frames, limit);
-                    body = Some(ResponsePrefix {
+                    body = Some(CodedPrefix {
                         parts,
                         coding,
                         limit,
@@ -219,7 +268,7 @@ pub(super) async fn inspect_response(
         .await;
     if (!ended || cut) && verdict == Inspection::Pass {
         // Part of what goes out was not inspected: past the limit, or not decodable.
-        waf.count_response(&route.name, "response_partial");
+        waf.count(&route.name, "response_partial");
         note = Some("response_partial");
     }
     match verdict {

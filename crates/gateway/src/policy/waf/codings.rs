@@ -1,14 +1,16 @@
-//! The content codings phase 4 reads through. A route that reads response bodies asks its
-//! upstream only for codings it can decode ([`accept_readable`]); a body that still arrives
-//! in gzip or deflate is decoded on the inspection thread, never past the route's limit, so a
-//! small compressed body cannot expand into a large one ([`ResponsePrefix::decoded`]).
+//! The content codings the WAF reads bodies through. A body in gzip or deflate (a request's,
+//! phase 2, or a response's, phase 4) is decoded on the inspection thread, never past the
+//! route's limit, so a small compressed body cannot expand into a large one
+//! ([`CodedPrefix::decoded`]); a request body in another coding is refused on a blocking
+//! route, since the application may decode what the WAF cannot. A route that reads response
+//! bodies asks its upstream only for codings it can decode ([`accept_readable`]).
 
 use bytes::Bytes;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING};
 use http::{HeaderMap, HeaderValue};
 use std::io::Read;
 
-/// A content coding phase 4 can read a body through.
+/// A content coding the WAF can read a body through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coding {
     Identity,
@@ -29,9 +31,10 @@ impl Coding {
         }
     }
 
-    /// A response's coding, when phase 4 can read through it: `None` for one it cannot
-    /// (`br`, `zstd`, an unknown one) or for codings stacked on each other.
-    pub fn of_response(headers: &HeaderMap) -> Option<Coding> {
+    /// A request's or response's coding (its `Content-Encoding`), when the WAF can read
+    /// through it: `None` for one it cannot (`br`, `zstd`, an unknown one) or for codings
+    /// stacked on each other.
+    pub fn of_message(headers: &HeaderMap) -> Option<Coding> {
         let mut applied = crate::http::headers::list_elements(headers, &CONTENT_ENCODING)
             .filter(|c| !c.is_empty())
             .map(Coding::named)
@@ -60,25 +63,25 @@ pub fn accept_readable(h: &mut HeaderMap) {
     h.insert(ACCEPT_ENCODING, value);
 }
 
-/// A response body's first bytes as they were read for phase 4: at most the route's limit of
-/// them, still in their coding.
-pub struct ResponsePrefix {
+/// A body's first bytes as they were read for inspection: at most the route's limit of them,
+/// still in their coding.
+pub struct CodedPrefix {
     pub parts: Vec<Bytes>,
     pub coding: Coding,
     pub limit: u64,
 }
 
-impl ResponsePrefix {
-    /// Phase 4 without a body (one not read: its type, or a coding not read through).
+impl CodedPrefix {
+    /// No body (one not read: its type, or a coding not read through).
     pub fn empty() -> Self {
-        ResponsePrefix {
+        CodedPrefix {
             parts: Vec::new(),
             coding: Coding::Identity,
             limit: 0,
         }
     }
 
-    /// What phase 4 reads: the prefix decoded, at most `limit` bytes of it; and whether some
+    /// What the inspection reads: the prefix decoded, at most `limit` bytes of it; and whether some
     /// of what was read went uninspected (its decoded bytes ran past the limit, or it did not
     /// decode: a corrupt body, or an encoded one cut at the limit).
     pub fn decoded(self) -> (Vec<u8>, bool) {
@@ -130,7 +133,7 @@ mod tests {
     fn a_response_is_read_through_one_known_coding_only() {
         let coding = |v: &[&str]| {
             let pairs: Vec<_> = v.iter().map(|v| ("content-encoding", *v)).collect();
-            Coding::of_response(&headers(&pairs))
+            Coding::of_message(&headers(&pairs))
         };
         assert_eq!(coding(&[]), Some(Coding::Identity));
         assert_eq!(coding(&["identity"]), Some(Coding::Identity));
@@ -172,7 +175,7 @@ mod tests {
     fn prefix(coding: Coding, bytes: &[u8], limit: u64) -> (Vec<u8>, bool) {
         // Split, as frames arrive.
         let (a, b) = bytes.split_at(bytes.len() / 3);
-        ResponsePrefix {
+        CodedPrefix {
             parts: vec![Bytes::copy_from_slice(a), Bytes::copy_from_slice(b)],
             coding,
             limit,

@@ -19,7 +19,6 @@ pub mod codings;
 use crate::config::{Config, WafConfig, WafMode};
 use crate::ops::metrics::Metrics;
 use anyhow::Context as _;
-use bytes::Bytes;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -29,8 +28,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Instant, SystemTime};
 use waf::RuleSet;
 
-use codings::Coding;
-pub(crate) use codings::{accept_readable, ResponsePrefix};
+pub(crate) use codings::{accept_readable, CodedPrefix, Coding};
 
 /// One request as the inspection threads receive it (owned: it crosses threads).
 pub(crate) struct Input {
@@ -42,8 +40,8 @@ pub(crate) struct Input {
     pub headers: http::HeaderMap,
     /// The `Host` ModSecurity sees when the request carried it in `:authority` (HTTP/2, 3).
     pub authority: Option<String>,
-    /// The body's first chunks (at most the route's `body_limit` bytes).
-    pub body: Vec<Bytes>,
+    /// The body's first chunks (at most the route's `body_limit` bytes), in their coding.
+    pub body: CodedPrefix,
     /// Whether `body` is all of it.
     pub body_complete: bool,
     /// For the log: the request id and the route.
@@ -116,7 +114,7 @@ fn read_under(
     if bodiless || !media_type.is_some_and(|t| rb.types.contains(&t)) {
         return BodyRead::NotRead;
     }
-    match Coding::of_response(headers) {
+    match Coding::of_message(headers) {
         Some(coding) => BodyRead::UpTo {
             limit: rb.limit,
             coding,
@@ -149,15 +147,20 @@ impl RouteWaf {
         }
     }
 
-    /// Counts a response phase's `result` (`response_partial`, `response_encoded`).
-    pub(crate) fn count_response(&self, route: &str, result: &str) {
+    /// Counts a `result` the pipeline decides (`encoded`, `response_partial`,
+    /// `response_encoded`).
+    pub(crate) fn count(&self, route: &str, result: &str) {
         self.inspector.count(route, result);
     }
 
     /// Inspects `input` on an inspection thread and says what to do with the request. With
     /// `response_headers` on, a request that may pass also gets its transaction back, for
-    /// [`RouteWaf::inspect_response`].
-    pub(crate) async fn inspect(&self, input: Input) -> (Inspection, Option<PendingResponse>) {
+    /// [`RouteWaf::inspect_response`]. Also says whether some of the body read went
+    /// uninspected in decoding ([`CodedPrefix::decoded`]).
+    pub(crate) async fn inspect(
+        &self,
+        input: Input,
+    ) -> (Inspection, Option<PendingResponse>, bool) {
         let route = input.route.clone();
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Job::Request {
@@ -171,16 +174,16 @@ impl RouteWaf {
             Ok(()) => answer.await.ok(),
             Err(_) => {
                 self.inspector.count(&route, "overloaded");
-                return (Inspection::Unavailable, None);
+                return (Inspection::Unavailable, None, false);
             }
         };
         match verdict {
-            Some(Ok((v, pending))) => match (v.blocked, self.mode) {
-                (Some(status), WafMode::Block) => (Inspection::Blocked(status), None),
-                _ => (Inspection::Pass, pending),
+            Some(Ok((v, pending, cut))) => match (v.blocked, self.mode) {
+                (Some(status), WafMode::Block) => (Inspection::Blocked(status), None, cut),
+                _ => (Inspection::Pass, pending, cut),
             },
             // The error is counted and logged by the thread.
-            Some(Err(())) | None => (Inspection::Unavailable, None),
+            Some(Err(())) | None => (Inspection::Unavailable, None, false),
         }
     }
 
@@ -189,13 +192,13 @@ impl RouteWaf {
     /// inspection thread. A response that cannot be inspected (overload, a ModSecurity
     /// error) is `Unavailable`: the phase passes it on (its request was inspected) and logs it.
     /// Also says whether some of `body` went uninspected in decoding
-    /// ([`ResponsePrefix::decoded`]).
+    /// ([`CodedPrefix::decoded`]).
     pub(crate) async fn inspect_response(
         &self,
         pending: PendingResponse,
         status: u16,
         headers: &http::HeaderMap,
-        body: Option<ResponsePrefix>,
+        body: Option<CodedPrefix>,
     ) -> (Inspection, bool) {
         let route = pending.who.route.clone();
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -253,7 +256,7 @@ enum Job {
         pending: PendingResponse,
         status: u16,
         headers: http::HeaderMap,
-        body: Option<ResponsePrefix>,
+        body: Option<CodedPrefix>,
         /// The blocking status, if any, and whether decoding left some of the body unread.
         reply: tokio::sync::oneshot::Sender<Result<(Option<u16>, bool), ()>>,
     },
@@ -261,7 +264,9 @@ enum Job {
     Close { pending: PendingResponse },
 }
 
-type RequestReply = Result<(waf::Verdict, Option<PendingResponse>), ()>;
+/// The verdict, the transaction kept for the response, and whether decoding left some of the
+/// body read uninspected.
+type RequestReply = Result<(waf::Verdict, Option<PendingResponse>, bool), ()>;
 
 /// A request's ModSecurity transaction kept open across the exchange (it holds its rule
 /// set), with what the match log says about the request.
@@ -492,7 +497,7 @@ fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
                 return;
             }
             // Decoded here, off the connection threads (at most the route's limit of it).
-            let (body, cut) = match body.map(ResponsePrefix::decoded) {
+            let (body, cut) = match body.map(CodedPrefix::decoded) {
                 Some((b, cut)) => (Some(b), cut),
                 None => (None, false),
             };
@@ -513,10 +518,8 @@ fn run_request(
     m: &WafMetrics,
 ) -> RequestReply {
     let t = Instant::now();
-    let body = match input.body.len() {
-        0 => Vec::new(),
-        _ => input.body.concat(),
-    };
+    let (body, cut) = input.body.decoded();
+    let body_complete = input.body_complete && !cut;
     let mut headers = header_pairs(&input.headers);
     if let (Some(a), false) = (
         &input.authority,
@@ -532,7 +535,7 @@ fn run_request(
         http_version: input.http_version,
         headers,
         body: &body,
-        body_complete: input.body_complete,
+        body_complete,
     };
     let inspected = match keep {
         true => waf::inspect_keeping(&rules, &req),
@@ -562,7 +565,7 @@ fn run_request(
     m.requests.with_label_values(&[&who.route, result]).inc();
     let body_fields = serde_json::json!({
         "body_inspected": body.len(),
-        "body_complete": input.body_complete,
+        "body_complete": body_complete,
     });
     log_matches(
         sink,
@@ -579,7 +582,7 @@ fn run_request(
         http_version: input.http_version,
         who,
     });
-    Ok((verdict, pending))
+    Ok((verdict, pending, cut))
 }
 
 /// Phase 3, phase 4 with a body (its first bytes), and the logging phase of a response: the

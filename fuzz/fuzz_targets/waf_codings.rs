@@ -1,11 +1,12 @@
-//! Fuzzes what a WAF route does with an upstream's coded body and a client's
-//! `Accept-Encoding`: decoding gzip or deflate bytes split across frames must never panic
-//! or make more than the limit (a small body cannot expand into a large one), and a gzipped
-//! body comes back as its first `limit` bytes, reported cut only when it was longer; narrowing any `Accept-Encoding`
-//! leaves one field naming only gzip, deflate or identity.
+//! Fuzzes what a WAF route does with a coded body (a client's request body or an upstream's
+//! response body) and a client's `Accept-Encoding`: decoding gzip or deflate bytes split
+//! across frames must never panic or make more than the limit (a small body cannot expand
+//! into a large one), and a gzipped body comes back as its first `limit` bytes, reported cut
+//! only when it was longer; narrowing any `Accept-Encoding` leaves one field naming only gzip,
+//! deflate or identity.
 #![no_main]
 
-use gateway::waf_codings::{accept_readable, Coding, ResponsePrefix};
+use gateway::waf_codings::{accept_readable, Coding, CodedPrefix};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let limit = u64::from(mode >> 2) * 64 + 1;
     let split = rest.len() / 2;
-    let prefix = ResponsePrefix {
+    let prefix = CodedPrefix {
         parts: vec![
             bytes::Bytes::copy_from_slice(&rest[..split]),
             bytes::Bytes::copy_from_slice(&rest[split..]),
@@ -36,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     // The same bytes gzipped come back as their first `limit`, cut only when longer.
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, rest).expect("in memory");
-    let prefix = ResponsePrefix {
+    let prefix = CodedPrefix {
         parts: vec![bytes::Bytes::from(gz.finish().expect("in memory"))],
         coding: Coding::Gzip,
         limit,
