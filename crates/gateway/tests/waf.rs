@@ -811,6 +811,101 @@ waf = {{ mode = "block" }}
     assert!(waf_of("/login").contains(&"encoded".to_string()));
 }
 
+/// `body_past_limit`: an attack placed past `body_limit` behind harmless padding passes a
+/// route that inspects the prefix (counted as partial) and is refused with 413 by one that
+/// refuses: at once when `Content-Length` says so, after the limit's worth of a chunked
+/// body, and when a gzip body decodes past it; bodies within the limit pass as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_the_limit_is_refused_where_the_route_says_so() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = start_edited("", |text, dir| {
+        let routes = format!(
+            r#"
+[waf]
+log = "{log}"
+
+[[routes]]
+name = "lenient"
+cluster = "app"
+headers = [{{ name = "x-route", exact = "lenient" }}]
+waf = {{ mode = "block", body_limit = 65536 }}
+
+[[routes]]
+name = "strict"
+cluster = "app"
+waf = {{ mode = "block", body_limit = 65536, body_past_limit = "refuse", exclusions = [{{ rules = [920450] }}] }}
+"#,
+            log = dir.join("waf.log").display()
+        );
+        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
+    })
+    .await;
+    let dir = fx.dir.path();
+    let mut padded = b"note=".to_vec();
+    padded.resize(70 * 1024, b'a');
+    padded.extend_from_slice(b"&pass=x%27%20UNION%20SELECT%20password%20FROM%20users--");
+    let padded_file = dir.join("padded.txt");
+    std::fs::write(&padded_file, &padded).unwrap();
+    let padded_arg = format!("@{}", padded_file.display());
+    let gz_file = dir.join("padded.gz");
+    std::fs::write(&gz_file, gzip(&padded)).unwrap();
+    let gz_arg = format!("@{}", gz_file.display());
+    let form = ["-H", "content-type: application/x-www-form-urlencoded"];
+    let post = |extra: &[&str], data: &str| {
+        let mut a: Vec<String> = form.iter().chain(extra).map(|s| s.to_string()).collect();
+        a.extend([
+            "--data-binary".into(),
+            data.to_string(),
+            "-o".into(),
+            "/dev/null".into(),
+            fx.url("/discard"),
+        ]);
+        a
+    };
+    let fx = &fx;
+    let status = |args: Vec<String>| async move {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        get(fx, &a).await.0
+    };
+    assert_eq!(
+        status(post(&["-H", "x-route: lenient"], &padded_arg)).await,
+        "200",
+        "past the inspected prefix"
+    );
+    for http in ["--http1.1", "--http2"] {
+        assert_eq!(status(post(&[http], &padded_arg)).await, "413", "{http}");
+    }
+    // No length declared: refused once the limit's worth has been read.
+    let chunked = ["--http1.1", "-H", "transfer-encoding: chunked"];
+    assert_eq!(status(post(&chunked, &padded_arg)).await, "413");
+    // Small when sent, past the limit once decoded.
+    let gz = ["-H", "content-encoding: gzip"];
+    assert_eq!(status(post(&gz, &gz_arg)).await, "413");
+    // Within the limit: inspected and passed.
+    assert_eq!(status(post(&[], "note=hello")).await, "200");
+    let m = fx.gw().metrics.render();
+    for (route, result, n) in [("strict", "too_large", 4.0), ("lenient", "pass", 1.0)] {
+        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            metric_sum(&m, "rampart_waf_requests_total", &labels),
+            n,
+            "{route} {result}: {m}"
+        );
+    }
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_waf_partial_bodies_total",
+            &["route=\"lenient\""]
+        ),
+        1.0
+    );
+    let log = access_log(fx, 6).await;
+    let too_large = log.iter().filter(|r| r["waf"] == "too_large").count();
+    assert_eq!(too_large, 4, "{log:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_file_that_fails_to_load_is_refused_naming_the_route_and_file() {
     let _one = ONE_AT_A_TIME.lock().await;

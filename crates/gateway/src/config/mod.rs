@@ -610,6 +610,18 @@ mirror = { cluster = "shadow", percent = 10 }"#;
         .unwrap_err();
         assert_eq!(e.path, "routes[0].waf.response_body_types[1]");
         assert!(e.message.contains("media type"), "{e}");
+        let w = |c: Config| c.routes[0].waf.clone().unwrap();
+        assert_eq!(
+            w(parse(&with("body_limit = 1024")).unwrap()).body_past_limit,
+            BodyPastLimit::InspectPrefix
+        );
+        assert_eq!(
+            w(parse(&with("body_past_limit = \"refuse\"")).unwrap()).body_past_limit,
+            BodyPastLimit::Refuse
+        );
+        let e = parse(&with("body_past_limit = \"reject\"")).unwrap_err();
+        assert_eq!(e.path, "routes[0].waf.body_past_limit", "{e}");
+        assert!(e.message.contains("refuse"), "{e}");
     }
 
     #[test]

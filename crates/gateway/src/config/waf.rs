@@ -81,6 +81,26 @@ pub enum WafMode {
     Detect,
 }
 
+/// What a blocking route's WAF does with a request body longer than its `body_limit`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyPastLimit {
+    /// Inspect the first `body_limit` bytes and stream the rest upstream uninspected
+    /// (counted): large uploads pass, and an attack placed past the limit passes with them.
+    #[default]
+    InspectPrefix,
+    /// Refuse the request with 413 (ModSecurity's `SecRequestBodyLimitAction Reject`): nothing
+    /// reaches the upstream uninspected. A declared `Content-Length` past the limit is refused
+    /// before the body is read.
+    Refuse,
+}
+
+impl BodyPastLimit {
+    fn is_default(&self) -> bool {
+        *self == BodyPastLimit::default()
+    }
+}
+
 /// A route's `waf`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Hash)]
 #[serde(deny_unknown_fields)]
@@ -99,6 +119,10 @@ pub struct RouteWafConfig {
     /// upstream uninspected, which is logged and counted.
     #[serde(default = "default_body_limit")]
     pub body_limit: u64,
+    /// What a blocking route does with a body longer than `body_limit` (decoded, for a gzip or
+    /// deflate body): `inspect_prefix` (default) or `refuse` (413).
+    #[serde(default, skip_serializing_if = "BodyPastLimit::is_default")]
+    pub body_past_limit: BodyPastLimit,
     /// Rules switched off for the whole route, by id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude_rules: Vec<u32>,

@@ -13,7 +13,7 @@ use super::{local, Fault, Outcome, Phase, RequestCtx};
 use crate::body::ClientBody;
 use crate::config::WafMode;
 use crate::http::router::Route;
-use crate::policy::waf::{BodyRead, CodedPrefix, Coding, Input, Inspection};
+use crate::policy::waf::{BodyRead, CodedPrefix, Coding, Input, Inspection, RouteWaf};
 use crate::upstream::{Cluster, Exchange};
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
@@ -24,7 +24,8 @@ use std::ops::ControlFlow;
 /// frames read for inspection first, then the rest as it comes) or ends it. A body in gzip or
 /// deflate is inspected decoded; one in a coding the WAF cannot read is refused with 415 on a
 /// blocking route (the application might decode what the WAF could not see), and passed
-/// uninspected on a detecting one.
+/// uninspected on a detecting one. A body past the route's `body_limit` has its rest streamed
+/// uninspected, or with `body_past_limit = "refuse"` on a blocking route is refused with 413.
 pub(super) async fn inspect(
     ctx: &mut RequestCtx<'_>,
     route: &Route,
@@ -34,12 +35,24 @@ pub(super) async fn inspect(
         return ControlFlow::Continue(req);
     };
     let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if waf.refuse_past_limit && declared.is_some_and(|n| n > waf.body_limit) {
+        return refuse_past_limit(ctx, route, waf, body).await;
+    }
     let read = read_prefix(body, waf.body_limit, ctx.shared.limits.body_timeout).await;
     let (frames, rest) = match read {
         Ok(r) => r,
         Err(timed_out) => return ControlFlow::Break(client_body_failed(timed_out)),
     };
-    let mut body_complete = rest.is_none();
+    // Past the limit: more to come, or the last frame read ran over it.
+    let past_limit = rest.is_some() || data_len(&frames) > waf.body_limit;
+    if waf.refuse_past_limit && past_limit {
+        return refuse_past_limit(ctx, route, waf, crate::body::prefixed(frames, rest)).await;
+    }
+    let mut body_complete = !past_limit;
     let prefix = first_bytes(&frames, waf.body_limit);
     let coding = match Coding::of_message(&parts.headers) {
         // A coding named over no body at all hides nothing.
@@ -91,6 +104,11 @@ pub(super) async fn inspect(
     };
     let (verdict, pending, cut) = waf.inspect(input).await;
     ctx.waf_response = pending;
+    if waf.refuse_past_limit && cut && verdict == Inspection::Pass {
+        // Decoded past the limit (or not decodable): the rest could not be inspected.
+        let body = crate::body::prefixed(frames, rest);
+        return refuse_past_limit(ctx, route, waf, body).await;
+    }
     body_complete &= !cut;
     if !body_complete && coding.is_some() {
         waf.count_partial(&route.name);
@@ -128,6 +146,31 @@ pub(super) async fn inspect(
             r
         }
     };
+    ControlFlow::Break(Outcome::Refused(
+        refuse_unread(body, &ctx.progress, resp).await,
+    ))
+}
+
+/// Ends a request whose body is longer than its blocking route's WAF inspects, on a route
+/// that refuses such bodies: 413, counted as `too_large`.
+async fn refuse_past_limit(
+    ctx: &mut RequestCtx<'_>,
+    route: &Route,
+    waf: &RouteWaf,
+    body: ClientBody,
+) -> Phase<Request<ClientBody>> {
+    waf.count(&route.name, "too_large");
+    if ctx.logging() {
+        ctx.rec.waf = Some("too_large");
+    }
+    let resp = local(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "request body longer than the web application firewall inspects ({} bytes; \
+             request id {})\n",
+            waf.body_limit, ctx.request_id
+        ),
+    );
     ControlFlow::Break(Outcome::Refused(
         refuse_unread(body, &ctx.progress, resp).await,
     ))
@@ -195,6 +238,15 @@ where
     }
 }
 
+/// How many data bytes `frames` hold.
+fn data_len(frames: &[Frame<Bytes>]) -> u64 {
+    frames
+        .iter()
+        .filter_map(Frame::data_ref)
+        .map(|d| d.len() as u64)
+        .sum()
+}
+
 /// The first `limit` data bytes of `frames`, as the inspection reads them.
 fn first_bytes(frames: &[Frame<Bytes>], limit: u64) -> Vec<Bytes> {
     let mut body = Vec::new();
@@ -243,7 +295,9 @@ pub(super) async fn inspect_response(
                         coding,
                         limit,
                     });
-                    (read_ahead, ended) = (frames, all);
+                    // Whole only if it ended within the limit, not in a frame that ran over.
+                    ended = all && data_len(&frames) <= limit;
+                    read_ahead = frames;
                 }
                 Err(stalled) => {
                     // Nothing was sent yet: the client gets a whole error, not a cut body.

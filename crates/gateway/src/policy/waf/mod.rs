@@ -65,6 +65,9 @@ pub(crate) enum Inspection {
 pub struct RouteWaf {
     pub(crate) mode: WafMode,
     pub(crate) body_limit: u64,
+    /// Whether a blocking route refuses a body past `body_limit` (413) instead of streaming
+    /// the rest uninspected.
+    pub(crate) refuse_past_limit: bool,
     /// Whether the response's headers are inspected too (phase 3).
     pub(crate) response_headers: bool,
     /// Which response bodies are read for phase 4, and how much of each (`None`: none): the
@@ -147,7 +150,7 @@ impl RouteWaf {
         }
     }
 
-    /// Counts a `result` the pipeline decides (`encoded`, `response_partial`,
+    /// Counts a `result` the pipeline decides (`encoded`, `too_large`, `response_partial`,
     /// `response_encoded`).
     pub(crate) fn count(&self, route: &str, result: &str) {
         self.inspector.count(route, result);
@@ -420,6 +423,8 @@ impl Inspector {
                 Ok(Some(Arc::new(RouteWaf {
                     mode: w.mode,
                     body_limit: w.body_limit,
+                    refuse_past_limit: w.mode == WafMode::Block
+                        && w.body_past_limit == crate::config::BodyPastLimit::Refuse,
                     response_headers: w.response_headers,
                     response_body: profile.response_bodies,
                     rules,
