@@ -35,52 +35,9 @@ pub(super) async fn inspect(
         return ControlFlow::Continue(req);
     };
     let (parts, body) = req.into_parts();
-    let declared = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if waf.refuse_past_limit && declared.is_some_and(|n| n > waf.body_limit) {
-        return refuse_past_limit(ctx, route, waf, body).await;
-    }
-    let read = read_prefix(body, waf.body_limit, ctx.shared.limits.body_timeout).await;
-    let (frames, rest) = match read {
-        Ok(r) => r,
-        Err(timed_out) => return ControlFlow::Break(client_body_failed(timed_out)),
-    };
-    // Past the limit: more to come, or the last frame read ran over it.
-    let past_limit = rest.is_some() || data_len(&frames) > waf.body_limit;
-    if waf.refuse_past_limit && past_limit {
-        return refuse_past_limit(ctx, route, waf, crate::body::prefixed(frames, rest)).await;
-    }
-    let mut body_complete = !past_limit;
-    let prefix = first_bytes(&frames, waf.body_limit);
-    let coding = match Coding::of_message(&parts.headers) {
-        // A coding named over no body at all hides nothing.
-        None if prefix.iter().all(Bytes::is_empty) && body_complete => Some(Coding::Identity),
-        c => c,
-    };
-    let body = match coding {
-        Some(coding) => CodedPrefix {
-            parts: prefix,
-            coding,
-            limit: waf.body_limit,
-        },
-        None => {
-            waf.count(&route.name, "encoded");
-            if waf.mode == WafMode::Block {
-                if ctx.logging() {
-                    ctx.rec.waf = Some("encoded");
-                }
-                let body = crate::body::prefixed(frames, rest);
-                let resp = unreadable_coding(&ctx.request_id);
-                return ControlFlow::Break(Outcome::Refused(
-                    refuse_unread(body, &ctx.progress, resp).await,
-                ));
-            }
-            body_complete = false;
-            CodedPrefix::empty()
-        }
-    };
+    let read = read_body_prefix(ctx, route, waf, &parts.headers, body).await?;
+    let (prefix, coding) = readable_prefix(ctx, route, waf, &parts.headers, read).await?;
+    let mut body_complete = coding.is_some() && !read_past_limit(waf, &read_of(&prefix));
     let input = Input {
         client: ctx.conn.client,
         method: parts.method.to_string(),
@@ -97,17 +54,17 @@ pub(super) async fn inspect(
         },
         headers: parts.headers.clone(),
         authority: parts.uri.authority().map(|a| a.to_string()),
-        body,
+        body: prefix.inspected,
         body_complete,
         request_id: ctx.request_id.clone(),
         route: route.name.clone(),
     };
     let (verdict, pending, cut) = waf.inspect(input).await;
     ctx.waf_response = pending;
+    let body = crate::body::prefixed(prefix.frames, prefix.rest);
     if waf.refuse_past_limit && cut && verdict == Inspection::Pass {
         // Decoded past the limit (or not decodable): the rest could not be inspected.
-        let body = crate::body::prefixed(frames, rest);
-        return refuse_past_limit(ctx, route, waf, body).await;
+        return ControlFlow::Break(refuse_past_limit(ctx, route, waf, body).await);
     }
     body_complete &= !cut;
     if !body_complete && coding.is_some() {
@@ -122,7 +79,6 @@ pub(super) async fn inspect(
             (Inspection::Pass, true) => Some("inspected"),
         };
     }
-    let body = crate::body::prefixed(frames, rest);
     let resp = match (verdict, waf.mode) {
         (Inspection::Pass, _) | (Inspection::Unavailable, WafMode::Detect) => {
             return ControlFlow::Continue(Request::from_parts(parts, body))
@@ -151,6 +107,99 @@ pub(super) async fn inspect(
     ))
 }
 
+/// A request body's first part as read for inspection.
+struct BodyPrefix {
+    /// The frames read (they go upstream first).
+    frames: Vec<Frame<Bytes>>,
+    /// The rest of the body, unless it ended.
+    rest: Option<ClientBody>,
+    /// What the inspection reads: the first `body_limit` bytes of `frames`, in their coding.
+    inspected: CodedPrefix,
+}
+
+/// Whether the body ran past the route's limit: more of it to come, or the last frame read
+/// went over.
+fn read_past_limit(waf: &RouteWaf, (bytes, ended): &(u64, bool)) -> bool {
+    !ended || *bytes > waf.body_limit
+}
+
+/// How many data bytes a prefix's frames hold, and whether the body ended with them.
+fn read_of(prefix: &BodyPrefix) -> (u64, bool) {
+    (data_len(&prefix.frames), prefix.rest.is_none())
+}
+
+/// Step: reads the body's first `body_limit` bytes (each frame within the listener's body
+/// timeout). A route that refuses bodies past its limit refuses one here: at once when its
+/// `Content-Length` says so, or once the limit's worth has been read.
+async fn read_body_prefix(
+    ctx: &mut RequestCtx<'_>,
+    route: &Route,
+    waf: &RouteWaf,
+    headers: &http::HeaderMap,
+    body: ClientBody,
+) -> Phase<BodyPrefix> {
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if waf.refuse_past_limit && declared.is_some_and(|n| n > waf.body_limit) {
+        return ControlFlow::Break(refuse_past_limit(ctx, route, waf, body).await);
+    }
+    let read = read_prefix(body, waf.body_limit, ctx.shared.limits.body_timeout).await;
+    let (frames, rest) = match read {
+        Ok(r) => r,
+        Err(timed_out) => return ControlFlow::Break(client_body_failed(timed_out)),
+    };
+    let prefix = BodyPrefix {
+        inspected: CodedPrefix {
+            parts: first_bytes(&frames, waf.body_limit),
+            coding: Coding::Identity,
+            limit: waf.body_limit,
+        },
+        frames,
+        rest,
+    };
+    if waf.refuse_past_limit && read_past_limit(waf, &read_of(&prefix)) {
+        let body = crate::body::prefixed(prefix.frames, prefix.rest);
+        return ControlFlow::Break(refuse_past_limit(ctx, route, waf, body).await);
+    }
+    ControlFlow::Continue(prefix)
+}
+
+/// Step: the body's coding, which the inspection decodes (gzip, deflate). In a coding it
+/// cannot read, a blocking route refuses the request with 415, and a detecting one has it
+/// inspected without its body (`None`); a coding named over no body hides nothing.
+async fn readable_prefix(
+    ctx: &mut RequestCtx<'_>,
+    route: &Route,
+    waf: &RouteWaf,
+    headers: &http::HeaderMap,
+    mut prefix: BodyPrefix,
+) -> Phase<(BodyPrefix, Option<Coding>)> {
+    let empty = prefix.rest.is_none() && data_len(&prefix.frames) == 0;
+    match Coding::of_message(headers) {
+        Some(coding) => {
+            prefix.inspected.coding = coding;
+            ControlFlow::Continue((prefix, Some(coding)))
+        }
+        None if empty => ControlFlow::Continue((prefix, Some(Coding::Identity))),
+        None => {
+            waf.count(&route.name, "encoded");
+            if waf.mode == WafMode::Detect {
+                prefix.inspected = CodedPrefix::empty();
+                return ControlFlow::Continue((prefix, None));
+            }
+            if ctx.logging() {
+                ctx.rec.waf = Some("encoded");
+            }
+            let body = crate::body::prefixed(prefix.frames, prefix.rest);
+            let resp = unreadable_coding(&ctx.request_id);
+            ControlFlow::Break(Outcome::Refused(
+                refuse_unread(body, &ctx.progress, resp).await,
+            ))
+        }
+    }
+}
+
 /// Ends a request whose body is longer than its blocking route's WAF inspects, on a route
 /// that refuses such bodies: 413, counted as `too_large`.
 async fn refuse_past_limit(
@@ -158,7 +207,7 @@ async fn refuse_past_limit(
     route: &Route,
     waf: &RouteWaf,
     body: ClientBody,
-) -> Phase<Request<ClientBody>> {
+) -> Outcome {
     waf.count(&route.name, "too_large");
     if ctx.logging() {
         ctx.rec.waf = Some("too_large");
@@ -171,9 +220,7 @@ async fn refuse_past_limit(
             waf.body_limit, ctx.request_id
         ),
     );
-    ControlFlow::Break(Outcome::Refused(
-        refuse_unread(body, &ctx.progress, resp).await,
-    ))
+    Outcome::Refused(refuse_unread(body, &ctx.progress, resp).await)
 }
 
 /// 415 for a request body in a content coding the WAF cannot read, naming the ones it can
