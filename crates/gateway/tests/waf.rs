@@ -100,6 +100,26 @@ async fn attacks_are_blocked_with_the_request_id_and_ordinary_requests_pass() {
                 "/login",
             ],
         ),
+        (
+            "sql injection in a JSON body",
+            &[
+                "-H",
+                "content-type: application/json",
+                "--data",
+                r#"{"user":"admin","pass":"x' UNION SELECT password FROM users--"}"#,
+                "/api/login",
+            ],
+        ),
+        (
+            "sql injection in an XML body",
+            &[
+                "-H",
+                "content-type: text/xml",
+                "--data",
+                "<login><pass>x' UNION SELECT password FROM users--</pass></login>",
+                "/soap",
+            ],
+        ),
     ];
     for http in ["--http1.1", "--http2"] {
         for (what, args) in attacks {
@@ -160,6 +180,19 @@ async fn attacks_are_blocked_with_the_request_id_and_ordinary_requests_pass() {
             assert_eq!(status, want, "{http} {args:?}: {body}");
             assert!(body.contains(body_has), "{http} {args:?}: {body}");
         }
+        // A JSON body the WAF cannot parse is one it did not inspect: refused.
+        let broken = [
+            "-H",
+            "content-type: application/json",
+            "--data",
+            r#"{"pass":"x"#,
+        ];
+        let mut a = vec![http];
+        a.extend(broken);
+        let url = fx.url("/echo");
+        a.push(&url);
+        let (status, body) = get(&fx, &a).await;
+        assert_eq!(status, "400", "{http}: {body}");
     }
     // Each block logged with its rules and the variable's name, never the client's value.
     let lines = waf_log(&fx, 2).await;
@@ -180,7 +213,7 @@ async fn attacks_are_blocked_with_the_request_id_and_ordinary_requests_pass() {
     let m = fx.gw().metrics.render();
     assert_eq!(
         metric_sum(&m, "rampart_waf_requests_total", &["result=\"blocked\""]),
-        10.0,
+        16.0,
         "{m}"
     );
     assert!(metric_sum(&m, "rampart_waf_rule_matches_total", &["rule=\"942100\""]) >= 2.0);

@@ -102,6 +102,27 @@ pub fn valid_argument(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"_-.[]".contains(&b))
 }
 
+/// A request header the inspection adds (after dropping any the client sent) when the body
+/// it was given is only the first part: a body parser's error then says the body was cut,
+/// not that it was malformed.
+pub const PARTIAL_BODY_HEADER: &str = "x-rampart-body-partial";
+
+/// ModSecurity's recommended body handling (its `modsecurity.conf-recommended`, ids 200000 to
+/// 200004), without which the Core Rule Set reads no JSON or XML body: their fields are not
+/// `ARGS`, so an attack in a JSON API's body passes unseen. JSON (`application/json`, any
+/// `+json`) and XML bodies go to their parsers; a body that does not parse, or a multipart body
+/// that fails strict validation, is refused with 400 (unless it was cut at the limit, which
+/// [`PARTIAL_BODY_HEADER`] says): what the WAF cannot parse, it cannot have inspected.
+const BODY_PROCESSORS: &str = r#"SecRule REQUEST_HEADERS:Content-Type "@rx ^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule REQUEST_HEADERS:Content-Type "@rx ^application/(?:[a-z0-9.-]+\+)?json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body',severity:2,chain"
+  SecRule &REQUEST_HEADERS:x-rampart-body-partial "@eq 0" "t:none"
+SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation',severity:2,chain"
+  SecRule &REQUEST_HEADERS:x-rampart-body-partial "@eq 0" "t:none"
+SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,status:400,msg:'Multipart parser detected a possible unmatched boundary',severity:2,chain"
+  SecRule &REQUEST_HEADERS:x-rampart-body-partial "@eq 0" "t:none"
+"#;
+
 /// The directives of `profile` with the Core Rule Set from `crs`. Path prefixes and argument
 /// names must pass [`valid_path_prefix`] and [`valid_argument`] (the configuration checks
 /// them); one that does not is an error here too, never spliced into a directive.
@@ -138,6 +159,7 @@ pub fn crs_profile(profile: &Profile, crs: &CrsPaths) -> Result<String, String> 
             );
         }
     }
+    d.push_str(BODY_PROCESSORS);
     let _ = writeln!(d, "Include {}", include_path(&crs.setup)?);
     let _ = writeln!(
         d,

@@ -244,7 +244,18 @@ fn inspect_request(
         let version = cstr(req.http_version, "HTTP version")?;
         // SAFETY: as above.
         unsafe { (api.process_uri)(t, uri.as_ptr(), method.as_ptr(), version.as_ptr()) };
-        for (name, value) in &req.headers {
+        // Only the inspection says whether the body was cut (the client cannot).
+        let partial = (!req.body_complete)
+            .then_some((crate::profile::PARTIAL_BODY_HEADER.as_bytes(), &b"1"[..]));
+        let headers = req
+            .headers
+            .iter()
+            .copied()
+            .filter(|(name, _)| {
+                !name.eq_ignore_ascii_case(crate::profile::PARTIAL_BODY_HEADER.as_bytes())
+            })
+            .chain(partial);
+        for (name, value) in headers {
             // SAFETY: as above.
             unsafe {
                 (api.add_n_request_header)(
