@@ -3,7 +3,7 @@
 # CRS, paranoia 1, block) against off, and through nginx with ModSecurity v3 and the same Core
 # Rule Set (`rampart waf-rules` writes nginx's rules from rampart's route, so both run the same
 # directives), against nginx without it; rounds alternate the four. The request set
-# (scripts/data/waf-requests.jsonl: 8 ordinary requests, 5 attacks) says the status each must
+# (scripts/data/waf-requests.jsonl: 8 ordinary requests, 6 attacks) says the status each must
 # get, so a server with a different verdict shows errors. Keep-alive HTTP/1.1 over TLS, server
 # on CPU 0 (rampart: one worker, one WAF thread), load generator and demo upstream on CPU 1.
 # Last, whether inspection stalls other requests: one connection's requests to a route without

@@ -83,13 +83,21 @@ pub(super) async fn inspect(
         (Inspection::Pass, _) | (Inspection::Unavailable, WafMode::Detect) => {
             return ControlFlow::Continue(Request::from_parts(parts, body))
         }
-        (Inspection::Blocked(status), _) => local(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
-            format!(
-                "forbidden by the web application firewall (request id {})\n",
-                ctx.request_id
-            ),
-        ),
+        (Inspection::Blocked(status), _) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+            // 403 from the anomaly evaluation; 400 for a body it could not parse.
+            let how = match status {
+                StatusCode::FORBIDDEN => "forbidden",
+                _ => "refused",
+            };
+            local(
+                status,
+                format!(
+                    "{how} by the web application firewall (request id {})\n",
+                    ctx.request_id
+                ),
+            )
+        }
         (Inspection::Unavailable, WafMode::Block) => {
             let mut r = local(
                 StatusCode::SERVICE_UNAVAILABLE,
