@@ -515,6 +515,42 @@ async fn client_certificates_per_server_name() {
         body.contains("\"x-client-cert-subject\": \"O=Example,CN=alice\""),
         "{body}"
     );
+    // A connection made for localhost (no certificate asked) cannot carry requests for
+    // other.test: 421, over HTTP/1.1 and HTTP/2, so the client connects again naming it. Nor
+    // the other way: a certificate made for other.test does not stand for localhost's rules.
+    let status_for = |host: &str, mut args: Vec<String>| {
+        args.extend([
+            "-H".to_string(),
+            format!("Host: {host}"),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+        ]);
+        curl_args(&fx, args, "/headers")
+    };
+    for http in ["--http1.1", "--http2"] {
+        let h = || vec![http.to_string()];
+        assert_eq!(status_for("other.test", h()).await.1, "421", "{http}");
+        assert_eq!(status_for("a.other.test", h()).await.1, "421", "{http}");
+        assert_eq!(status_for("localhost", h()).await.1, "200", "{http}");
+    }
+    let (ok, body) = other(vec![
+        "-H".into(),
+        "Host: localhost".into(),
+        "--cert".into(),
+        p("alice.pem"),
+        "--key".into(),
+        p("alice.key"),
+    ])
+    .await;
+    assert!(ok && body.contains("misdirected request"), "{body}");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_http_misdirected_requests_total", &[]),
+        5.0,
+        "{m}"
+    );
     // A session from localhost offered to other.test: not resumed.
     let sess = dir.path().join("localhost.sess");
     let sess = sess.to_str().unwrap();

@@ -362,6 +362,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 client_cert_headers: l
                     .asks_client_certs()
                     .then(|| pipeline::ClientCertHeaders::new(&l.tls.client_cert_headers)),
+                names: l.client_auth_differs_by_name().then(|| tls.certs.clone()),
                 overload: overload.clone(),
                 tunnels: plan.tunnels.clone(),
                 tracer: tracer.clone(),

@@ -455,6 +455,19 @@ impl ListenerConfig {
                 .any(|c| c.client_auth.is_some_and(|m| m != ClientAuth::None))
     }
 
+    /// Whether some certificate entries' client-certificate settings differ from others'
+    /// (their own `client_auth`, `client_ca` or `client_crl`): requests are then checked
+    /// against the name their connection was made for.
+    pub fn client_auth_differs_by_name(&self) -> bool {
+        let settings = |c: &CertificateConfig| {
+            let t = c.effective_tls(&self.tls);
+            (t.client_auth, t.client_ca, t.client_crl)
+        };
+        let mut all = self.certificates.iter().map(settings);
+        let first = all.next();
+        all.any(|s| Some(s) != first)
+    }
+
     /// Relative paths in the listener resolved against the config file's folder.
     pub(super) fn resolve_paths(&mut self, base: &Path) {
         for f in [

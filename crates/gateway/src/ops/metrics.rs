@@ -51,6 +51,9 @@ pub struct Metrics {
     pub process_memory: prometheus::IntGauge,
     pub quic_connections: IntCounterVec,
     pub early_data_accepted: prometheus::IntCounter,
+    /// Requests answered 421: their host has other client-certificate settings than the name
+    /// their connection was made for.
+    pub misdirected_requests: prometheus::IntCounter,
     pub early_data_rejected: prometheus::IntCounter,
     pub quic_handshakes: IntCounterVec,
     pub quic_packets: IntCounterVec,
@@ -369,6 +372,11 @@ impl Metrics {
                 "Requests answered from 0-RTT early data (safe methods), over HTTP/3 and (with tls.early_data) TCP",
             )
             .unwrap(),
+            misdirected_requests: prometheus::IntCounter::new(
+                "rampart_http_misdirected_requests_total",
+                "Requests answered 421: their host has other client-certificate settings than the name their connection was made for",
+            )
+            .unwrap(),
             early_data_rejected: prometheus::IntCounter::new(
                 "rampart_quic_early_data_rejected_total",
                 "Requests in 0-RTT early data refused with 425 Too Early (unsafe methods), over HTTP/3 and TCP",
@@ -432,6 +440,9 @@ impl Metrics {
             .unwrap();
         m.registry
             .register(Box::new(m.early_data_accepted.clone()))
+            .unwrap();
+        m.registry
+            .register(Box::new(m.misdirected_requests.clone()))
             .unwrap();
         m.registry
             .register(Box::new(m.early_data_rejected.clone()))
@@ -675,6 +686,7 @@ mod tests {
             .inc();
         m.process_memory.set(1);
         m.early_data_accepted.inc();
+        m.misdirected_requests.inc();
         m.quic_connections.with_label_values(&["l", "0"]).inc();
         m.quic_handshakes
             .with_label_values(&["l", "1", "false", "accepted"])

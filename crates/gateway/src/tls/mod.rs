@@ -82,6 +82,9 @@ fn configure_common(
 struct CertEntry {
     rsa: Option<Served>,
     ecdsa: Option<Served>,
+    /// Which client-certificate settings the entry's names have (`client_auth`, `client_ca`,
+    /// `client_crl`, its own or the listener's): entries with equal ones share the number.
+    client_auth_policy: usize,
 }
 
 /// One certificate's context and its OCSP response, if it staples one.
@@ -116,6 +119,14 @@ impl CertStore {
             })
             .unwrap_or(0);
         &self.entries[idx]
+    }
+
+    /// The client-certificate settings (a number shared by entries with the same ones) of the
+    /// entry that serves `name`: a connection may carry requests for another host only if
+    /// its settings are the same (a connection made without a certificate must not reach a
+    /// name that requires one).
+    pub(crate) fn client_auth_policy(&self, name: Option<&str>) -> usize {
+        self.lookup(name).client_auth_policy
     }
 
     fn select(&self, hello: &ClientHello<'_>) -> Option<Served> {
@@ -264,10 +275,23 @@ fn build_store(
         wildcard: HashMap::new(),
         tls13,
     };
+    let mut policies = Vec::new();
     for (i, c) in listener.certificates.iter().enumerate() {
         let field = |k: &str| format!("listeners[{}].certificates[{i}].{k}", listener.name);
         // The entry's own client-certificate settings, if any, over the listener's.
         let tls = &c.effective_tls(tls);
+        let policy = (
+            tls.client_auth,
+            tls.client_ca.clone(),
+            tls.client_crl.clone(),
+        );
+        let client_auth_policy = match policies.iter().position(|p| *p == policy) {
+            Some(n) => n,
+            None => {
+                policies.push(policy);
+                policies.len() - 1
+            }
+        };
         let rsa = c
             .rsa
             .as_ref()
@@ -280,7 +304,11 @@ fn build_store(
             .map(|p| cert_context(tls, tickets, alpn, p, KeyKind::EcdsaP256, signer, quic))
             .transpose()
             .with_context(|| field("ecdsa"))?;
-        store.entries.push(CertEntry { rsa, ecdsa });
+        store.entries.push(CertEntry {
+            rsa,
+            ecdsa,
+            client_auth_policy,
+        });
         for n in &c.server_names {
             let n = n.to_ascii_lowercase();
             match n.strip_prefix("*.") {

@@ -43,6 +43,30 @@ pub(super) fn canonical_target(
     }
 }
 
+/// Phase: a request for a host the connection may not serve is 421 Misdirected Request (RFC
+/// 9110 §15.5.20), so that the client connects again naming that host. That is a host whose
+/// certificate entry has other client-certificate settings (`client_auth`, `client_ca`,
+/// `client_crl`) than the entry the connection's SNI chose: without this, a client that
+/// connected as a name asking for no certificate could send `Host:` a name that requires one
+/// and reach its routes without presenting any. Listeners whose names share one setting skip
+/// it (`names` is `None`).
+pub(super) fn authoritative(ctx: &mut RequestCtx<'_>, target: &Target) -> Phase<()> {
+    let Some(names) = &ctx.shared.names else {
+        return ControlFlow::Continue(());
+    };
+    let store = names.current();
+    let sni = ctx.conn.sni.as_deref();
+    if store.client_auth_policy(sni) == store.client_auth_policy(Some(&target.host)) {
+        return ControlFlow::Continue(());
+    }
+    ctx.shared.metrics.misdirected_requests.inc();
+    refused(local(
+        StatusCode::MISDIRECTED_REQUEST,
+        "misdirected request: this connection was made for a name with other \
+         client-certificate settings; connect again naming this host\n",
+    ))
+}
+
 /// The 400 for a malformed target.
 fn bad_target(e: TargetError) -> http::Response<crate::body::ResponseBody> {
     local(StatusCode::BAD_REQUEST, format!("bad request: {e}\n"))

@@ -2,7 +2,9 @@
 //! [`run`] calls them:
 //!
 //! 1. [`checks::canonical_target`]: host and path normalized, so every rule below sees the
-//!    same ones ([`crate::http::request_target`]).
+//!    same ones ([`crate::http::request_target`]); [`checks::authoritative`]: a host whose
+//!    client-certificate settings differ from those of the name the connection was made for
+//!    is 421 (a connection without a certificate must not reach a name that requires one).
 //! 2. [`checks::mark_early_data`], [`checks::refuse_early_data`]: RFC 8470's rules for 0-RTT.
 //! 3. [`checks::limits`]: header and body sizes, methods the gateway does not pass, transfer
 //!    codings it cannot.
@@ -85,6 +87,10 @@ pub struct ProxyShared {
     /// With `tls.client_auth`: the headers that carry the client certificate upstream
     /// (removed from every request first).
     pub client_cert_headers: Option<ClientCertHeaders>,
+    /// With client-certificate settings that differ between server names: the listener's
+    /// certificates, to tell whether a connection may serve a request's host
+    /// ([`checks::authoritative`]).
+    pub names: Option<crate::tls::CertSlot>,
     /// The worker's WebSocket (upgraded-connection) tunnels, which outlive the HTTP
     /// connection they came from: shutdown waits for them within its grace period.
     pub tunnels: tokio_util::task::TaskTracker,
@@ -314,6 +320,7 @@ async fn run<'a>(
     let target = checks::canonical_target(ctx, &req);
     let replay_safe = checks::mark_early_data(ctx, &mut req);
     let target = target?;
+    checks::authoritative(ctx, &target)?;
     checks::refuse_early_data(ctx, replay_safe)?;
     let (req, declared_len) = checks::limits(ctx, req).await?;
     let route = checks::route(ctx, &target, &req)?;
@@ -469,6 +476,7 @@ pub(crate) mod testing {
             proxy_protocol: false,
             paths: Default::default(),
             client_cert_headers: None,
+            names: None,
             tunnels: tokio_util::task::TaskTracker::new(),
             tracer: None,
         }
