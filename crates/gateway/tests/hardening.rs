@@ -660,3 +660,103 @@ async fn at_the_cap_an_idle_connection_makes_room_and_a_busy_one_does_not() {
     assert_eq!((a.as_str(), b.as_str()), ("200", "200"));
     assert_ne!(c, "200", "a busy connection was evicted");
 }
+
+/// Moves this thread (and what it starts from now on: runtime threads, the gateway's
+/// workers, curl) into a network namespace of its own, with loopback up holding the given
+/// IPv6 addresses too (clients' sources). `false` without the privileges for it.
+fn own_network_namespace(addresses: &[&str]) -> bool {
+    // SAFETY: unshare takes flags only; with CLONE_NEWNET it moves the calling thread alone
+    // into a new network namespace (or fails, changing nothing).
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return false;
+    }
+    let ip = |args: &[&str]| {
+        let ok = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip {args:?}");
+    };
+    ip(&["link", "set", "lo", "up"]);
+    for a in addresses {
+        ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{a}/128"),
+            "dev",
+            "lo",
+            "nodad",
+        ]);
+    }
+    true
+}
+
+/// An IPv6 client holds a whole /64 and can send from any of its addresses: per-client limits
+/// count it by its prefix (`limits.client_ipv6_prefix`, 64), so moving to another address
+/// of the same /64 gets no fresh share, while a client of another /64 keeps its own. Shown
+/// with a route's rate limit and the listener's `new_connections_per_address`, from real
+/// source addresses in a network namespace of the test's own.
+#[test]
+fn an_ipv6_client_is_counted_by_its_prefix_not_each_address() {
+    let sources = [
+        "2001:db8:7::a",
+        "2001:db8:7::b",
+        "2001:db8:7:0:ffff::c",
+        "2001:db8:7::d",
+        "2001:db8:8::a",
+    ];
+    if !own_network_namespace(&sources) {
+        eprintln!("skipped: a network namespace needs CAP_SYS_ADMIN");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let fx = start_edited(
+            "limits.new_connections_per_address = { per_second = 0.01, burst = 3 }",
+            |text, _| {
+                text.replace(
+                    "name = \"https\"\nlisten = \"127.0.0.1:0\"",
+                    "name = \"https\"\nlisten = \"[::]:0\"",
+                )
+                .replace(
+                    "[[routes]]\ncluster = \"app\"",
+                    "[[routes]]\ncluster = \"app\"\nrate_limit = { per_second = 0.01, burst = 2 }",
+                )
+            },
+        )
+        .await;
+        let url = format!("https://localhost:{}/", fx.port());
+        let resolve = format!("localhost:{}:[::1]", fx.port());
+        let from = |source: &str| {
+            let mut c = tokio::process::Command::new("curl");
+            c.args(["-sS", "--insecure", "--max-time", "10", "-o", "/dev/null"])
+                .args(["-w", "%{http_code}", "--resolve", &resolve])
+                .args(["--interface", source, &url]);
+            c
+        };
+        let status = |source: &'static str| {
+            let mut c = from(source);
+            async move { stdout(&c.output().await.unwrap()) }
+        };
+        // Two requests a client: the second address of the /64 is the same client.
+        assert_eq!(status("2001:db8:7::a").await, "200");
+        assert_eq!(status("2001:db8:7::b").await, "200");
+        assert_eq!(status("2001:db8:7:0:ffff::c").await, "429", "same /64");
+        assert_eq!(status("2001:db8:8::a").await, "200", "another /64");
+        // Three connections a client: the fourth, from yet another address of the first
+        // /64, is turned away before its handshake.
+        let refused = status("2001:db8:7::d").await;
+        assert_eq!(refused, "000", "connection refused: {refused}");
+        let m = fx.gw().metrics.render();
+        assert_eq!(
+            metric_sum(&m, "rampart_connections_rate_limited_total", &[]),
+            1.0,
+            "{m}"
+        );
+    });
+}

@@ -379,6 +379,11 @@ pub struct LimitsConfig {
     /// Open client connections on this listener (all workers); beyond it new connections are
     /// closed at once and counted, so overload sheds instead of stalling everyone.
     pub max_connections: usize,
+    /// The prefix an IPv6 client is counted by in every per-client limit (routes' rate limits,
+    /// clusters' `max_requests_per_client`, `new_connections_per_address`): one client holds
+    /// a whole /64 and could otherwise take a fresh share from each of its addresses. 64 by
+    /// default; 48 to 128.
+    pub client_ipv6_prefix: u8,
 }
 
 impl Default for LimitsConfig {
@@ -397,6 +402,7 @@ impl Default for LimitsConfig {
             max_concurrent_streams: 256,
             max_connections: 100_000,
             new_connections_per_address: None,
+            client_ipv6_prefix: crate::policy::client_key::DEFAULT_IPV6_PREFIX,
         }
     }
 }
@@ -432,6 +438,11 @@ impl ListenerConfig {
             return limits
                 .field("max_header_bytes")
                 .fail("at least 1024 bytes and 1 header");
+        }
+        if !(48..=128).contains(&self.limits.client_ipv6_prefix) {
+            return limits
+                .field("client_ipv6_prefix")
+                .fail("a prefix length from 48 to 128 (64: one client per /64)");
         }
         if let Some(rate) = &self.limits.new_connections_per_address {
             let at = limits.field("new_connections_per_address");

@@ -574,6 +574,29 @@ mirror = { cluster = "shadow", percent = 10 }"#;
             e.path,
             "listeners[0].limits.new_connections_per_address.burst"
         );
+        // What an IPv6 client is counted by.
+        let prefix = |p: &str| {
+            MINIMAL.replace(
+                "listen = \"127.0.0.1:8443\"",
+                &format!("listen = \"127.0.0.1:8443\"\nlimits.client_ipv6_prefix = {p}"),
+            )
+        };
+        assert_eq!(
+            parse(MINIMAL).unwrap().listeners[0]
+                .limits
+                .client_ipv6_prefix,
+            64
+        );
+        assert_eq!(
+            parse(&prefix("56")).unwrap().listeners[0]
+                .limits
+                .client_ipv6_prefix,
+            56
+        );
+        for bad in ["32", "129"] {
+            let e = parse(&prefix(bad)).unwrap_err();
+            assert_eq!(e.path, "listeners[0].limits.client_ipv6_prefix", "{bad}");
+        }
     }
 
     #[test]

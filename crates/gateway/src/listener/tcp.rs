@@ -10,6 +10,7 @@ use crate::listener::recv_buffer::{ReadAvailable, RecvBuffer};
 use crate::listener::send_coalescer;
 use crate::ops::metrics::GaugeGuard;
 use crate::policy::admission::ConnectionCap;
+use crate::policy::client_key::client_key;
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
 use hyper::service::service_fn;
@@ -113,7 +114,10 @@ impl TcpListenerTask {
             &self.shared.listener,
             self.shared.limits.max_connections.min(connection_budget()),
             self.shared.access.clone(),
-            self.shared.connection_rate.clone(),
+            (
+                self.shared.connection_rate.clone(),
+                self.shared.limits.client_ipv6_prefix,
+            ),
             self.shared.overload.clone(),
         );
         let idle = Arc::new(IdleSet::default());
@@ -284,6 +288,7 @@ async fn serve_connection(
     let info = Arc::new(ConnInfo {
         client_cert,
         client: peer,
+        client_key: client_key(peer.ip(), shared.limits.client_ipv6_prefix),
         sni: ssl.servername(NameType::HOST_NAME).map(str::to_string),
         tls_version: ssl.version_str(),
         resumed,

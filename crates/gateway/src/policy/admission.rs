@@ -17,8 +17,10 @@ pub struct ConnectionCap {
     max: i64,
     access: SharedAccessList,
     denied: prometheus::IntCounter,
-    /// `limits.new_connections_per_address`, shared by the listener's workers (TCP and QUIC).
+    /// `limits.new_connections_per_address`, shared by the listener's workers (TCP and QUIC),
+    /// counting an IPv6 client by its `limits.client_ipv6_prefix`.
     rate: Option<Arc<RateLimiter>>,
+    ipv6_prefix: u8,
     rate_limited: prometheus::IntCounter,
     overload: Arc<Overload>,
 }
@@ -29,7 +31,7 @@ impl ConnectionCap {
         label: &str,
         max: usize,
         access: SharedAccessList,
-        rate: Option<Arc<RateLimiter>>,
+        (rate, ipv6_prefix): (Option<Arc<RateLimiter>>, u8),
         overload: Arc<Overload>,
     ) -> Self {
         ConnectionCap {
@@ -39,6 +41,7 @@ impl ConnectionCap {
             access,
             denied: m.denied_connections.with_label_values(&[label]),
             rate,
+            ipv6_prefix,
             rate_limited: m.rate_limited_connections.with_label_values(&[label]),
             overload,
         }
@@ -68,7 +71,8 @@ impl ConnectionCap {
     /// completed. A QUIC Initial's address can be forged, and a connection may send more
     /// than one Initial (Retry).
     pub fn too_fast(&self, client: std::net::IpAddr) -> bool {
-        if self.rate.as_ref().is_some_and(|r| r.take(client).is_err()) {
+        let key = crate::policy::client_key::client_key(client, self.ipv6_prefix);
+        if self.rate.as_ref().is_some_and(|r| r.take(key).is_err()) {
             self.rate_limited.inc();
             return true;
         }

@@ -1,4 +1,5 @@
-//! Request rate limits per client address (or per key, for a fleet limit counting locally
+//! Request rate limits per client (its address, an IPv6 one cut to its prefix by
+//! [`crate::policy::client_key`]; or per key, for a fleet limit counting locally
 //! while the fleet's store is out of reach): a token bucket for each client of a route, shared
 //! by every worker (a limit per worker would multiply the rate by the worker count). A bucket
 //! holds up to `burst` tokens and gains `per_second` a second; each request takes one, and a

@@ -166,6 +166,8 @@ impl Cluster {
         &self,
         mut req: Request<RequestBody>,
         upgrade: bool,
+        // The client's key (`ConnInfo::client_key`): its share of the slots, and what
+        // balancing by client hashes.
         client: IpAddr,
         retry: Retry<'_>,
     ) -> Result<Exchange, SendFailure> {

@@ -208,7 +208,6 @@ pub(super) async fn admit(
     route: &Route,
     req: Request<ClientBody>,
 ) -> Phase<Request<ClientBody>> {
-    let client = ctx.conn.client.ip();
     if route.client_cert_required && ctx.conn.client_cert.is_none() {
         let resp = local(
             StatusCode::FORBIDDEN,
@@ -216,10 +215,12 @@ pub(super) async fn admit(
         );
         return refused(refuse_unread(req.into_body(), &ctx.progress, resp).await);
     }
-    if !route.access.permits(client) {
+    if !route.access.permits(ctx.conn.client.ip()) {
         let resp = local(StatusCode::FORBIDDEN, "forbidden\n");
         return refused(refuse_unread(req.into_body(), &ctx.progress, resp).await);
     }
+    // Counted by the client's key: an IPv6 client by its prefix, not each of its addresses.
+    let client = ctx.conn.client_key;
     let verdict = match &route.rate_limit {
         None => Ok(()),
         Some(RouteLimit::Node(l)) => l.take(client),

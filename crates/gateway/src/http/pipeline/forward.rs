@@ -118,10 +118,7 @@ pub(super) async fn send(
         copy,
         trace: ctx.trace.as_ref(),
     };
-    match cluster
-        .send(req, upgrade, ctx.conn.client.ip(), retry)
-        .await
-    {
+    match cluster.send(req, upgrade, ctx.conn.client_key, retry).await {
         Ok(exchange) => {
             let upstream_time = sent.elapsed();
             ctx.upstream_time = Some(upstream_time);

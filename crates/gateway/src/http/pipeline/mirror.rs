@@ -51,7 +51,7 @@ pub(super) fn send_copy(
     let mut req = copy.request();
     shadow_host(req.headers_mut());
     let (answered, failed) = (counter("answered"), counter("failed"));
-    let client = ctx.conn.client.ip();
+    let client = ctx.conn.client_key;
     tokio::spawn(async move {
         let retry = Retry {
             policy: &ONCE,

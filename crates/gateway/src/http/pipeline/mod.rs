@@ -122,6 +122,9 @@ impl ClientCertHeaders {
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
     pub client: SocketAddr,
+    /// What per-client limits count this client by: its address, an IPv6 one cut to the
+    /// listener's `limits.client_ipv6_prefix` ([`crate::policy::client_key`]).
+    pub client_key: std::net::IpAddr,
     pub sni: Option<String>,
     pub tls_version: &'static str,
     pub resumed: bool,
@@ -485,6 +488,7 @@ pub(crate) mod testing {
     pub fn conn() -> ConnInfo {
         ConnInfo {
             client: "192.0.2.7:50000".parse().unwrap(),
+            client_key: "192.0.2.7".parse().unwrap(),
             sni: None,
             tls_version: "TLSv1.3",
             resumed: false,

@@ -42,7 +42,8 @@ pub(super) async fn serve_connection(
 ) {
     // Replaced by the connection's TLS facts when the driver reports the handshake, which
     // it does before any request.
-    let mut info = quic_conn_info(client, None, false, None);
+    let who = (client, shared.limits.client_ipv6_prefix);
+    let mut info = quic_conn_info(who, None, false, None);
     let mut established = false;
     let mut requests = JoinSet::new();
     // Request streams are client-initiated bidirectional: 0, 4, 8, ... While draining,
@@ -92,7 +93,7 @@ pub(super) async fn serve_connection(
                             Some(_) => verified_client_cert(&controller).await,
                             None => None,
                         };
-                        info = quic_conn_info(client, server_name, session_resumed, client_cert);
+                        info = quic_conn_info(who, server_name, session_resumed, client_cert);
                         quiet_since = tokio::time::Instant::now();
                         idle.as_mut().reset(next_wake(quiet_since, quiet_limit(shared, cap, served)));
                         // The client's address is validated now (it completed the
@@ -272,13 +273,14 @@ async fn first_undelivered(controller: &ServerH3Controller, from: u64, until: u6
 
 /// What the access log and the proxy know of a QUIC connection (always TLS 1.3).
 fn quic_conn_info(
-    client: SocketAddr,
+    (client, ipv6_prefix): (SocketAddr, u8),
     sni: Option<String>,
     resumed: bool,
     client_cert: Option<Arc<ClientCert>>,
 ) -> Arc<ConnInfo> {
     Arc::new(ConnInfo {
         client,
+        client_key: crate::policy::client_key::client_key(client.ip(), ipv6_prefix),
         sni,
         tls_version: "TLSv1.3",
         resumed,
