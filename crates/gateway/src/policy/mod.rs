@@ -4,6 +4,7 @@
 pub(crate) mod access;
 pub(crate) mod admission;
 pub(crate) mod client_key;
+pub(crate) mod client_share;
 pub(crate) mod overload;
 pub(crate) mod ratelimit;
 pub(crate) mod retry;

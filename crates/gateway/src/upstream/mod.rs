@@ -14,6 +14,7 @@ pub use retry::{RequestCopy, Retry};
 
 use crate::body::{RequestBody, UpstreamLease};
 use crate::config::{ClusterConfig, UpstreamProtocol};
+use crate::policy::client_share::{ClientShare, ClientShares};
 use crate::upstream::health::Health;
 use crate::upstream::tls::{dial, UpstreamIo, UpstreamTls};
 use balance::{Balancer, Pick};
@@ -148,11 +149,9 @@ pub struct RequestSlots {
     in_flight: AtomicUsize,
     /// `max_requests`; a reload that changes it keeps the count of requests in flight.
     pub(crate) max: AtomicUsize,
-    /// `max_requests_per_client` in force.
-    max_per_client: AtomicUsize,
-    /// Requests in flight per client address (entries removed at zero), so that one client
-    /// cannot hold every slot.
-    per_client: Mutex<std::collections::HashMap<IpAddr, usize>>,
+    /// Requests in flight per client (`max_requests_per_client`), so that one client cannot
+    /// hold every slot.
+    per_client: Arc<ClientShares>,
     gauge: prometheus::IntGauge,
     /// Retries in flight, and the `retry_budget` in force (`percent` as f64 bits).
     retries_in_flight: AtomicUsize,
@@ -183,8 +182,7 @@ impl RequestSlots {
         Arc::new(RequestSlots {
             in_flight: AtomicUsize::new(0),
             max: AtomicUsize::new(cfg.max_requests),
-            max_per_client: AtomicUsize::new(cfg.max_requests_per_client()),
-            per_client: Mutex::new(Default::default()),
+            per_client: ClientShares::new(cfg.max_requests_per_client()),
             gauge: metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
             retries_in_flight: AtomicUsize::new(0),
             budget_percent: cfg.retry_budget.percent.to_bits().into(),
@@ -195,8 +193,7 @@ impl RequestSlots {
     /// The same slots, counting on, with `cfg`'s `max_requests` (a reload).
     pub fn reuse(self: &Arc<Self>, cfg: &ClusterConfig) -> Arc<Self> {
         self.max.store(cfg.max_requests, Ordering::Relaxed);
-        self.max_per_client
-            .store(cfg.max_requests_per_client(), Ordering::Relaxed);
+        self.per_client.set_max(cfg.max_requests_per_client());
         self.budget_percent
             .store(cfg.retry_budget.percent.to_bits(), Ordering::Relaxed);
         self.budget_min
@@ -212,24 +209,14 @@ impl RequestSlots {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             return Err(NoSlot::Full(max));
         }
-        let share = self.max_per_client.load(Ordering::Relaxed);
-        {
-            let mut per_client = self.per_client.lock().expect("slots lock");
-            let held = per_client.entry(client).or_insert(0);
-            if *held >= share {
-                if *held == 0 {
-                    per_client.remove(&client);
-                }
-                drop(per_client);
-                self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                return Err(NoSlot::ClientShare(share));
-            }
-            *held += 1;
-        }
+        let Some(share) = self.per_client.take(client) else {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            return Err(NoSlot::ClientShare(self.per_client.max()));
+        };
         self.gauge.inc();
         Ok(RequestSlot {
             slots: self.clone(),
-            client,
+            _share: share,
         })
     }
 }
@@ -238,22 +225,13 @@ impl RequestSlots {
 /// response body, or at once if the exchange fails).
 pub struct RequestSlot {
     slots: Arc<RequestSlots>,
-    client: IpAddr,
+    /// The client's unit of `max_requests_per_client`, given back with the slot.
+    _share: ClientShare,
 }
 
 impl Drop for RequestSlot {
     fn drop(&mut self) {
         let s = &self.slots;
-        if let Ok(mut per_client) = s.per_client.lock() {
-            if let std::collections::hash_map::Entry::Occupied(mut e) =
-                per_client.entry(self.client)
-            {
-                *e.get_mut() -= 1;
-                if *e.get() == 0 {
-                    e.remove();
-                }
-            }
-        }
         s.in_flight.fetch_sub(1, Ordering::Relaxed);
         s.gauge.dec();
     }
@@ -747,10 +725,7 @@ mod tests {
         drop(held);
         assert!(slots.take(greedy).is_ok(), "given back, taken again");
         drop(others);
-        assert!(
-            slots.per_client.lock().unwrap().is_empty(),
-            "no entry kept at zero"
-        );
+        assert!(slots.per_client.clients() == 0, "no entry kept at zero");
         // The default: a quarter of max_requests, but never fewer than 8 (or max_requests).
         let share = |max, per| {
             ClusterConfig {
