@@ -314,7 +314,11 @@ async fn a_large_upload_streams_past_the_inspected_prefix_in_bounded_memory() {
 async fn a_full_inspection_queue_refuses_on_blocking_routes_and_passes_on_detecting_ones() {
     let _one = ONE_AT_A_TIME.lock().await;
     let fx = start_edited("", |text, dir| {
-        waf_routes(text, dir).replace("threads = 2", "threads = 1\nqueue = 1")
+        // The client's share above the queue: the queue itself fills (one client here).
+        waf_routes(text, dir).replace(
+            "threads = 2",
+            "threads = 1\nqueue = 1\nqueue_per_client = 64",
+        )
     })
     .await;
     let form = format!("comment={}", "a".repeat(32 * 1024));
@@ -937,6 +941,81 @@ waf = {{ mode = "block", body_limit = 65536, body_past_limit = "refuse", exclusi
     let log = access_log(fx, 6).await;
     let too_large = log.iter().filter(|r| r["waf"] == "too_large").count();
     assert_eq!(too_large, 4, "{log:?}");
+}
+
+/// `[waf] queue_per_client`: one client's requests waiting for or in inspection are bounded,
+/// so a client sending slow-to-inspect requests cannot fill the queue for everyone. Past its
+/// share it gets 429 with `Retry-After` on a blocking route (counted as `client_share`),
+/// while another client (127.0.0.2) is still inspected and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_fill_the_inspection_queue() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = start_edited("", |text, dir| {
+        let routes = format!(
+            r#"
+[waf]
+log = "{log}"
+threads = 1
+queue = 16
+queue_per_client = 2
+
+[[routes]]
+name = "site"
+cluster = "app"
+waf = {{ mode = "block", body_limit = 4194304 }}
+"#,
+            log = dir.join("waf.log").display()
+        );
+        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
+    })
+    .await;
+    // One long form value: every CRS rule on ARGS scans its 1 MiB (most of a second in
+    // ModSecurity, a release build whatever this test's profile).
+    let slow = fx.dir.path().join("slow.txt");
+    let mut body = b"note=".to_vec();
+    body.resize(1 << 20, b'a');
+    std::fs::write(&slow, &body).unwrap();
+    let slow_arg = format!("@{}", slow.display());
+    let post = |source: &str, data: &str| {
+        let args = [
+            "--interface",
+            source,
+            "--data-binary",
+            data,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %header{retry-after}",
+        ];
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.push(fx.url("/discard"));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(curl(&fx, &a))
+    };
+    let first = tokio::spawn(post("127.0.0.1", &slow_arg));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let second = tokio::spawn(post("127.0.0.1", &slow_arg));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let third = stdout(&post("127.0.0.1", "note=hello").await);
+    let other = tokio::spawn(post("127.0.0.2", "note=hello"));
+    let (first, second) = (
+        stdout(&first.await.unwrap()),
+        stdout(&second.await.unwrap()),
+    );
+    let other = stdout(&other.await.unwrap());
+    assert_eq!(third, "429 1", "past its share");
+    assert_eq!((first.as_str(), second.as_str()), ("200 ", "200 "));
+    assert_eq!(other, "200 ", "another client");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "rampart_waf_requests_total",
+            &["result=\"client_share\""]
+        ),
+        1.0,
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

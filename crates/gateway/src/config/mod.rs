@@ -642,6 +642,14 @@ mirror = { cluster = "shadow", percent = 10 }"#;
             w(parse(&with("body_past_limit = \"refuse\"")).unwrap()).body_past_limit,
             BodyPastLimit::Refuse
         );
+        // The inspection queue's share per client.
+        let waf = |extra: &str| format!("{}\n[waf]\n{extra}\n", with("response_body = true"));
+        let c = parse(&waf("queue = 100")).unwrap();
+        assert_eq!(c.waf.queue_per_client(), 25, "a quarter of the queue");
+        let c = parse(&waf("queue = 2")).unwrap();
+        assert_eq!(c.waf.queue_per_client(), 1, "at least 1");
+        let e = parse(&waf("queue_per_client = 0")).unwrap_err();
+        assert_eq!(e.path, "waf.queue_per_client", "{e}");
         let e = parse(&with("body_past_limit = \"reject\"")).unwrap_err();
         assert_eq!(e.path, "routes[0].waf.body_past_limit", "{e}");
         assert!(e.message.contains("refuse"), "{e}");

@@ -19,6 +19,12 @@ pub struct WafConfig {
     /// Requests waiting for an inspection thread; past it, a blocking route answers 503 and
     /// a detecting one passes the request uninspected (both counted).
     pub queue: usize,
+    /// Requests of one client (by its key: an IPv6 one by its prefix) waiting for or in
+    /// inspection at once; past it, a blocking route answers 429 and a detecting one passes
+    /// the request uninspected (both counted), so one client cannot fill the queue for
+    /// everyone. Default: a quarter of `queue`, at least 1. Read it with
+    /// [`WafConfig::queue_per_client`].
+    pub queue_per_client: Option<usize>,
     /// Where matches are written, one JSON line each: `stderr`, `off`, or a file path.
     pub log: String,
 }
@@ -31,6 +37,7 @@ impl Default for WafConfig {
             crs_rules: crs.rules,
             threads: 0,
             queue: 1024,
+            queue_per_client: None,
             log: "stderr".into(),
         }
     }
@@ -40,6 +47,11 @@ impl WafConfig {
     pub(super) fn validate(&self, at: &At) -> Result<(), Invalid> {
         if self.queue == 0 {
             return at.field("queue").fail("at least 1 waiting request");
+        }
+        if self.queue_per_client == Some(0) {
+            return at
+                .field("queue_per_client")
+                .fail("at least 1 request (a share at or above the queue never binds)");
         }
         if self.log.is_empty() {
             return at.field("log").fail("stderr, off or a file path");
@@ -56,6 +68,11 @@ impl WafConfig {
             }
         }
         Ok(())
+    }
+
+    /// `queue_per_client`, or its default: a quarter of `queue`, at least 1.
+    pub fn queue_per_client(&self) -> usize {
+        self.queue_per_client.unwrap_or((self.queue / 4).max(1))
     }
 
     /// The Core Rule Set's files, for [`waf::crs_profile`].

@@ -40,6 +40,7 @@ pub(super) async fn inspect(
     let mut body_complete = coding.is_some() && !read_past_limit(waf, &read_of(&prefix));
     let input = Input {
         client: ctx.conn.client,
+        client_key: ctx.conn.client_key,
         method: parts.method.to_string(),
         uri: parts
             .uri
@@ -74,13 +75,15 @@ pub(super) async fn inspect(
         ctx.rec.waf = match (verdict, body_complete) {
             (Inspection::Blocked(_), _) => Some("blocked"),
             (Inspection::Unavailable, _) => Some("unavailable"),
+            (Inspection::ClientShare, _) => Some("client_share"),
             (Inspection::Pass, _) if coding.is_none() => Some("encoded"),
             (Inspection::Pass, false) => Some("partial"),
             (Inspection::Pass, true) => Some("inspected"),
         };
     }
     let resp = match (verdict, waf.mode) {
-        (Inspection::Pass, _) | (Inspection::Unavailable, WafMode::Detect) => {
+        (Inspection::Pass, _)
+        | (Inspection::Unavailable | Inspection::ClientShare, WafMode::Detect) => {
             return ControlFlow::Continue(Request::from_parts(parts, body))
         }
         (Inspection::Blocked(status), _) => {
@@ -97,6 +100,17 @@ pub(super) async fn inspect(
                     ctx.request_id
                 ),
             )
+        }
+        (Inspection::ClientShare, WafMode::Block) => {
+            let mut r = local(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many of this client's requests are being inspected; try again\n",
+            );
+            r.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            r
         }
         (Inspection::Unavailable, WafMode::Block) => {
             let mut r = local(
@@ -393,7 +407,9 @@ pub(super) async fn inspect_response(
                 ),
             )))
         }
-        Inspection::Unavailable => {
+        // A response's inspection is never refused for its client's share (its request
+        // held that).
+        Inspection::Unavailable | Inspection::ClientShare => {
             if ctx.logging() {
                 ctx.rec.waf = Some("response_unavailable");
             }

@@ -6,7 +6,9 @@
 //! - Inspections run on `[waf] threads` threads of their own behind a bounded queue, never on
 //!   a thread that serves connections: a slow inspection delays its own request only. A full
 //!   queue is overload: a blocking route answers 503, a detecting one passes the request
-//!   uninspected; both are counted.
+//!   uninspected; both are counted. One client may have at most `[waf] queue_per_client`
+//!   requests waiting or in inspection (429 past it on a blocking route), so it cannot fill
+//!   the queue for the others.
 //! - Every match is a JSON line in the WAF log (rule id, message, matched variable's name,
 //!   never the client's bytes) and counted by rule.
 //! - With `response_headers` or `response_body`, a request's transaction stays open across
@@ -33,6 +35,8 @@ pub(crate) use codings::{accept_readable, CodedPrefix, Coding};
 /// One request as the inspection threads receive it (owned: it crosses threads).
 pub(crate) struct Input {
     pub client: SocketAddr,
+    /// What the client's share of the queue is counted by (`ConnInfo::client_key`).
+    pub client_key: std::net::IpAddr,
     pub method: String,
     /// Path and query as the client sent them.
     pub uri: String,
@@ -59,6 +63,9 @@ pub(crate) enum Inspection {
     /// It could not be inspected (the queue full, or ModSecurity failed): a blocking route
     /// refuses it with 503, a detecting one passes it on uninspected.
     Unavailable,
+    /// Its client already has `[waf] queue_per_client` requests waiting or in inspection: a
+    /// blocking route refuses it with 429, a detecting one passes it on uninspected.
+    ClientShare,
 }
 
 /// A route's WAF: its compiled rules and how it acts on them.
@@ -165,6 +172,10 @@ impl RouteWaf {
         input: Input,
     ) -> (Inspection, Option<PendingResponse>, bool) {
         let route = input.route.clone();
+        let Some(share) = self.inspector.shares.take(input.client_key) else {
+            self.inspector.count(&route, "client_share");
+            return (Inspection::ClientShare, None, false);
+        };
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Job::Request {
             rules: self.rules.clone(),
@@ -172,6 +183,7 @@ impl RouteWaf {
             keep: self.keeps_transaction(),
             input,
             reply,
+            _share: share,
         };
         let verdict = match self.inspector.jobs.try_send(job) {
             Ok(()) => answer.await.ok(),
@@ -251,6 +263,8 @@ enum Job {
         keep: bool,
         input: Input,
         reply: tokio::sync::oneshot::Sender<RequestReply>,
+        /// The client's unit of `[waf] queue_per_client`, held until the job is done.
+        _share: crate::policy::client_share::ClientShare,
     },
     /// A response's status and headers through phase 3, and with a body (its first bytes)
     /// phase 4; the reply is the status a disruptive rule asked for, if one did (Err:
@@ -294,6 +308,8 @@ struct Who {
 /// sets. Made at start from `[waf]` (its threads, queue and log stay until a restart).
 pub struct Inspector {
     jobs: crossbeam_channel::Sender<Job>,
+    /// What each client has waiting or in inspection (`[waf] queue_per_client`).
+    shares: Arc<crate::policy::client_share::ClientShares>,
     metrics: WafMetrics,
     /// Compiled rule sets by their directives and the rule files' modification times (a
     /// changed file is compiled again at the next reload).
@@ -391,6 +407,7 @@ impl Inspector {
         }
         Ok(Arc::new(Inspector {
             jobs,
+            shares: crate::policy::client_share::ClientShares::new(cfg.queue_per_client()),
             metrics: m,
             compiled: Mutex::new(HashMap::new()),
         }))
@@ -478,12 +495,14 @@ impl Inspector {
 /// One job on an inspection thread: ModSecurity, the log lines, the counts, the reply.
 fn run(job: Job, sink: &Mutex<Sink>, m: &WafMetrics) {
     match job {
+        // The client's unit of its share is given back once the job is done.
         Job::Request {
             rules,
             mode,
             keep,
             input,
             reply,
+            _share,
         } => {
             if reply.is_closed() {
                 return; // the request is gone
