@@ -563,17 +563,22 @@ mod tests {
     use keyengine::{KeyKind, PrivateKey, SignRequest, SignatureAlgorithm};
     use std::time::Duration;
 
+    /// A cell's load bounded by its count (the time bound far off).
+    fn counted(concurrency: usize, threads: usize, max_ops: u64) -> Load {
+        Load {
+            concurrency,
+            threads,
+            duration: Duration::from_secs(60),
+            max_ops,
+        }
+    }
+
     #[test]
     fn a_cell_splits_its_tasks_over_the_submitting_threads() {
         let der = generate_rsa_pkcs8();
         let alg = SignatureAlgorithm::RsaPssSha256;
         let engine = make_engine("replay", &der, alg).unwrap();
-        let load = Load {
-            concurrency: 8,
-            threads: 3,
-            duration: Duration::from_secs(30),
-            max_ops: 800,
-        };
+        let load = counted(8, 3, 800);
         // 8 tasks over 3 threads (3, 3, 2), 100 signatures each; every one answered.
         let cell = run_cell(engine, &der, alg, load).unwrap();
         assert_eq!(cell.latencies.len(), 800);
@@ -588,13 +593,7 @@ mod tests {
         let alg = SignatureAlgorithm::RsaPssSha256;
         // One signing thread and room for one request: 8 tasks at once must be shed.
         let engine = std::sync::Arc::new(keyengine::ThreadsEngine::new(1, 1));
-        let load = Load {
-            concurrency: 8,
-            threads: 1,
-            duration: Duration::from_secs(60),
-            max_ops: 40,
-        };
-        let cell = run_cell(engine, &der, alg, load).unwrap();
+        let cell = run_cell(engine, &der, alg, counted(8, 1, 40)).unwrap();
         assert_eq!(cell.latencies.len(), 40, "every task got its share signed");
         assert!(cell.shed > 0, "nothing was shed");
     }

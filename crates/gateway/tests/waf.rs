@@ -68,6 +68,35 @@ async fn waf_log(fx: &Fixture, want: usize) -> Vec<serde_json::Value> {
     panic!("fewer than {want} WAF log lines");
 }
 
+/// A gateway whose `[waf]` logs to `waf.log` in its folder, followed by `rest` (more `[waf]`
+/// settings, then its `[[routes]]` and any `[[clusters]]`) in place of the default route; the
+/// access log goes to `access.log` there too.
+async fn start_with_waf(rest: &str) -> Fixture {
+    let rest = rest.to_string();
+    start_edited("", move |text, dir| {
+        let waf = format!(
+            "\n[waf]\nlog = \"{}\"\n{rest}",
+            dir.join("waf.log").display()
+        );
+        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &waf)
+    })
+    .await
+}
+
+/// Asserts `rampart_waf_requests_total` for each (route, result): exactly that many.
+fn assert_waf_results(fx: &Fixture, want: &[(&str, &str, f64)]) {
+    let m = fx.gw().metrics.render();
+    for (route, result, n) in want {
+        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            metric_sum(&m, "rampart_waf_requests_total", &labels),
+            *n,
+            "{route} {result}: {m}"
+        );
+    }
+}
+
 /// The tests of this file run one at a time: one of them bounds this process's memory while
 /// it streams 200 MB, and the others' gateways would count against it.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -443,19 +472,13 @@ endpoints = ["127.0.0.1:9"]
     assert!(response_lines
         .iter()
         .any(|l| l["rule"] == 10001 && l["route"] == "detect" && l["action"] == "logged"));
-    let m = fx.gw().metrics.render();
-    for (route, result) in [
-        ("site", "response_blocked"),
-        ("detect", "response_detected"),
-    ] {
-        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
-        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        assert_eq!(
-            metric_sum(&m, "rampart_waf_requests_total", &labels),
-            1.0,
-            "{m}"
-        );
-    }
+    assert_waf_results(
+        &fx,
+        &[
+            ("site", "response_blocked", 1.0),
+            ("detect", "response_detected", 1.0),
+        ],
+    );
     let log = access_log(&fx, 5).await;
     assert!(
         log.iter().any(|r| r["waf"] == "response_blocked"),
@@ -583,12 +606,8 @@ async fn spawn_leaky_upstream() -> std::net::SocketAddr {
 async fn response_bodies_that_leak_are_withheld_when_the_route_asks() {
     let _one = ONE_AT_A_TIME.lock().await;
     let leaky = spawn_leaky_upstream().await;
-    let fx = start_edited("", |text, dir| {
-        let routes = format!(
-            r#"
-[waf]
-log = "{log}"
-
+    let fx = start_with_waf(&format!(
+        r#"
 [[clusters]]
 name = "leaky"
 endpoints = ["{leaky}"]
@@ -604,11 +623,8 @@ waf = {{ mode = "detect", response_body = true }}
 name = "site"
 cluster = "leaky"
 waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
-"#,
-            log = dir.join("waf.log").display(),
-        );
-        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
-    })
+"#
+    ))
     .await;
     let (status, body) = get(&fx, &["-H", "x-request-id: leak-1", &fx.url("/leak")]).await;
     assert_eq!(status, "403", "{body}");
@@ -684,21 +700,15 @@ waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
     assert!(leaks.iter().any(|l| l["request_id"] == "leak-1"
         && l["action"] == "blocked"
         && l["body_inspected"] == SQL_LEAK.len()));
-    let m = fx.gw().metrics.render();
-    for (route, result, n) in [
-        ("site", "response_blocked", 3.0),
-        ("detect", "response_detected", 1.0),
-        ("site", "response_partial", 1.0),
-        ("site", "response_encoded", 1.0),
-    ] {
-        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
-        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        assert_eq!(
-            metric_sum(&m, "rampart_waf_requests_total", &labels),
-            n,
-            "{route} {result}: {m}"
-        );
-    }
+    assert_waf_results(
+        &fx,
+        &[
+            ("site", "response_blocked", 3.0),
+            ("detect", "response_detected", 1.0),
+            ("site", "response_partial", 1.0),
+            ("site", "response_encoded", 1.0),
+        ],
+    );
     let log = access_log(&fx, 12).await;
     for want in ["response_blocked", "response_partial", "response_encoded"] {
         assert!(log.iter().any(|r| r["waf"] == want), "{want}: {log:?}");
@@ -716,33 +726,26 @@ waf = {{ mode = "block", response_body = true, response_body_limit = 65536 }}
 async fn coded_request_bodies_are_inspected_decoded_or_refused() {
     use std::io::Write;
     let _one = ONE_AT_A_TIME.lock().await;
-    let fx = start_edited("", |text, dir| {
-        let routes = format!(
-            r#"
-[waf]
-log = "{log}"
-
+    let fx = start_with_waf(
+        r#"
 [[routes]]
 name = "detect"
 path_prefix = "/detect"
 cluster = "app"
-waf = {{ mode = "detect", exclusions = [{{ rules = [920450] }}] }}
+waf = { mode = "detect", exclusions = [{ rules = [920450] }] }
 
 [[routes]]
 name = "site"
 cluster = "app"
-waf = {{ mode = "block", body_limit = 65536, exclusions = [{{ rules = [920450] }}] }}
+waf = { mode = "block", body_limit = 65536, exclusions = [{ rules = [920450] }] }
 
 [[routes]]
 name = "strict"
 path_prefix = "/strict/"
 cluster = "app"
-waf = {{ mode = "block" }}
+waf = { mode = "block" }
 "#,
-            log = dir.join("waf.log").display()
-        );
-        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
-    })
+    )
     .await;
     let dir = fx.dir.path();
     let write = |name: &str, bytes: &[u8]| {
@@ -822,20 +825,14 @@ waf = {{ mode = "block" }}
     assert!(lines
         .iter()
         .any(|l| l["rule"] == 920450 && l["route"] == "strict"));
-    let m = fx.gw().metrics.render();
-    for (route, result, n) in [
-        ("site", "blocked", 4.0),
-        ("site", "encoded", 1.0),
-        ("detect", "encoded", 1.0),
-    ] {
-        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
-        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        assert_eq!(
-            metric_sum(&m, "rampart_waf_requests_total", &labels),
-            n,
-            "{route} {result}: {m}"
-        );
-    }
+    assert_waf_results(
+        &fx,
+        &[
+            ("site", "blocked", 4.0),
+            ("site", "encoded", 1.0),
+            ("detect", "encoded", 1.0),
+        ],
+    );
     let log = access_log(&fx, 11).await;
     let waf_of = |path: &str| -> Vec<String> {
         log.iter()
@@ -855,27 +852,20 @@ waf = {{ mode = "block" }}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_the_limit_is_refused_where_the_route_says_so() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let fx = start_edited("", |text, dir| {
-        let routes = format!(
-            r#"
-[waf]
-log = "{log}"
-
+    let fx = start_with_waf(
+        r#"
 [[routes]]
 name = "lenient"
 cluster = "app"
-headers = [{{ name = "x-route", exact = "lenient" }}]
-waf = {{ mode = "block", body_limit = 65536 }}
+headers = [{ name = "x-route", exact = "lenient" }]
+waf = { mode = "block", body_limit = 65536 }
 
 [[routes]]
 name = "strict"
 cluster = "app"
-waf = {{ mode = "block", body_limit = 65536, body_past_limit = "refuse", exclusions = [{{ rules = [920450] }}] }}
+waf = { mode = "block", body_limit = 65536, body_past_limit = "refuse", exclusions = [{ rules = [920450] }] }
 "#,
-            log = dir.join("waf.log").display()
-        );
-        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
-    })
+    )
     .await;
     let dir = fx.dir.path();
     let mut padded = b"note=".to_vec();
@@ -920,16 +910,11 @@ waf = {{ mode = "block", body_limit = 65536, body_past_limit = "refuse", exclusi
     assert_eq!(status(post(&gz, &gz_arg)).await, "413");
     // Within the limit: inspected and passed.
     assert_eq!(status(post(&[], "note=hello")).await, "200");
+    assert_waf_results(
+        fx,
+        &[("strict", "too_large", 4.0), ("lenient", "pass", 1.0)],
+    );
     let m = fx.gw().metrics.render();
-    for (route, result, n) in [("strict", "too_large", 4.0), ("lenient", "pass", 1.0)] {
-        let labels = [format!("route=\"{route}\""), format!("result=\"{result}\"")];
-        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        assert_eq!(
-            metric_sum(&m, "rampart_waf_requests_total", &labels),
-            n,
-            "{route} {result}: {m}"
-        );
-    }
     assert_eq!(
         metric_sum(
             &m,
@@ -950,24 +935,17 @@ waf = {{ mode = "block", body_limit = 65536, body_past_limit = "refuse", exclusi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_cannot_fill_the_inspection_queue() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let fx = start_edited("", |text, dir| {
-        let routes = format!(
-            r#"
-[waf]
-log = "{log}"
-threads = 1
+    let fx = start_with_waf(
+        r#"threads = 1
 queue = 16
 queue_per_client = 2
 
 [[routes]]
 name = "site"
 cluster = "app"
-waf = {{ mode = "block", body_limit = 4194304 }}
+waf = { mode = "block", body_limit = 4194304 }
 "#,
-            log = dir.join("waf.log").display()
-        );
-        log_to_file(text, dir).replace("[[routes]]\ncluster = \"app\"\n", &routes)
-    })
+    )
     .await;
     // One long form value: every CRS rule on ARGS scans its 1 MiB (most of a second in
     // ModSecurity, a release build whatever this test's profile).

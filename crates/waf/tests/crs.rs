@@ -71,6 +71,11 @@ fn request<'a>(
     }
 }
 
+/// A POST of `body` as `content_type`.
+fn post(uri: &'static str, content_type: &'static str, body: &'static [u8]) -> Request<'static> {
+    request("POST", uri, &[("Content-Type", content_type)], body)
+}
+
 fn ids(v: &Verdict) -> Vec<u32> {
     v.matches.iter().map(|m| m.id).collect()
 }
@@ -122,28 +127,25 @@ fn attacks() -> Vec<(&'static str, Request<'static>)> {
         ),
         (
             "sql injection in a JSON body",
-            request(
-                "POST",
+            post(
                 "/api/login",
-                &[("Content-Type", "application/json")],
+                "application/json",
                 br#"{"user":"admin","pass":"x' UNION SELECT password FROM users--"}"#,
             ),
         ),
         (
             "sql injection in a JSON:API body",
-            request(
-                "POST",
+            post(
                 "/api/users",
-                &[("Content-Type", "application/vnd.api+json; charset=utf-8")],
+                "application/vnd.api+json; charset=utf-8",
                 br#"{"data":{"attributes":{"name":"x' UNION SELECT password FROM users--"}}}"#,
             ),
         ),
         (
             "sql injection in an XML body",
-            request(
-                "POST",
+            post(
                 "/soap",
-                &[("Content-Type", "text/xml")],
+                "text/xml",
                 b"<login><pass>x' UNION SELECT password FROM users--</pass></login>",
             ),
         ),

@@ -101,32 +101,28 @@ pub(super) async fn inspect(
                 ),
             )
         }
-        (Inspection::ClientShare, WafMode::Block) => {
-            let mut r = local(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too many of this client's requests are being inspected; try again\n",
-            );
-            r.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            );
-            r
-        }
-        (Inspection::Unavailable, WafMode::Block) => {
-            let mut r = local(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the web application firewall cannot inspect this request now; try again\n",
-            );
-            r.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            );
-            r
-        }
+        (Inspection::ClientShare, WafMode::Block) => try_again(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many of this client's requests are being inspected; try again\n",
+        ),
+        (Inspection::Unavailable, WafMode::Block) => try_again(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the web application firewall cannot inspect this request now; try again\n",
+        ),
     };
     ControlFlow::Break(Outcome::Refused(
         refuse_unread(body, &ctx.progress, resp).await,
     ))
+}
+
+/// `status` with `msg` and `Retry-After: 1`: a request the WAF could not take now.
+fn try_again(status: StatusCode, msg: &'static str) -> http::Response<crate::body::ResponseBody> {
+    let mut r = local(status, msg);
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    r
 }
 
 /// A request body's first part as read for inspection.
