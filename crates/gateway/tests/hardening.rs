@@ -760,3 +760,33 @@ fn an_ipv6_client_is_counted_by_its_prefix_not_each_address() {
         );
     });
 }
+
+/// `limits.max_connections_per_address`: one address holds at most its share of open
+/// connections (here 3, held mid-handshake as a slow client would); a fourth is closed before
+/// its handshake and counted, while another address (127.0.0.2) is served, and a connection
+/// given back makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_connections() {
+    let fx = start_edited("limits.max_connections_per_address = 3", |text, _| text).await;
+    let addr = format!("127.0.0.1:{}", fx.port());
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut fourth = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), fourth.read(&mut buf)).await;
+    assert_eq!(read.expect("closed at once").unwrap_or(0), 0, "closed");
+    let other = curl_status(&fx, &["--interface", "127.0.0.2", &fx.url("/")]).await;
+    assert_eq!(other, "200", "another address");
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(curl_status(&fx, &[&fx.url("/")]).await, "200", "room again");
+    let m = fx.gw().metrics.render();
+    assert_eq!(
+        metric_sum(&m, "rampart_connections_over_share_total", &[]),
+        1.0,
+        "{m}"
+    );
+}

@@ -346,6 +346,10 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 r.burst(),
             ))
         });
+        let connection_shares = l
+            .limits
+            .max_connections_per_address
+            .map(crate::policy::client_share::ClientShares::new);
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
             let shared = Arc::new(pipeline::ProxyShared {
                 listener: l.name.clone(),
@@ -357,6 +361,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
                 access: listener_access.clone(),
                 connection_rate: connection_rate.clone(),
+                connection_shares: connection_shares.clone(),
                 proxy_protocol: l.proxy_protocol,
                 paths: l.paths.clone(),
                 client_cert_headers: l

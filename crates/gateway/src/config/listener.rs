@@ -347,6 +347,11 @@ pub struct LimitsConfig {
     /// beyond it a connection is turned away before any handshake (TCP closed, QUIC
     /// CONNECTION_REFUSED). Off by default: many phones can share one carrier address.
     pub new_connections_per_address: Option<RateLimitConfig>,
+    /// Connections a client address (an IPv6 one by `client_ipv6_prefix`) may hold open at
+    /// once, TCP and QUIC together (nginx's `limit_conn`); past it a new one is closed before
+    /// its handshake (QUIC: once it completes). Off by default, as behind a carrier's NAT
+    /// many phones share one address.
+    pub max_connections_per_address: Option<usize>,
     /// Close a client connection idle this long between requests (no request in flight,
     /// whatever else arrives: HTTP/2 PINGs keep no connection open).
     #[serde(deserialize_with = "duration")]
@@ -402,6 +407,7 @@ impl Default for LimitsConfig {
             max_concurrent_streams: 256,
             max_connections: 100_000,
             new_connections_per_address: None,
+            max_connections_per_address: None,
             client_ipv6_prefix: crate::policy::client_key::DEFAULT_IPV6_PREFIX,
         }
     }
@@ -438,6 +444,11 @@ impl ListenerConfig {
             return limits
                 .field("max_header_bytes")
                 .fail("at least 1024 bytes and 1 header");
+        }
+        if self.limits.max_connections_per_address == Some(0) {
+            return limits
+                .field("max_connections_per_address")
+                .fail("at least 1 connection");
         }
         if !(48..=128).contains(&self.limits.client_ipv6_prefix) {
             return limits

@@ -597,6 +597,12 @@ mirror = { cluster = "shadow", percent = 10 }"#;
             let e = parse(&prefix(bad)).unwrap_err();
             assert_eq!(e.path, "listeners[0].limits.client_ipv6_prefix", "{bad}");
         }
+        let e = parse(&MINIMAL.replace(
+            "listen = \"127.0.0.1:8443\"",
+            "listen = \"127.0.0.1:8443\"\nlimits.max_connections_per_address = 0",
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "listeners[0].limits.max_connections_per_address");
     }
 
     #[test]

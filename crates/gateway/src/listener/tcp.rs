@@ -118,6 +118,7 @@ impl TcpListenerTask {
                 self.shared.connection_rate.clone(),
                 self.shared.limits.client_ipv6_prefix,
             ),
+            self.shared.connection_shares.clone(),
             self.shared.overload.clone(),
         );
         let idle = Arc::new(IdleSet::default());
@@ -231,6 +232,10 @@ async fn serve_connection(
             return;
         }
     }
+    // The client's unit of `limits.max_connections_per_address`, held while it is open.
+    let Ok(_share) = cap.client_share(peer.ip()) else {
+        return;
+    };
     // Under the TLS stream: reads of up to 64 KiB served from a buffer held only while data
     // flows (`RecvBuffer`), and writes held until the task's poll ends
     // (`send_coalescer::CoalescingSocket`), so several TLS records share a syscall each way.

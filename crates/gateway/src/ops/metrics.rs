@@ -35,6 +35,8 @@ pub struct Metrics {
     pub denied_connections: IntCounterVec,
     /// Connections turned away for opening faster than `limits.new_connections_per_address`.
     pub rate_limited_connections: IntCounterVec,
+    /// Connections closed because their client held `limits.max_connections_per_address`.
+    pub over_share_connections: IntCounterVec,
     /// Configuration reloads (SIGHUP), by result: `ok` or `error` (the configuration in
     /// force kept whole).
     pub config_reloads: IntCounterVec,
@@ -297,6 +299,14 @@ impl Metrics {
                 &["listener"],
             )
             .unwrap(),
+            over_share_connections: IntCounterVec::new(
+                Opts::new(
+                    "rampart_connections_over_share_total",
+                    "Connections closed before any handshake (QUIC: once it completes) because their client already held limits.max_connections_per_address",
+                ),
+                &["listener"],
+            )
+            .unwrap(),
             config_reloads: IntCounterVec::new(
                 Opts::new(
                     "rampart_config_reloads_total",
@@ -455,6 +465,7 @@ impl Metrics {
             &m.responses_abandoned,
             &m.denied_connections,
             &m.rate_limited_connections,
+            &m.over_share_connections,
             &m.config_reloads,
             &m.split_requests,
             &m.upstream_ejections,
@@ -698,6 +709,7 @@ mod tests {
         m.responses_abandoned.with_label_values(&["l"]).inc();
         m.denied_connections.with_label_values(&["l"]).inc();
         m.rate_limited_connections.with_label_values(&["l"]).inc();
+        m.over_share_connections.with_label_values(&["l"]).inc();
         m.config_reloads.with_label_values(&["ok"]).inc();
         m.split_requests.with_label_values(&["r", "c"]).inc();
         m.upstream_retries.with_label_values(&["c", "reset"]).inc();

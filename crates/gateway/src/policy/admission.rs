@@ -1,9 +1,10 @@
-//! Admission at accept: a listener's access list, its per-address rate of new connections,
-//! its `limits.max_connections` and the overload manager's refusal, checked before a
-//! connection costs anything.
+//! Admission at accept: a listener's access list, its per-address rate of new connections and
+//! share of open ones, its `limits.max_connections` and the overload manager's refusal,
+//! checked before a connection costs anything.
 
 use crate::ops::metrics::{GaugeGuard, Metrics};
 use crate::policy::access::SharedAccessList;
+use crate::policy::client_share::{ClientShare, ClientShares};
 use crate::policy::overload::{Action, Overload};
 use crate::policy::ratelimit::RateLimiter;
 use std::sync::Arc;
@@ -21,6 +22,9 @@ pub struct ConnectionCap {
     /// counting an IPv6 client by its `limits.client_ipv6_prefix`.
     rate: Option<Arc<RateLimiter>>,
     ipv6_prefix: u8,
+    /// `limits.max_connections_per_address`, shared by the listener's workers (TCP and QUIC).
+    shares: Option<Arc<ClientShares>>,
+    over_share: prometheus::IntCounter,
     rate_limited: prometheus::IntCounter,
     overload: Arc<Overload>,
 }
@@ -32,6 +36,7 @@ impl ConnectionCap {
         max: usize,
         access: SharedAccessList,
         (rate, ipv6_prefix): (Option<Arc<RateLimiter>>, u8),
+        shares: Option<Arc<ClientShares>>,
         overload: Arc<Overload>,
     ) -> Self {
         ConnectionCap {
@@ -42,6 +47,8 @@ impl ConnectionCap {
             denied: m.denied_connections.with_label_values(&[label]),
             rate,
             ipv6_prefix,
+            shares,
+            over_share: m.over_share_connections.with_label_values(&[label]),
             rate_limited: m.rate_limited_connections.with_label_values(&[label]),
             overload,
         }
@@ -77,6 +84,23 @@ impl ConnectionCap {
             return true;
         }
         false
+    }
+
+    /// The connection's unit of its client's `limits.max_connections_per_address`, held
+    /// while it is open: `Ok(None)` without that limit, `Err` (counted) when the client
+    /// holds its share already. Only for a validated address (as [`Self::too_fast`]).
+    pub fn client_share(&self, client: std::net::IpAddr) -> Result<Option<ClientShare>, ()> {
+        let Some(shares) = &self.shares else {
+            return Ok(None);
+        };
+        let key = crate::policy::client_key::client_key(client, self.ipv6_prefix);
+        match shares.take(key) {
+            Some(share) => Ok(Some(share)),
+            None => {
+                self.over_share.inc();
+                Err(())
+            }
+        }
     }
 
     /// Whether a TCP peer's address is turned away: by the access list, or for opening

@@ -78,6 +78,9 @@ pub struct ProxyShared {
     /// `limits.new_connections_per_address`: one limiter for the listener, shared by its
     /// workers and by TCP and QUIC.
     pub connection_rate: Option<Arc<crate::policy::ratelimit::RateLimiter>>,
+    /// `limits.max_connections_per_address`: one count for the listener, shared by its
+    /// workers and by TCP and QUIC.
+    pub connection_shares: Option<Arc<crate::policy::client_share::ClientShares>>,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
     /// The gateway's overload actions in force.
@@ -476,6 +479,7 @@ pub(crate) mod testing {
                 &[],
             )),
             connection_rate: None,
+            connection_shares: None,
             proxy_protocol: false,
             paths: Default::default(),
             client_cert_headers: None,

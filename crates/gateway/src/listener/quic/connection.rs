@@ -44,6 +44,8 @@ pub(super) async fn serve_connection(
     // it does before any request.
     let who = (client, shared.limits.client_ipv6_prefix);
     let mut info = quic_conn_info(who, None, false, None);
+    // The client's unit of `limits.max_connections_per_address`, held while it is open.
+    let mut _share = None;
     let mut established = false;
     let mut requests = JoinSet::new();
     // Request streams are client-initiated bidirectional: 0, 4, 8, ... While draining,
@@ -101,6 +103,13 @@ pub(super) async fn serve_connection(
                         // address can be forged.
                         if cap.too_fast(client.ip()) {
                             closing = close_with(&controller, WireErrorCode::ExcessiveLoad);
+                        } else {
+                            match cap.client_share(client.ip()) {
+                                Ok(share) => _share = share,
+                                Err(()) => {
+                                    closing = close_with(&controller, WireErrorCode::ExcessiveLoad);
+                                }
+                            }
                         }
                     }
                     ServerH3Event::Headers { incoming_headers, is_in_early_data, .. } => {

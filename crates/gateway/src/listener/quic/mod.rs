@@ -268,6 +268,7 @@ pub async fn serve(
             shared.connection_rate.clone(),
             shared.limits.client_ipv6_prefix,
         ),
+        shared.connection_shares.clone(),
         shared.overload.clone(),
     );
     // While shutting down, new attempts are refused the same way (and not counted as shed).
