@@ -112,11 +112,13 @@ pub const PARTIAL_BODY_HEADER: &str = "x-rampart-body-partial";
 /// `ARGS`, so an attack in a JSON API's body passes unseen. JSON (`application/json`, any
 /// `+json`) and XML bodies go to their parsers; a body that does not parse, or a multipart body
 /// that fails strict validation, is refused with 400 (unless it was cut at the limit, which
-/// [`PARTIAL_BODY_HEADER`] says): what the WAF cannot parse, it cannot have inspected.
+/// [`PARTIAL_BODY_HEADER`] says, or is empty: an XML type named over no body hides nothing):
+/// what the WAF cannot parse, it cannot have inspected.
 const BODY_PROCESSORS: &str = r#"SecRule REQUEST_HEADERS:Content-Type "@rx ^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
 SecRule REQUEST_HEADERS:Content-Type "@rx ^application/(?:[a-z0-9.-]+\+)?json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
 SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body',severity:2,chain"
-  SecRule &REQUEST_HEADERS:x-rampart-body-partial "@eq 0" "t:none"
+  SecRule &REQUEST_HEADERS:x-rampart-body-partial "@eq 0" "t:none,chain"
+  SecRule REQUEST_BODY_LENGTH "!@eq 0" "t:none"
 SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation',severity:2,chain"
   SecRule &REQUEST_HEADERS:x-rampart-body-partial "@eq 0" "t:none"
 SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,status:400,msg:'Multipart parser detected a possible unmatched boundary',severity:2,chain"

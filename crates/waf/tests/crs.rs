@@ -242,6 +242,11 @@ fn a_body_the_waf_cannot_parse_is_refused_unless_it_was_cut_at_the_limit() {
     let xml = [("Content-Type", "application/xml")];
     let v = inspect(&block, &request("POST", "/feed", &xml, b"<order><item>")).unwrap();
     assert_eq!(v.blocked, Some(400), "{:?}", ids(&v));
+    // A type named over no body: nothing to parse, nothing hidden.
+    for ct in [&xml, &json] {
+        let v = inspect(&block, &request("GET", "/feed", ct, b"")).unwrap();
+        assert_eq!(v.blocked, None, "{ct:?}: {:?}", ids(&v));
+    }
     let multipart = [("Content-Type", "multipart/form-data; boundary=XyZ")];
     let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--XyZ\r\nContent-Disposition: form-data; name=\"b\"\r\n\r\n2\r\n";
     let v = inspect(&block, &request("POST", "/upload", &multipart, body)).unwrap();
