@@ -25,8 +25,8 @@ mod transaction;
 
 pub use log_line::{parse as parse_log_line, Match, MAX_FIELD};
 pub use profile::{
-    crs_profile, valid_argument, valid_file_path, valid_media_type, valid_path_prefix, CrsPaths,
-    Exclusion, Mode, Profile, ResponseBodies,
+    crs_profile, valid_argument, valid_file_path, valid_media_type, valid_method,
+    valid_path_prefix, CrsPaths, Exclusion, Mode, Profile, ResponseBodies,
 };
 pub use rules::RuleSet;
 pub use transaction::{

@@ -61,6 +61,9 @@ pub struct Profile {
     pub extra_rules: Vec<PathBuf>,
     /// Response bodies read by phase 4 (`SecResponseBodyAccess On`); `None`: not read.
     pub response_bodies: Option<ResponseBodies>,
+    /// The methods the Core Rule Set allows (`tx.allowed_methods`, 911100 refuses others),
+    /// as [`valid_method`] accepts them; empty: the rule set's own (GET, HEAD, POST, OPTIONS).
+    pub allowed_methods: Vec<String>,
 }
 
 /// Which response bodies phase 4 reads, and how much of each.
@@ -93,6 +96,11 @@ pub fn valid_media_type(s: &str) -> bool {
     };
     s.split_once('/')
         .is_some_and(|(t, sub)| token(t) && token(sub))
+}
+
+/// Whether `s` can go into a directive as an HTTP method: upper-case letters, up to 32.
+pub fn valid_method(s: &str) -> bool {
+    (1..=32).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_uppercase())
 }
 
 /// Whether `s` can go into a directive as an argument name.
@@ -174,6 +182,16 @@ pub fn crs_profile(profile: &Profile, crs: &CrsPaths) -> Result<String, String> 
          setvar:tx.inbound_anomaly_score_threshold={},setvar:tx.outbound_anomaly_score_threshold=4\"",
         profile.anomaly_threshold
     );
+    if !profile.allowed_methods.is_empty() {
+        if let Some(m) = profile.allowed_methods.iter().find(|m| !valid_method(m)) {
+            return Err(format!("method {m:?} cannot be allowed"));
+        }
+        let _ = writeln!(
+            d,
+            "SecAction \"id:900200,phase:1,nolog,pass,t:none,setvar:'tx.allowed_methods={}'\"",
+            profile.allowed_methods.join(" ")
+        );
+    }
     // CRS 3.3's default policy (920430) knows HTTP/1.0, 1.1 and 2 only: every HTTP/3 request
     // would score as a protocol violation and be blocked. The gateway speaks HTTP/3.
     let _ = writeln!(
@@ -267,6 +285,7 @@ mod tests {
             ],
             extra_rules: vec!["/etc/rampart/extra.conf".into()],
             response_bodies: None,
+            allowed_methods: vec!["GET".into(), "POST".into(), "PUT".into()],
         }
     }
 
@@ -302,6 +321,13 @@ mod tests {
             .unwrap()
             .contains("SecRuleEngine DetectionOnly\n"));
         assert!(d.contains("SecResponseBodyAccess Off\n"));
+        assert!(d.contains("setvar:'tx.allowed_methods=GET POST PUT'\""));
+        // Before the rules that read it; and nothing that could end the directive.
+        assert!(d.find("tx.allowed_methods").unwrap() < crs);
+        let mut bad = profile();
+        bad.allowed_methods = vec!["GET'\"".into()];
+        assert!(crs_profile(&bad, &CrsPaths::default()).is_err());
+        assert!(valid_method("PATCH") && !valid_method("get") && !valid_method(""));
     }
 
     #[test]

@@ -20,6 +20,7 @@ fn profile(mode: Mode) -> Profile {
         exclusions: vec![],
         extra_rules: vec![],
         response_bodies: None,
+        allowed_methods: vec![],
     }
 }
 
@@ -255,6 +256,31 @@ fn a_body_the_waf_cannot_parse_is_refused_unless_it_was_cut_at_the_limit() {
     let v = inspect(&detect, &request("POST", "/api/login", &json, broken)).unwrap();
     assert_eq!(v.blocked, None, "detection only");
     assert!(ids(&v).contains(&200002), "{:?}", ids(&v));
+}
+
+/// The Core Rule Set allows GET, HEAD, POST and OPTIONS only (911100); a REST API's route
+/// names its methods (`allowed_methods`), and other methods stay refused.
+#[test]
+fn a_route_allows_the_methods_it_names() {
+    let json = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", "2"),
+    ];
+    let put = || request("PUT", "/api/items/7", &json, b"{}");
+    let default = rules(&profile(Mode::Block));
+    let v = inspect(&default, &put()).unwrap();
+    assert_eq!(v.blocked, Some(403), "{:?}", ids(&v));
+    assert!(ids(&v).contains(&911100), "{:?}", ids(&v));
+    let rest = rules(&Profile {
+        allowed_methods: ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+            .map(String::from)
+            .to_vec(),
+        ..profile(Mode::Block)
+    });
+    let v = inspect(&rest, &put()).unwrap();
+    assert_eq!(v.blocked, None, "{:?}", ids(&v));
+    let v = inspect(&rest, &request("TRACK", "/", &[], b"")).unwrap();
+    assert_eq!(v.blocked, Some(403), "{:?}", ids(&v));
 }
 
 #[test]

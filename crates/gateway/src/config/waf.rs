@@ -171,6 +171,10 @@ pub struct RouteWafConfig {
     /// The media types whose bodies are read (default: HTML, plain text, XML, JSON).
     #[serde(default = "default_response_body_types")]
     pub response_body_types: Vec<String>,
+    /// The methods the Core Rule Set lets through (911100 refuses others); empty: its own
+    /// default, GET, HEAD, POST and OPTIONS. A REST API's route names its PUT, PATCH, DELETE.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_methods: Vec<String>,
 }
 
 /// One of a route's `waf.exclusions`.
@@ -266,6 +270,13 @@ impl RouteWafConfig {
                 ));
             }
         }
+        for (i, m) in self.allowed_methods.iter().enumerate() {
+            if !waf::valid_method(m) {
+                return at.field("allowed_methods").index(i).fail(format!(
+                    "a method in upper case, such as \"PUT\", not {m:?}"
+                ));
+            }
+        }
         for (i, r) in self.rules.iter().enumerate() {
             let at = at.field("rules").index(i);
             if !r.to_str().is_some_and(waf::valid_file_path) {
@@ -310,6 +321,7 @@ impl RouteWafConfig {
                 limit: self.response_body_limit,
                 types: self.response_body_types.clone(),
             }),
+            allowed_methods: self.allowed_methods.clone(),
         }
     }
 }
