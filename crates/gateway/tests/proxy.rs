@@ -1493,3 +1493,21 @@ async fn an_endpoint_answering_500_is_ejected() {
         "{m}"
     );
 }
+
+/// `forwarded_for`: by default a client's own `X-Forwarded-For` is extended with its address
+/// (as nginx and Envoy do); with `replace` the upstream sees the address alone, so it cannot
+/// be handed a made-up first entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_forwarded_for_is_extended_or_replaced_as_the_listener_says() {
+    for (setting, want) in [
+        ("", "203.0.113.9, 127.0.0.1"),
+        ("forwarded_for = \"replace\"", "127.0.0.1"),
+    ] {
+        let fx = start("", setting).await;
+        let args = ["-H", "x-forwarded-for: 203.0.113.9", &fx.url("/headers")];
+        let out = run(curl(&fx, &args)).await;
+        let h: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(h["x-forwarded-for"], want, "{setting}: {h}");
+    }
+}

@@ -363,6 +363,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 connection_rate: connection_rate.clone(),
                 connection_shares: connection_shares.clone(),
                 proxy_protocol: l.proxy_protocol,
+                replace_forwarded_for: l.forwarded_for == crate::config::ForwardedFor::Replace,
                 paths: l.paths.clone(),
                 client_cert_headers: l
                     .asks_client_certs()

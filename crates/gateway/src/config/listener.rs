@@ -45,9 +45,25 @@ pub struct ListenerConfig {
     /// one is closed. QUIC is unaffected.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// What the gateway does with an `X-Forwarded-For` the client sent: `append` its peer's
+    /// address to it (the default, as nginx and Envoy), or `replace` it with that address,
+    /// so an upstream that reads the first entry cannot be handed a made-up one.
+    #[serde(default)]
+    pub forwarded_for: ForwardedFor,
     /// How request paths are normalized before routing (`[listeners.paths]`).
     #[serde(default)]
     pub paths: crate::http::request_target::PathPolicy,
+}
+
+/// A listener's `forwarded_for`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardedFor {
+    /// The client's `X-Forwarded-For`, then its peer's address.
+    #[default]
+    Append,
+    /// The peer's address alone: the gateway is the first hop it trusts.
+    Replace,
 }
 
 /// HTTP/3 over QUIC beside a TLS listener.

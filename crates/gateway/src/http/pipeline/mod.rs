@@ -83,6 +83,8 @@ pub struct ProxyShared {
     pub connection_shares: Option<Arc<crate::policy::client_share::ClientShares>>,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
+    /// `forwarded_for = "replace"`: a client's own `X-Forwarded-For` is dropped, not extended.
+    pub replace_forwarded_for: bool,
     /// The gateway's overload actions in force.
     pub overload: Arc<crate::policy::overload::Overload>,
     /// How request paths are normalized before routing.
@@ -481,6 +483,7 @@ pub(crate) mod testing {
             connection_rate: None,
             connection_shares: None,
             proxy_protocol: false,
+            replace_forwarded_for: false,
             paths: Default::default(),
             client_cert_headers: None,
             names: None,

@@ -118,6 +118,9 @@ pub(super) fn request(
     if let Ok(v) = HeaderValue::from_str(&target.authority) {
         h.insert(header::HOST, v);
     }
+    if ctx.shared.replace_forwarded_for {
+        h.remove(&X_FORWARDED_FOR);
+    }
     forwarding_headers(h, ctx.conn.client.ip(), &target.host, &via, &ctx.request_id);
     // With tracing, the upstream's parent is this request's span (each try's own, once the
     // cluster sends it); `tracestate` passes as the client sent it.
@@ -154,8 +157,9 @@ pub(super) fn request(
     }
 }
 
-/// `X-Forwarded-For` (the client appended), `X-Forwarded-Proto`, `X-Forwarded-Host`, `Via`
-/// and `X-Request-Id`.
+/// `X-Forwarded-For` (the client appended to any the request still carries: the caller drops
+/// the client's own with `forwarded_for = "replace"`), `X-Forwarded-Proto`,
+/// `X-Forwarded-Host`, `Via` and `X-Request-Id`.
 fn forwarding_headers(
     h: &mut HeaderMap,
     client: std::net::IpAddr,
