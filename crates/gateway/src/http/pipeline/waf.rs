@@ -37,7 +37,7 @@ pub(super) async fn inspect(
     let (parts, body) = req.into_parts();
     let read = read_body_prefix(ctx, route, waf, &parts.headers, body).await?;
     let (prefix, coding) = readable_prefix(ctx, route, waf, &parts.headers, read).await?;
-    let mut body_complete = coding.is_some() && !read_past_limit(waf, &read_of(&prefix));
+    let mut body_complete = coding.is_some() && !prefix.past_limit;
     let input = Input {
         client: ctx.conn.client,
         client_key: ctx.conn.client_key,
@@ -133,17 +133,8 @@ struct BodyPrefix {
     rest: Option<ClientBody>,
     /// What the inspection reads: the first `body_limit` bytes of `frames`, in their coding.
     inspected: CodedPrefix,
-}
-
-/// Whether the body ran past the route's limit: more of it to come, or the last frame read
-/// went over.
-fn read_past_limit(waf: &RouteWaf, (bytes, ended): &(u64, bool)) -> bool {
-    !ended || *bytes > waf.body_limit
-}
-
-/// How many data bytes a prefix's frames hold, and whether the body ended with them.
-fn read_of(prefix: &BodyPrefix) -> (u64, bool) {
-    (data_len(&prefix.frames), prefix.rest.is_none())
+    /// Whether the body ran past `body_limit` ([`ran_past`]).
+    past_limit: bool,
 }
 
 /// Step: reads the body's first `body_limit` bytes (each frame within the listener's body
@@ -173,10 +164,11 @@ async fn read_body_prefix(
             coding: Coding::Identity,
             limit: waf.body_limit,
         },
+        past_limit: ran_past(&frames, rest.is_none(), waf.body_limit),
         frames,
         rest,
     };
-    if waf.refuse_past_limit && read_past_limit(waf, &read_of(&prefix)) {
+    if waf.refuse_past_limit && prefix.past_limit {
         let body = crate::body::prefixed(prefix.frames, prefix.rest);
         return ControlFlow::Break(refuse_past_limit(ctx, route, waf, body).await);
     }
@@ -303,6 +295,12 @@ where
     }
 }
 
+/// Whether a body ran past `limit` in the `frames` read of it: more of it to come (it had not
+/// `ended`), or the last frame read went over.
+fn ran_past(frames: &[Frame<Bytes>], ended: bool, limit: u64) -> bool {
+    !ended || data_len(frames) > limit
+}
+
 /// How many data bytes `frames` hold.
 fn data_len(frames: &[Frame<Bytes>]) -> u64 {
     frames
@@ -343,7 +341,7 @@ pub(super) async fn inspect_response(
     };
     let r = &mut exchange.response;
     let (mut read_ahead, mut body, mut note) = (Vec::new(), None, None);
-    let mut ended = true;
+    let mut past_limit = false;
     match waf.body_read(r.status(), r.headers()) {
         BodyRead::HeadersOnly => {}
         BodyRead::NotRead => body = Some(CodedPrefix::empty()),
@@ -360,8 +358,7 @@ pub(super) async fn inspect_response(
                         coding,
                         limit,
                     });
-                    // Whole only if it ended within the limit, not in a frame that ran over.
-                    ended = all && data_len(&frames) <= limit;
+                    past_limit = ran_past(&frames, all, limit);
                     read_ahead = frames;
                 }
                 Err(stalled) => {
@@ -385,7 +382,7 @@ pub(super) async fn inspect_response(
     let (verdict, cut) = waf
         .inspect_response(pending, r.status().as_u16(), r.headers(), body)
         .await;
-    if (!ended || cut) && verdict == Inspection::Pass {
+    if (past_limit || cut) && verdict == Inspection::Pass {
         // Part of what goes out was not inspected: past the limit, or not decodable.
         waf.count(&route.name, "response_partial");
         note = Some("response_partial");
