@@ -339,17 +339,8 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 "TCP connections capped below limits.max_connections, at what the open-descriptor limit holds (two per connection); raise the limit (systemd LimitNOFILE=) to allow more"
             );
         }
-        // One limiter for the listener: its workers, TCP and QUIC, draw on the same budget.
-        let connection_rate = l.limits.new_connections_per_address.as_ref().map(|r| {
-            Arc::new(crate::policy::ratelimit::RateLimiter::new(
-                r.per_second,
-                r.burst(),
-            ))
-        });
-        let connection_shares = l
-            .limits
-            .max_connections_per_address
-            .map(crate::policy::client_share::ClientShares::new);
+        // One set for the listener: its workers, TCP and QUIC, draw on the same budgets.
+        let per_client = crate::policy::admission::PerClient::new(&l.limits);
         for (w, (plan, sock)) in plans.iter_mut().zip(socks).enumerate() {
             let shared = Arc::new(pipeline::ProxyShared {
                 listener: l.name.clone(),
@@ -360,8 +351,7 @@ pub async fn start(cfg: Config, opts: StartOptions) -> anyhow::Result<Running> {
                 alt_svc: alt_svc.clone(),
                 abandoned_responses: metrics.responses_abandoned.with_label_values(&[&l.name]),
                 access: listener_access.clone(),
-                connection_rate: connection_rate.clone(),
-                connection_shares: connection_shares.clone(),
+                per_client: per_client.clone(),
                 proxy_protocol: l.proxy_protocol,
                 replace_forwarded_for: l.forwarded_for == crate::config::ForwardedFor::Replace,
                 paths: l.paths.clone(),

@@ -10,7 +10,6 @@ use crate::listener::recv_buffer::{ReadAvailable, RecvBuffer};
 use crate::listener::send_coalescer;
 use crate::ops::metrics::GaugeGuard;
 use crate::policy::admission::ConnectionCap;
-use crate::policy::client_key::client_key;
 use crate::tls::handshake_info;
 use boring::ssl::{NameType, SslAcceptor};
 use hyper::service::service_fn;
@@ -114,11 +113,7 @@ impl TcpListenerTask {
             &self.shared.listener,
             self.shared.limits.max_connections.min(connection_budget()),
             self.shared.access.clone(),
-            (
-                self.shared.connection_rate.clone(),
-                self.shared.limits.client_ipv6_prefix,
-            ),
-            self.shared.connection_shares.clone(),
+            self.shared.per_client.clone(),
             self.shared.overload.clone(),
         );
         let idle = Arc::new(IdleSet::default());
@@ -293,7 +288,7 @@ async fn serve_connection(
     let info = Arc::new(ConnInfo {
         client_cert,
         client: peer,
-        client_key: client_key(peer.ip(), shared.limits.client_ipv6_prefix),
+        client_key: shared.per_client.key(peer.ip()),
         sni: ssl.servername(NameType::HOST_NAME).map(str::to_string),
         tls_version: ssl.version_str(),
         resumed,

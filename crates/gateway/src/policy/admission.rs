@@ -7,7 +7,37 @@ use crate::policy::access::SharedAccessList;
 use crate::policy::client_share::{ClientShare, ClientShares};
 use crate::policy::overload::{Action, Overload};
 use crate::policy::ratelimit::RateLimiter;
+use std::net::IpAddr;
 use std::sync::Arc;
+
+/// What a listener limits per client at accept, one count for its workers, TCP and QUIC:
+/// `limits.new_connections_per_address`, `limits.max_connections_per_address`, and the
+/// prefix (`limits.client_ipv6_prefix`) an IPv6 client is counted by in every per-client
+/// limit, its requests' too ([`PerClient::key`]).
+#[derive(Clone)]
+pub struct PerClient {
+    rate: Option<Arc<RateLimiter>>,
+    open: Option<Arc<ClientShares>>,
+    ipv6_prefix: u8,
+}
+
+impl PerClient {
+    pub fn new(limits: &crate::config::LimitsConfig) -> Self {
+        PerClient {
+            rate: limits
+                .new_connections_per_address
+                .as_ref()
+                .map(|r| Arc::new(RateLimiter::new(r.per_second, r.burst()))),
+            open: limits.max_connections_per_address.map(ClientShares::new),
+            ipv6_prefix: limits.client_ipv6_prefix,
+        }
+    }
+
+    /// What per-client limits count `client` by ([`crate::policy::client_key`]).
+    pub fn key(&self, client: IpAddr) -> IpAddr {
+        crate::policy::client_key::client_key(client, self.ipv6_prefix)
+    }
+}
 
 /// `limits.max_connections` for one listener and transport (`"NAME"` for TCP, `"NAME/quic"`):
 /// its open-connections gauge, its rejected counter and the cap, looked up once.
@@ -18,12 +48,7 @@ pub struct ConnectionCap {
     max: i64,
     access: SharedAccessList,
     denied: prometheus::IntCounter,
-    /// `limits.new_connections_per_address`, shared by the listener's workers (TCP and QUIC),
-    /// counting an IPv6 client by its `limits.client_ipv6_prefix`.
-    rate: Option<Arc<RateLimiter>>,
-    ipv6_prefix: u8,
-    /// `limits.max_connections_per_address`, shared by the listener's workers (TCP and QUIC).
-    shares: Option<Arc<ClientShares>>,
+    per_client: PerClient,
     over_share: prometheus::IntCounter,
     rate_limited: prometheus::IntCounter,
     overload: Arc<Overload>,
@@ -35,8 +60,7 @@ impl ConnectionCap {
         label: &str,
         max: usize,
         access: SharedAccessList,
-        (rate, ipv6_prefix): (Option<Arc<RateLimiter>>, u8),
-        shares: Option<Arc<ClientShares>>,
+        per_client: PerClient,
         overload: Arc<Overload>,
     ) -> Self {
         ConnectionCap {
@@ -45,9 +69,7 @@ impl ConnectionCap {
             max: max as i64,
             access,
             denied: m.denied_connections.with_label_values(&[label]),
-            rate,
-            ipv6_prefix,
-            shares,
+            per_client,
             over_share: m.over_share_connections.with_label_values(&[label]),
             rate_limited: m.rate_limited_connections.with_label_values(&[label]),
             overload,
@@ -78,8 +100,8 @@ impl ConnectionCap {
     /// completed. A QUIC Initial's address can be forged, and a connection may send more
     /// than one Initial (Retry).
     pub fn too_fast(&self, client: std::net::IpAddr) -> bool {
-        let key = crate::policy::client_key::client_key(client, self.ipv6_prefix);
-        if self.rate.as_ref().is_some_and(|r| r.take(key).is_err()) {
+        let rate = self.per_client.rate.as_ref();
+        if rate.is_some_and(|r| r.take(self.per_client.key(client)).is_err()) {
             self.rate_limited.inc();
             return true;
         }
@@ -90,11 +112,10 @@ impl ConnectionCap {
     /// while it is open: `Ok(None)` without that limit, `Err` (counted) when the client
     /// holds its share already. Only for a validated address (as [`Self::too_fast`]).
     pub fn client_share(&self, client: std::net::IpAddr) -> Result<Option<ClientShare>, ()> {
-        let Some(shares) = &self.shares else {
+        let Some(open) = &self.per_client.open else {
             return Ok(None);
         };
-        let key = crate::policy::client_key::client_key(client, self.ipv6_prefix);
-        match shares.take(key) {
+        match open.take(self.per_client.key(client)) {
             Some(share) => Ok(Some(share)),
             None => {
                 self.over_share.inc();

@@ -75,12 +75,9 @@ pub struct ProxyShared {
     pub abandoned_responses: prometheus::IntCounter,
     /// Which clients the listener serves (checked when a connection arrives; reloadable).
     pub access: crate::policy::access::SharedAccessList,
-    /// `limits.new_connections_per_address`: one limiter for the listener, shared by its
-    /// workers and by TCP and QUIC.
-    pub connection_rate: Option<Arc<crate::policy::ratelimit::RateLimiter>>,
-    /// `limits.max_connections_per_address`: one count for the listener, shared by its
-    /// workers and by TCP and QUIC.
-    pub connection_shares: Option<Arc<crate::policy::client_share::ClientShares>>,
+    /// The listener's per-client limits at accept and what they count a client by: one for
+    /// the listener, shared by its workers and by TCP and QUIC.
+    pub per_client: crate::policy::admission::PerClient,
     /// TCP connections begin with a PROXY protocol header naming the client.
     pub proxy_protocol: bool,
     /// `forwarded_for = "replace"`: a client's own `X-Forwarded-For` is dropped, not extended.
@@ -480,8 +477,7 @@ pub(crate) mod testing {
                 &[],
                 &[],
             )),
-            connection_rate: None,
-            connection_shares: None,
+            per_client: crate::policy::admission::PerClient::new(&Default::default()),
             proxy_protocol: false,
             replace_forwarded_for: false,
             paths: Default::default(),

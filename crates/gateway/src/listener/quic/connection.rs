@@ -42,8 +42,8 @@ pub(super) async fn serve_connection(
 ) {
     // Replaced by the connection's TLS facts when the driver reports the handshake, which
     // it does before any request.
-    let who = (client, shared.limits.client_ipv6_prefix);
-    let mut info = quic_conn_info(who, None, false, None);
+    let key = shared.per_client.key(client.ip());
+    let mut info = quic_conn_info(client, key, None, false, None);
     // The client's unit of `limits.max_connections_per_address`, held while it is open.
     let mut _share = None;
     let mut established = false;
@@ -95,7 +95,7 @@ pub(super) async fn serve_connection(
                             Some(_) => verified_client_cert(&controller).await,
                             None => None,
                         };
-                        info = quic_conn_info(who, server_name, session_resumed, client_cert);
+                        info = quic_conn_info(client, key, server_name, session_resumed, client_cert);
                         quiet_since = tokio::time::Instant::now();
                         idle.as_mut().reset(next_wake(quiet_since, quiet_limit(shared, cap, served)));
                         // The client's address is validated now (it completed the
@@ -282,14 +282,15 @@ async fn first_undelivered(controller: &ServerH3Controller, from: u64, until: u6
 
 /// What the access log and the proxy know of a QUIC connection (always TLS 1.3).
 fn quic_conn_info(
-    (client, ipv6_prefix): (SocketAddr, u8),
+    client: SocketAddr,
+    client_key: std::net::IpAddr,
     sni: Option<String>,
     resumed: bool,
     client_cert: Option<Arc<ClientCert>>,
 ) -> Arc<ConnInfo> {
     Arc::new(ConnInfo {
         client,
-        client_key: crate::policy::client_key::client_key(client.ip(), ipv6_prefix),
+        client_key,
         sni,
         tls_version: "TLSv1.3",
         resumed,

@@ -264,11 +264,7 @@ pub async fn serve(
         &format!("{}/quic", shared.listener),
         shared.limits.max_connections,
         shared.access.clone(),
-        (
-            shared.connection_rate.clone(),
-            shared.limits.client_ipv6_prefix,
-        ),
-        shared.connection_shares.clone(),
+        shared.per_client.clone(),
         shared.overload.clone(),
     );
     // While shutting down, new attempts are refused the same way (and not counted as shed).
