@@ -493,17 +493,28 @@ impl ListenerConfig {
                 .any(|c| c.client_auth.is_some_and(|m| m != ClientAuth::None))
     }
 
-    /// Whether some certificate entries' client-certificate settings differ from others'
-    /// (their own `client_auth`, `client_ca` or `client_crl`): requests are then checked
-    /// against the name their connection was made for.
+    /// Each certificate entry's client-certificate settings (`client_auth`, `client_ca`,
+    /// `client_crl`, its own or the listener's) as a number, equal for entries whose settings
+    /// are equal, the first entry's 0.
+    pub fn client_auth_policies(&self) -> Vec<usize> {
+        let mut seen = Vec::new();
+        self.certificates
+            .iter()
+            .map(|c| {
+                let t = c.effective_tls(&self.tls);
+                let settings = (t.client_auth, t.client_ca, t.client_crl);
+                seen.iter().position(|s| *s == settings).unwrap_or_else(|| {
+                    seen.push(settings);
+                    seen.len() - 1
+                })
+            })
+            .collect()
+    }
+
+    /// Whether some certificate entries' client-certificate settings differ from others':
+    /// requests are then checked against the name their connection was made for.
     pub fn client_auth_differs_by_name(&self) -> bool {
-        let settings = |c: &CertificateConfig| {
-            let t = c.effective_tls(&self.tls);
-            (t.client_auth, t.client_ca, t.client_crl)
-        };
-        let mut all = self.certificates.iter().map(settings);
-        let first = all.next();
-        all.any(|s| Some(s) != first)
+        self.client_auth_policies().iter().any(|&p| p != 0)
     }
 
     /// Relative paths in the listener resolved against the config file's folder.

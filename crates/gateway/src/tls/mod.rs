@@ -275,23 +275,11 @@ fn build_store(
         wildcard: HashMap::new(),
         tls13,
     };
-    let mut policies = Vec::new();
+    let policies = listener.client_auth_policies();
     for (i, c) in listener.certificates.iter().enumerate() {
         let field = |k: &str| format!("listeners[{}].certificates[{i}].{k}", listener.name);
         // The entry's own client-certificate settings, if any, over the listener's.
         let tls = &c.effective_tls(tls);
-        let policy = (
-            tls.client_auth,
-            tls.client_ca.clone(),
-            tls.client_crl.clone(),
-        );
-        let client_auth_policy = match policies.iter().position(|p| *p == policy) {
-            Some(n) => n,
-            None => {
-                policies.push(policy);
-                policies.len() - 1
-            }
-        };
         let rsa = c
             .rsa
             .as_ref()
@@ -307,7 +295,7 @@ fn build_store(
         store.entries.push(CertEntry {
             rsa,
             ecdsa,
-            client_auth_policy,
+            client_auth_policy: policies[i],
         });
         for n in &c.server_names {
             let n = n.to_ascii_lowercase();
