@@ -354,7 +354,7 @@ impl Inspector {
             requests: IntCounterVec::new(
                 Opts::new(
                     "rampart_waf_requests_total",
-                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), error; with response_headers or response_body also response_blocked, response_detected, response_overloaded, response_error; with response_body also response_partial (the body past response_body_limit uninspected), response_encoded (a content-coded body, not read)",
+                    "Requests of routes with a WAF by result: pass, detected (matched, detect mode), blocked, overloaded (queue full), client_share (past [waf] queue_per_client), encoded (a request body in a coding other than gzip or deflate), too_large (past body_limit, body_past_limit = refuse), error; with response_headers or response_body also response_blocked, response_detected, response_overloaded, response_error; with response_body also response_partial (the body past response_body_limit or not decodable, its rest uninspected), response_encoded (a body in a coding other than gzip or deflate, not read)",
                 ),
                 &["route", "result"],
             )?,
@@ -368,7 +368,7 @@ impl Inspector {
             partial_bodies: IntCounterVec::new(
                 Opts::new(
                     "rampart_waf_partial_bodies_total",
-                    "Request bodies larger than the route's waf.body_limit: the rest streamed upstream uninspected",
+                    "Request bodies larger than the route's waf.body_limit, or not decodable: the rest streamed upstream uninspected",
                 ),
                 &["route"],
             )?,
