@@ -552,16 +552,14 @@ mirror = { cluster = "shadow", percent = 10 }"#;
         assert_eq!(e.path, "routes[0].rate_limit.burst");
         let e = parse(&with("rps = 5")).unwrap_err();
         assert_eq!(e.path, "routes[0].rate_limit.rps");
-        // The listener's rate of new connections per address, the same way.
-        let conns = |rl: &str| {
+        // The listener's per-client limits, the same way: `limits.LINE` on the listener.
+        let limit = |line: &str| {
             MINIMAL.replace(
                 "listen = \"127.0.0.1:8443\"",
-                &format!(
-                    "listen = \"127.0.0.1:8443\"\nlimits.new_connections_per_address = {{ {rl} }}"
-                ),
+                &format!("listen = \"127.0.0.1:8443\"\nlimits.{line}"),
             )
         };
-        let e = parse(&conns("per_second = -1")).unwrap_err();
+        let e = parse(&limit("new_connections_per_address = { per_second = -1 }")).unwrap_err();
         assert_eq!(
             (e.path.as_str(), e.message.as_str()),
             (
@@ -569,39 +567,23 @@ mirror = { cluster = "shadow", percent = 10 }"#;
                 "a number of connections greater than zero"
             )
         );
-        let e = parse(&conns("per_second = 5, burst = 0")).unwrap_err();
+        let e = parse(&limit(
+            "new_connections_per_address = { per_second = 5, burst = 0 }",
+        ))
+        .unwrap_err();
         assert_eq!(
             e.path,
             "listeners[0].limits.new_connections_per_address.burst"
         );
         // What an IPv6 client is counted by.
-        let prefix = |p: &str| {
-            MINIMAL.replace(
-                "listen = \"127.0.0.1:8443\"",
-                &format!("listen = \"127.0.0.1:8443\"\nlimits.client_ipv6_prefix = {p}"),
-            )
-        };
-        assert_eq!(
-            parse(MINIMAL).unwrap().listeners[0]
-                .limits
-                .client_ipv6_prefix,
-            64
-        );
-        assert_eq!(
-            parse(&prefix("56")).unwrap().listeners[0]
-                .limits
-                .client_ipv6_prefix,
-            56
-        );
+        let prefix_of = |text: &str| parse(text).unwrap().listeners[0].limits.client_ipv6_prefix;
+        assert_eq!(prefix_of(MINIMAL), 64);
+        assert_eq!(prefix_of(&limit("client_ipv6_prefix = 56")), 56);
         for bad in ["32", "129"] {
-            let e = parse(&prefix(bad)).unwrap_err();
+            let e = parse(&limit(&format!("client_ipv6_prefix = {bad}"))).unwrap_err();
             assert_eq!(e.path, "listeners[0].limits.client_ipv6_prefix", "{bad}");
         }
-        let e = parse(&MINIMAL.replace(
-            "listen = \"127.0.0.1:8443\"",
-            "listen = \"127.0.0.1:8443\"\nlimits.max_connections_per_address = 0",
-        ))
-        .unwrap_err();
+        let e = parse(&limit("max_connections_per_address = 0")).unwrap_err();
         assert_eq!(e.path, "listeners[0].limits.max_connections_per_address");
     }
 
