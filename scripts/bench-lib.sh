@@ -32,6 +32,14 @@ wait_port() {
   echo "port $1 never opened" >&2; exit 1
 }
 
+# Starts the gateway ($BIN) on CPU 0 with $OUT/$1.toml, its stderr in $OUT/$1.log, its pid in
+# $gw, and waits until its port $GW accepts connections.
+bench_gateway_up() {
+  (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "$1.toml" 2>"$1.log") &
+  gw=$!
+  wait_port "$GW"
+}
+
 # One-worker gateway config for the HTTP/3-and-HTTPS benchmarks, written to $1: key engine $2,
 # TLS and QUIC on 127.0.0.1:$3 (certificates in certs/ beside $1, from bench_site_certs),
 # everything routed to an upstream on 127.0.0.1:$4.

@@ -26,9 +26,7 @@ printf 'round\tconfig\tserver_cpu_us_per_handshake\thandshakes_per_s\n' | tee "$
 for round in $(seq "$ROUNDS"); do
   order=(none mtls); ((round % 2)) || order=(mtls none)
   for cfg in "${order[@]}"; do
-    (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "$cfg.toml" 2>"$cfg.log") &
-    gw=$!
-    wait_port $GW
+    bench_gateway_up "$cfg"
     taskset -c 1 "$BIN" bench https-handshake --url "https://localhost:$GW/bytes/100" -c 16 \
       -d "$DURATION" --sigalgs ecdsa_secp256r1_sha256 --server-pid $gw --json \
       --client-cert "$OUT/clients/alice.pem" --client-key "$OUT/clients/alice.key" | tail -1 |

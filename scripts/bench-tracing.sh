@@ -26,9 +26,7 @@ printf 'round\tconfig\tserver_cpu_us_per_request\trequests_per_s\tp99_ms\n' | te
 for round in $(seq "$ROUNDS"); do
   order=(off sampled-0.01 sampled-1.0); ((round % 2)) || order=(sampled-1.0 sampled-0.01 off)
   for cfg in "${order[@]}"; do
-    (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "$cfg.toml" 2>"$cfg.log") &
-    gw=$!
-    wait_port $GW
+    bench_gateway_up "$cfg"
     taskset -c 1 "$BIN" bench https-requests --url "https://localhost:$GW/bytes/100" --http h1 -c 16 \
       -d "$DURATION" --server-pid $gw --json | tail -1 |
       python3 -c '

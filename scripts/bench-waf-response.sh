@@ -28,13 +28,11 @@ printf 'round\tmode\tserver_cpu_us_per_request\trequests_per_s\tp99_ms\terrors\n
 for round in $(seq "$ROUNDS"); do
   order=(headers body); ((round % 2)) || order=(body headers)
   for mode in "${order[@]}"; do
-    (cd "$OUT" && exec taskset -c 0 "$BIN" run --config "$mode.toml" 2>"$mode.log") &
-    srv=$!
-    wait_port $GW
+    bench_gateway_up "$mode"
     taskset -c 1 "$BIN" bench https-requests --url "https://localhost:$GW/text/$SIZE" --http h1 \
-      -c "$CONC" -d "$DURATION" --server-pid "$srv" --json | tail -1 |
+      -c "$CONC" -d "$DURATION" --server-pid "$gw" --json | tail -1 |
       bench_tsv_row "$round" "$mode" | tee -a "$OUT/rows.tsv"
-    kill $srv; wait $srv 2>/dev/null || true
+    kill $gw; wait $gw 2>/dev/null || true
   done
 done
 python3 - "$OUT/rows.tsv" <<'PY'
