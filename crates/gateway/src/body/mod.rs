@@ -501,14 +501,19 @@ impl Body for Prefixed {
     }
 }
 
+/// How many data bytes `frames` hold (trailers hold none).
+pub(crate) fn data_len<'a>(frames: impl IntoIterator<Item = &'a Frame<Bytes>>) -> u64 {
+    frames
+        .into_iter()
+        .filter_map(Frame::data_ref)
+        .map(|d| d.len() as u64)
+        .sum()
+}
+
 /// The size of a body that sends `held` (frames already read from its source) before what
 /// its source has left, sized `rest`.
 fn with_held(held: &std::collections::VecDeque<Frame<Bytes>>, rest: SizeHint) -> SizeHint {
-    let held: u64 = held
-        .iter()
-        .filter_map(Frame::data_ref)
-        .map(|d| d.len() as u64)
-        .sum();
+    let held = data_len(held);
     let mut hint = SizeHint::new();
     hint.set_lower(rest.lower() + held);
     if let Some(upper) = rest.upper() {

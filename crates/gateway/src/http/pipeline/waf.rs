@@ -10,7 +10,7 @@
 
 use super::forward::{client_body_failed, refuse_unread};
 use super::{local, Fault, Outcome, Phase, RequestCtx};
-use crate::body::ClientBody;
+use crate::body::{data_len, ClientBody};
 use crate::config::WafMode;
 use crate::http::router::Route;
 use crate::policy::waf::{BodyRead, CodedPrefix, Coding, Input, Inspection, RouteWaf};
@@ -299,15 +299,6 @@ where
 /// `ended`), or the last frame read went over.
 fn ran_past(frames: &[Frame<Bytes>], ended: bool, limit: u64) -> bool {
     !ended || data_len(frames) > limit
-}
-
-/// How many data bytes `frames` hold.
-fn data_len(frames: &[Frame<Bytes>]) -> u64 {
-    frames
-        .iter()
-        .filter_map(Frame::data_ref)
-        .map(|d| d.len() as u64)
-        .sum()
 }
 
 /// The first `limit` data bytes of `frames`, as the inspection reads them.
