@@ -217,8 +217,8 @@ fn run_cell(
     let start = Instant::now();
     let deadline = start + load.duration;
     let per_task = load.max_ops.div_ceil(load.concurrency as u64).max(1);
-    let (mut submit_cpu, mut shed) = (0.0, 0);
-    let lat = std::thread::scope(|s| {
+    let mut submit_cpu = 0.0;
+    let all = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 // Thread t's share of the tasks: they differ by one at most.
@@ -235,18 +235,20 @@ fn run_cell(
                     })
             })
             .collect::<Result<_, _>>()?;
-        let mut all = Vec::new();
+        let mut all = Submitted::default();
         for h in handles {
             let (done, cpu) = h
                 .join()
                 .map_err(|_| anyhow::anyhow!("a submitting thread panicked"))?;
-            let done = done?;
-            all.extend(done.latencies);
-            shed += done.shed;
+            all.add(done?);
             submit_cpu += cpu;
         }
         anyhow::Ok(all)
     })?;
+    let Submitted {
+        latencies: lat,
+        shed,
+    } = all;
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     let n = lat.len().max(1) as f64;
@@ -299,6 +301,14 @@ struct Submitted {
     shed: u64,
 }
 
+impl Submitted {
+    /// Takes in what other tasks or threads did.
+    fn add(&mut self, other: Submitted) {
+        self.latencies.extend(other.latencies);
+        self.shed += other.shed;
+    }
+}
+
 /// One submitting thread: a current-thread runtime running `tasks` tasks, each signing in turn
 /// until `deadline` or `per_task` signatures (a shed request retried after [`SHED_BACKOFF`]).
 /// Any other failure ends the cell.
@@ -339,9 +349,7 @@ fn submit_from_thread(
         }
         let mut all = Submitted::default();
         for h in handles {
-            let done = h.await??;
-            all.latencies.extend(done.latencies);
-            all.shed += done.shed;
+            all.add(h.await??);
         }
         anyhow::Ok(all)
     })
